@@ -1,0 +1,30 @@
+# `make test` and `make demo` set up what they need on a fresh machine.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.hookscope-installed
+TORCH  := torch==2.14.1 torchvision==0.29.1
+
+.PHONY: test lint types unit clean
+
+$(STAMP): requirements-test.txt pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+test: lint types unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+
+types: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

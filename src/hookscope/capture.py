@@ -1,0 +1,280 @@
+"""One capture: which sites, which kinds, what is kept; it owns the hooks' lifecycle.
+
+Hooks exist only inside the ``with`` block: they are registered in ``__enter__`` and removed
+in ``__exit__``'s ``finally``, on a normal exit and on any exception (one raised inside
+``backward()`` included). hookscope changes no flag of the model (``training``,
+``requires_grad``): there is nothing to restore. Hook bodies copy and append; diagnosis
+(what could not be captured, and why) runs once, at exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .errors import CaptureError, CaptureWarning, NotCapturedError
+from .hooks import HandleGroup
+from .policy import Keeper, Policy
+from .records import GRAD_KINDS, KINDS, Call, Kind, Record
+from .select import Selector, select_modules
+from .tree import Leaves, flatten, flatten_call
+
+NO_GRAD_MODE = "the forward pass ran under torch.no_grad() or torch.inference_mode(); run it with gradients enabled"
+NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or torch.autograd.grad() before it ends"
+NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
+NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
+NO_TRAINABLE = "it has no parameter that requires grad"
+
+
+def _does_not_require_grad(what: str) -> str:
+    return f"its {what} does not require grad (nothing before it does; call x.requires_grad_() or unfreeze parameters)"
+
+
+def capture(
+    model: nn.Module | None = None,
+    select: Selector | None = None,
+    *,
+    kinds: Kind | Iterable[Kind] = ("output",),
+    detach: bool = True,
+    clone: bool = True,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Capture:
+    """Capture ``kinds`` at the modules of ``model`` that ``select`` picks, inside a ``with`` block.
+
+    ``select=None`` picks every leaf module. ``kinds`` are ``input``, ``output``,
+    ``grad_input``, ``grad_output`` and ``param_grad``. ``detach``, ``clone``, ``device`` and
+    ``dtype`` decide what is stored (see ``hookscope.policy``). With no model, the capture
+    only records taps (``cap.tap(tensor, name)``).
+    """
+    return Capture(
+        model, select, kinds=kinds, policy=Policy.make(detach=detach, clone=clone, device=device, dtype=dtype)
+    )
+
+
+class Capture(Mapping[str, Record]):
+    """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
+
+    def __init__(
+        self, model: nn.Module | None, select: Selector | None, *, kinds: Kind | Iterable[Kind], policy: Policy
+    ):
+        self.model = model
+        self.kinds = _check_kinds(kinds)
+        if model is None and select is not None:
+            raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
+        self._modules = [] if model is None else select_modules(model, select)
+        self._records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
+        self._keeper = Keeper(policy)
+        self._handles = HandleGroup()
+        self._open: dict[str, list[Call]] = {name: [] for name, _ in self._modules}
+        self._order = itertools.count()
+        self._grads_seen = False
+        self._state = "new"
+
+    # -- the mapping -------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Record:
+        try:
+            return self._records[name]
+        except KeyError:
+            raise NotCapturedError(_unknown_site(name, list(self._records))) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __repr__(self) -> str:
+        calls = sum(len(r.calls) for r in self._records.values())
+        model = type(self.model).__name__ if self.model is not None else "no model"
+        return f"<Capture of {model}: {len(self)} sites, {calls} calls, kinds={self.kinds}, {self._state}>"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Capture:
+        if self._state != "new":
+            raise CaptureError("this capture was already used; make a new one with hookscope.capture(...)")
+        try:
+            for name, module in self._modules:
+                self._install(self._records[name], module)
+        except BaseException:
+            self._handles.remove()
+            raise
+        self._state = "active"
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            self._handles.remove()
+        finally:
+            self._state = "closed"
+            self._open.clear()
+        if exc is None:
+            self._diagnose()
+        else:
+            self._annotate(exc)
+
+    def tap(self, tensor: Tensor, name: str, *, grad: bool = True) -> Tensor:
+        """Record ``tensor`` as site ``name`` (``.value``) and, with ``grad``, its gradient (``.grad``).
+
+        Returns ``tensor`` unchanged, so a tap can sit inside an expression. Tapping the same
+        name again adds a call.
+        """
+        if self._state != "active":
+            raise CaptureError("tap() needs an active capture: call it inside `with hookscope.capture() as cap:`")
+        if not isinstance(tensor, Tensor):
+            raise CaptureError(f"tap({name!r}) expects a torch.Tensor, got {type(tensor).__name__}")
+        record = self._records.setdefault(name, Record(name, "tap", ("output", "grad_output") if grad else ("output",)))
+        if record.type != "tap":
+            raise CaptureError(f"tap name {name!r} is already a module of this capture; pick another name")
+        call = Call(name, len(record.calls), order=next(self._order))
+        record.calls.append(call)
+        call.tensors["output"] = {"value": self._keeper.keep(tensor, f"tap {name!r}")}
+        if grad:
+            self._watch(call, "grad_output", [("value", tensor)], "tensor")
+        return tensor
+
+    # -- hooks -------------------------------------------------------------------------------
+    def _install(self, record: Record, module: nn.Module) -> None:
+        if "input" in self.kinds or "grad_input" in self.kinds:
+            self._handles.on_forward_pre(module, partial(self._before, record))
+        self._handles.on_forward(module, partial(self._after, record))
+        if "param_grad" in self.kinds:
+            trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+            for pname, param in trainable:
+                record.param_grads[pname] = []
+                self._handles.on_param_grad(param, partial(self._on_param_grad, record, pname))
+            if not trainable:
+                record.missing["param_grad"] = NO_TRAINABLE
+
+    def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        call = Call(record.name, len(record.calls))
+        record.calls.append(call)
+        self._open[record.name].append(call)
+        leaves = flatten_call(args, kwargs)
+        if "input" in self.kinds:
+            call.tensors["input"] = self._keep_all(leaves, record.name)
+        if "grad_input" in self.kinds:
+            self._watch(call, "grad_input", leaves, "input")
+
+    def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        pending = self._open.get(record.name)
+        if pending:
+            call = pending.pop()
+        else:
+            call = Call(record.name, len(record.calls))
+            record.calls.append(call)
+        call.order = next(self._order)
+        raised = sys.exc_info()[1]
+        if output is None and raised is not None:  # an always_call hook, after forward raised
+            call.error = f"{type(raised).__name__}: {raised}"
+            return
+        if "param_grad" in self.kinds and not torch.is_grad_enabled():
+            call.missing["param_grad"] = NO_GRAD_MODE
+        leaves = flatten(output)
+        if "output" in self.kinds:
+            call.tensors["output"] = self._keep_all(leaves, record.name)
+        if "grad_output" in self.kinds:
+            self._watch(call, "grad_output", leaves, "output")
+
+    def _keep_all(self, leaves: Leaves, site: str) -> dict[str, Tensor]:
+        return {key: self._keeper.keep(t, f"{site} {key}") for key, t in leaves}
+
+    def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str) -> None:
+        """Hook the gradient of every tensor in ``leaves`` that will receive one."""
+        if not torch.is_grad_enabled():
+            call.missing[kind] = NO_GRAD_MODE
+            return
+        watched = [(key, t) for key, t in leaves if t.requires_grad]
+        if not watched:
+            call.missing[kind] = _does_not_require_grad(what)
+            return
+        call.watched[kind] = [key for key, _ in watched]
+        for key, tensor in watched:
+            self._handles.on_grad(tensor, partial(self._on_grad, call, kind, key))
+
+    def _on_grad(self, call: Call, kind: Kind, key: str, grad: Tensor) -> None:
+        self._grads_seen = True
+        kept = self._keeper.keep(grad, f"{call.site} {kind} {key}")
+        held = call.tensors.setdefault(kind, {})
+        held[key] = kept if key not in held else held[key] + kept  # several backward passes: summed
+
+    def _on_param_grad(self, record: Record, name: str, param: Tensor) -> None:
+        self._grads_seen = True
+        if param.grad is not None:
+            record.param_grads[name].append(self._keeper.keep(param.grad, f"{record.name}.{name}"))
+
+    # -- diagnosis, once, at exit --------------------------------------------------------------
+    def _diagnose(self) -> None:
+        problems: dict[tuple[str, str], list[str]] = {}
+        for record in self._records.values():
+            for kind, reason in self._site_problems(record):
+                problems.setdefault((kind, reason), []).append(record.name)
+        for (kind, reason), sites in problems.items():
+            names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
+            warnings.warn(f"hookscope: no {kind} for {names}: {reason}", CaptureWarning, stacklevel=3)
+        modified = self._keeper.modified_references()
+        if modified:
+            warnings.warn(
+                f"hookscope: {', '.join(modified[:6])} changed in place after capture (clone=False stores "
+                "references); capture with clone=True to keep the values the hooks saw",
+                CaptureWarning,
+                stacklevel=3,
+            )
+
+    def _site_problems(self, record: Record) -> Iterator[tuple[str, str]]:
+        if not record.calls:
+            record.missing["call"] = NEVER_CALLED
+            yield "call", NEVER_CALLED
+            return
+        for kind in GRAD_KINDS:
+            if kind in record.kinds:
+                reasons = {self._grad_problem(call, kind) for call in record.calls} - {None}
+                yield from ((kind, r) for r in sorted(r for r in reasons if r is not None))
+        if "param_grad" in record.kinds and not any(record.param_grads.values()):
+            no_grad = all(call.missing.get("param_grad") == NO_GRAD_MODE for call in record.calls)
+            reason = record.missing.get("param_grad") or (NO_GRAD_MODE if no_grad else self._no_grad_reason())
+            record.missing["param_grad"] = reason
+            yield "param_grad", reason
+
+    def _grad_problem(self, call: Call, kind: Kind) -> str | None:
+        if call.error is not None:
+            return None
+        if kind not in call.missing and not call.tensors.get(kind) and call.watched.get(kind):
+            call.missing[kind] = self._no_grad_reason()
+        return call.missing.get(kind)
+
+    def _no_grad_reason(self) -> str:
+        return NOT_REACHED if self._grads_seen else NO_BACKWARD
+
+    def _annotate(self, exc: BaseException) -> None:
+        failed = [c for r in self._records.values() for c in r.calls if c.error is not None]
+        if failed and hasattr(exc, "add_note"):
+            first = min(failed, key=lambda c: c.order)
+            exc.add_note(f"hookscope: raised inside module {first.site!r} (call {first.index})")
+
+
+def _check_kinds(kinds: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
+    chosen = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = [k for k in chosen if k not in KINDS]
+    if unknown or not chosen:
+        got = ", ".join(repr(k) for k in unknown) or "nothing"
+        raise CaptureError(f"unknown kind {got}; kinds are {', '.join(KINDS)}")
+    return tuple(k for k in KINDS if k in chosen)
+
+
+def _unknown_site(name: str, names: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+    hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+    return f"{name!r} is not a site of this capture ({len(names)} sites{hint}); list them with list(cap)"

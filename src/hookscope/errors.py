@@ -1,0 +1,44 @@
+"""Everything hookscope raises or warns, in one tree.
+
+::
+
+    HookscopeError                 base of every error hookscope raises
+     ├── SelectionError            a selector matched no module, or is not a selector
+     ├── CaptureError              a capture was built or used the wrong way
+     ├── NotCapturedError          asked for a site, kind or key the capture does not hold
+     │                             (also a KeyError, so ``name in cap`` idioms keep working)
+     └── AmbiguousCallError        a shortcut (``.output``...) on a site called more than once
+
+    CaptureWarning (UserWarning)   something requested could not be captured, and why
+
+Every message says what was expected, what was received, and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class HookscopeError(Exception):
+    """Base class of every error hookscope raises."""
+
+
+class SelectionError(HookscopeError):
+    """A selector matched no module of the model, or is not a valid selector."""
+
+
+class CaptureError(HookscopeError):
+    """A capture was configured or used the wrong way."""
+
+
+class NotCapturedError(HookscopeError, KeyError):
+    """The capture holds no such site, kind or key."""
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class AmbiguousCallError(HookscopeError):
+    """A single-value shortcut was used on a site that was called several times."""
+
+
+class CaptureWarning(UserWarning):
+    """Something that was asked for could not be captured; the message says why."""

@@ -1,0 +1,177 @@
+"""What a capture holds: one ``Record`` per site (module or tap), one ``Call`` per call.
+
+The five kinds, one vocabulary everywhere (API, keys, CLI flags, report headings):
+
+=============  ==============================================  ==========================
+kind           what                                            keys
+=============  ==============================================  ==========================
+input          what the module received (pre-hook)             ``args[0]``, ``kwargs.mask``
+output         what it returned (forward hook)                 ``out``, ``out[0]``, ``out.logits``
+grad_input     d loss / d each input tensor                    same keys as ``input``
+grad_output    d loss / d each output tensor                   same keys as ``output``
+param_grad     ``param.grad`` after each backward pass         ``weight``, ``0.conv1.bias``
+=============  ==============================================  ==========================
+
+A tap (``Capture.tap``) is a site whose ``output`` is the tapped tensor (key ``value``) and
+whose ``grad_output`` is its gradient; ``.value`` and ``.grad`` are the same two things.
+
+Shortcuts (``.input``, ``.output``, ``.grad_input``, ``.grad_output``, ``.value``, ``.grad``)
+return the *first* tensor of the kind (the first positional output, the first argument).
+On a ``Record`` they are defined only when the site ran exactly once; a site called several
+times raises ``AmbiguousCallError`` instead of silently picking a call: use ``.calls[k]``,
+``.values(kind)`` or ``.stack(kind)``. A gradient that reached a tensor in several backward
+passes through the same call is summed, as ``Tensor.grad`` would be.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from .errors import AmbiguousCallError, NotCapturedError
+
+Kind = Literal["input", "output", "grad_input", "grad_output", "param_grad"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+GRAD_KINDS: tuple[Kind, ...] = ("grad_input", "grad_output")
+
+
+@dataclass(eq=False)
+class Call:
+    """One call of a site: the tensors of each kind, by key, and why any kind is empty."""
+
+    site: str
+    index: int  # k-th call of this site inside the capture
+    tensors: dict[str, dict[str, Tensor]] = field(default_factory=dict)  # kind -> key -> tensor
+    missing: dict[str, str] = field(default_factory=dict)  # kind -> why it holds nothing
+    watched: dict[str, list[str]] = field(default_factory=dict)  # grad kind -> keys with a hook
+    order: int = -1  # position among all calls of the capture, in the order they returned
+    error: str | None = None  # the exception the module's forward raised, if it did
+
+    def __repr__(self) -> str:
+        held = "; ".join(f"{kind} {_describe(tensors)}" for kind, tensors in self.tensors.items())
+        failed = f", raised {self.error}" if self.error else ""
+        return f"<Call {self.site!r} #{self.index}: {held or 'nothing held'}{failed}>"
+
+    def keys(self, kind: Kind) -> list[str]:
+        """The keys held for ``kind``, in layout order."""
+        held = self.tensors.get(kind, {})
+        return [k for k in self.watched.get(kind, held) if k in held]
+
+    def get(self, kind: Kind, key: str | None = None) -> Tensor:
+        """The tensor of ``kind`` at ``key``; without a key, the first one (see module doc)."""
+        held = self.tensors.get(kind, {})
+        if key is None:
+            layout = self.watched.get(kind) or list(held)
+            if not layout:
+                raise NotCapturedError(self._why(kind))
+            key = layout[0]
+        if key not in held:
+            raise NotCapturedError(self._why(kind, key))
+        return held[key]
+
+    def _why(self, kind: str, key: str | None = None) -> str:
+        where = f"{self.site!r} (call {self.index})" + (f" at {key!r}" if key else "")
+        reason = self.missing.get(kind)
+        if reason:
+            return f"no {kind} for {where}: {reason}"
+        held = self.tensors.get(kind)
+        if held is not None and key is not None:
+            return f"no {kind} for {where}; keys held: {', '.join(held) or 'none'}"
+        if kind in GRAD_KINDS and kind in self.watched:
+            return f"no {kind} for {where} yet: no backward pass has reached it"
+        return f"no {kind} for {where}: it was not captured; pass kinds=(..., {kind!r}) to hookscope.capture"
+
+    @property
+    def input(self) -> Tensor:
+        return self.get("input")
+
+    @property
+    def output(self) -> Tensor:
+        return self.get("output")
+
+    @property
+    def grad_input(self) -> Tensor:
+        return self.get("grad_input")
+
+    @property
+    def grad_output(self) -> Tensor:
+        return self.get("grad_output")
+
+    value = output
+    grad = grad_output
+
+
+@dataclass(eq=False)
+class Record:
+    """Everything captured at one site (a module or a tap), across all of its calls."""
+
+    name: str
+    type: str  # the module's class name, or "tap"
+    kinds: tuple[Kind, ...]
+    calls: list[Call] = field(default_factory=list)
+    param_grads: dict[str, list[Tensor]] = field(default_factory=dict)  # name -> one per backward pass
+    missing: dict[str, str] = field(default_factory=dict)  # site-wide reasons (param_grad, no call)
+
+    def __repr__(self) -> str:
+        return f"<Record {self.name!r} ({self.type}): {len(self.calls)} call(s), kinds={self.kinds}>"
+
+    def values(self, kind: Kind = "output", key: str | None = None) -> list[Tensor]:
+        """The tensor of ``kind`` (at ``key``, or the first) from every call, in call order."""
+        return [call.get(kind, key) for call in self.calls]
+
+    def stack(self, kind: Kind = "output", key: str | None = None, dim: int = 0) -> Tensor:
+        """``values(kind, key)`` stacked along a new dimension ``dim``."""
+        return torch.stack(self.values(kind, key), dim=dim)
+
+    def only_call(self, what: str) -> Call:
+        """The single call of this site, or a clear error when there are none or several."""
+        if len(self.calls) == 1:
+            return self.calls[0]
+        if not self.calls:
+            reason = self.missing.get("call", "it was not called inside the capture")
+            raise NotCapturedError(f"no {what} for {self.name!r}: {reason}")
+        raise AmbiguousCallError(
+            f"{self.name!r} was called {len(self.calls)} times, so .{what} would have to pick one; "
+            f"use cap[{self.name!r}].calls[k].{what} for one call "
+            f"or cap[{self.name!r}].stack({what!r}) for all of them"
+        )
+
+    @property
+    def input(self) -> Tensor:
+        return self.only_call("input").input
+
+    @property
+    def output(self) -> Tensor:
+        return self.only_call("output").output
+
+    @property
+    def grad_input(self) -> Tensor:
+        return self.only_call("grad_input").grad_input
+
+    @property
+    def grad_output(self) -> Tensor:
+        return self.only_call("grad_output").grad_output
+
+    value = output
+    grad = grad_output
+
+    @property
+    def param_grad(self) -> dict[str, Tensor]:
+        """``{name: grad}`` of the parameters that received exactly one backward pass."""
+        if not any(self.param_grads.values()):
+            reason = self.missing.get("param_grad", "it was not captured; pass kinds=(..., 'param_grad')")
+            raise NotCapturedError(f"no param_grad for {self.name!r}: {reason}")
+        several = {n: len(g) for n, g in self.param_grads.items() if len(g) != 1}
+        if several:
+            raise AmbiguousCallError(
+                f"parameters of {self.name!r} received several backward passes ({several}); "
+                f"use cap[{self.name!r}].param_grads[name][k]"
+            )
+        return {name: grads[0] for name, grads in self.param_grads.items() if grads}
+
+
+def _describe(tensors: dict[str, Tensor]) -> str:
+    return ", ".join(f"{key} {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for key, t in tensors.items())

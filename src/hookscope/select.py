@@ -1,0 +1,134 @@
+"""The one place that turns selectors into ``(name, module)`` pairs, and lists what there is.
+
+A selector is one of:
+
+* a dotted name (``"layer1.0.conv2"``; ``""`` is the model itself),
+* a glob (``"layer*.conv2"``, ``"features.*"``; ``*`` also crosses dots),
+* a regular expression prefixed with ``re:`` (``"re:layer[12]\\.0\\.conv\\d"``),
+* a module type (``torch.nn.Conv2d``, matched with ``isinstance``),
+* a predicate ``(name, module) -> bool``,
+* a list or tuple of any of these (each entry must match at least one module).
+
+``None`` selects every leaf module (a module with no children).
+Matches come back in the order of ``model.named_modules()``, each module once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Union, cast
+
+from torch import nn
+
+from .errors import SelectionError
+
+Selector = Union[str, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """One module of a model, as ``hookscope.list_modules`` reports it."""
+
+    name: str  # dotted path; "" is the model itself
+    type: str  # class name
+    params: int  # parameters, this module and its children
+    depth: int  # 0 for the model itself
+    leaf: bool  # True when the module has no children
+
+
+def list_modules(model: nn.Module) -> list[ModuleInfo]:
+    """Every module of ``model``: dotted name, type, parameter count, depth."""
+    _check_model(model)
+    return [
+        ModuleInfo(
+            name=name,
+            type=type(module).__name__,
+            params=sum(p.numel() for p in module.parameters()),
+            depth=0 if not name else name.count(".") + 1,
+            leaf=next(module.children(), None) is None,
+        )
+        for name, module in model.named_modules()
+    ]
+
+
+def select_modules(model: nn.Module, selector: Selector | None = None) -> list[tuple[str, nn.Module]]:
+    """The ``(name, module)`` pairs of ``model`` that ``selector`` matches, in model order.
+
+    Raises ``SelectionError`` naming the closest names when a selector matches nothing.
+    """
+    _check_model(model)
+    named = list(model.named_modules())
+    if selector is None:
+        leaves = [(n, m) for n, m in named if next(m.children(), None) is None]
+        return leaves or named[:1]
+    matched: set[str] = set()
+    for single in _entries(selector):
+        hits = {name for name, module in named if _matches(single, name, module)}
+        if not hits:
+            raise SelectionError(_no_match_message(single, model, named))
+        matched |= hits
+    return [(n, m) for n, m in named if n in matched]
+
+
+def _entries(selector: Selector) -> list[Selector]:
+    if isinstance(selector, (list, tuple)):
+        if not selector:
+            raise SelectionError("the selector list is empty; pass at least one name, glob, type or predicate")
+        return [s for item in selector for s in _entries(item)]
+    return [selector]
+
+
+def _matches(selector: Selector, name: str, module: nn.Module) -> bool:
+    if isinstance(selector, str):
+        if selector.startswith("re:"):
+            return name != "" and _regex(selector).fullmatch(name) is not None
+        if _GLOB_CHARS & set(selector):
+            return name != "" and fnmatch.fnmatchcase(name, selector)
+        return name == selector
+    if isinstance(selector, type) and issubclass(selector, nn.Module):
+        return isinstance(module, selector)
+    if callable(selector):
+        predicate = cast(Callable[[str, nn.Module], bool], selector)
+        return bool(predicate(name, module))
+    raise SelectionError(
+        f"{selector!r} is not a selector; pass a module name, a glob, 're:<regex>', "
+        "an nn.Module subclass, a (name, module) -> bool predicate, or a list of these"
+    )
+
+
+def _regex(selector: str) -> re.Pattern[str]:
+    try:
+        return re.compile(selector[3:])
+    except re.error as err:
+        raise SelectionError(f"{selector!r} is not a valid regular expression: {err}") from err
+
+
+def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[str, nn.Module]]) -> str:
+    model_name = f"{type(model).__name__} ({len(named)} modules)"
+    if isinstance(selector, str):
+        names = [n for n, _ in named if n]
+        probe = selector.removeprefix("re:").replace("*", "").replace("?", "")
+        close = difflib.get_close_matches(probe, names, n=3, cutoff=0.4)
+        hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+        what = repr(selector)
+    elif isinstance(selector, type):
+        types = sorted({type(m).__name__ for _, m in named})
+        hint = f"; types present: {', '.join(types[:8])}{', ...' if len(types) > 8 else ''}"
+        what = f"type {selector.__name__}"
+    else:
+        hint, what = "", f"predicate {getattr(selector, '__name__', repr(selector))}"
+    return (
+        f"{what} matched no module of {model_name}{hint}. "
+        "Run `hookscope list MODEL` or hookscope.list_modules(model) to see the names."
+    )
+
+
+def _check_model(model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise SelectionError(f"expected a torch.nn.Module, got {type(model).__name__}")
