@@ -138,7 +138,7 @@ class Capture(Mapping[str, Record]):
             raise CaptureError(f"tap name {name!r} is already a module of this capture; pick another name")
         call = Call(name, len(record.calls), order=next(self._order))
         record.calls.append(call)
-        call.tensors["output"] = {"value": self._keeper.keep(tensor, f"tap {name!r}")}
+        call.tensors["output"] = {"value": self._keeper.keep(tensor, (name, "value"))}
         if grad:
             self._watch(call, "grad_output", [("value", tensor)], "tensor")
         return tensor
@@ -187,7 +187,7 @@ class Capture(Mapping[str, Record]):
             self._watch(call, "grad_output", leaves, "output")
 
     def _keep_all(self, leaves: Leaves, site: str) -> dict[str, Tensor]:
-        return {key: self._keeper.keep(t, f"{site} {key}") for key, t in leaves}
+        return {key: self._keeper.keep(t, (site, key)) for key, t in leaves}
 
     def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str) -> None:
         """Hook the gradient of every tensor in ``leaves`` that will receive one."""
@@ -204,14 +204,14 @@ class Capture(Mapping[str, Record]):
 
     def _on_grad(self, call: Call, kind: Kind, key: str, grad: Tensor) -> None:
         self._grads_seen = True
-        kept = self._keeper.keep(grad, f"{call.site} {kind} {key}")
+        kept = self._keeper.keep(grad, (call.site, kind, key))
         held = call.tensors.setdefault(kind, {})
         held[key] = kept if key not in held else held[key] + kept  # several backward passes: summed
 
     def _on_param_grad(self, record: Record, name: str, param: Tensor) -> None:
         self._grads_seen = True
         if param.grad is not None:
-            record.param_grads[name].append(self._keeper.keep(param.grad, f"{record.name}.{name}"))
+            record.param_grads[name].append(self._keeper.keep(param.grad, (record.name, "param_grad", name)))
 
     # -- diagnosis, once, at exit --------------------------------------------------------------
     def _diagnose(self) -> None:

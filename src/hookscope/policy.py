@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .errors import CaptureError
 
+Label = tuple[str, ...]
 _AliasKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...], int]
 
 
@@ -63,10 +64,10 @@ class Keeper:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._seen: dict[_AliasKey, tuple[weakref.ref[Tensor], Tensor]] = {}
-        self._references: list[tuple[str, Tensor, int]] = []  # (label, tensor, version) when clone=False
+        self._references: list[tuple[Label, Tensor, int]] = []  # (label, tensor, version) when clone=False
 
-    def keep(self, tensor: Tensor, label: str) -> Tensor:
-        """The stored form of ``tensor``; ``label`` names it in the in-place warning."""
+    def keep(self, tensor: Tensor, label: Label) -> Tensor:
+        """The stored form of ``tensor``; ``label`` (site, key...) names it in the in-place warning."""
         if not self.policy.clone:
             kept = self.policy.apply(tensor)
             if not tensor.is_inference():
@@ -84,12 +85,17 @@ class Keeper:
 
     def modified_references(self) -> list[str]:
         """Labels of tensors stored by reference that an in-place op changed afterwards."""
-        return [label for label, t, version in self._references if t._version != version]
+        return [_format(label) for label, t, version in self._references if t._version != version]
 
     def forget(self) -> None:
         """Drop the alias table and references (the stored tensors themselves are not touched)."""
         self._seen.clear()
         self._references.clear()
+
+
+def _format(label: Label) -> str:
+    site, *rest = label
+    return " ".join([repr(site), *rest])
 
 
 def _alias_key(tensor: Tensor) -> _AliasKey | None:
