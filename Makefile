@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.hookscope-installed
 TORCH  := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: test lint types unit clean
+.PHONY: test lint types unit demo clean
 
 $(STAMP): requirements-test.txt pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,14 +17,17 @@ $(STAMP): requirements-test.txt pyproject.toml Makefile
 test: lint types unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff format --check src tests examples
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

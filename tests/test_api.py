@@ -1,0 +1,62 @@
+"""The public surface: what `import hookscope` exports, and the README's examples, run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hookscope
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_exported_members() -> None:
+    """__all__ is the contract later issues build on; changing it is a decision, not an accident."""
+    assert hookscope.__all__ == [
+        "KINDS",
+        "AmbiguousCallError",
+        "Call",
+        "Capture",
+        "CaptureError",
+        "CaptureWarning",
+        "HookInfo",
+        "HookscopeError",
+        "Kind",
+        "ModuleInfo",
+        "NotCapturedError",
+        "Policy",
+        "Record",
+        "SelectionError",
+        "Selector",
+        "__version__",
+        "capture",
+        "find_hooks",
+        "list_modules",
+        "select_modules",
+    ]
+    assert hookscope.KINDS == ("input", "output", "grad_input", "grad_output", "param_grad")
+    for name in hookscope.__all__:
+        assert hasattr(hookscope, name), name
+
+
+def test_import_is_light() -> None:
+    """`import hookscope` pulls in torch and the standard library only."""
+    heavy = ("matplotlib", "PIL", "jinja2", "transformers", "torchvision")
+    code = f"import sys, hookscope; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"block{i}" for i in range(len(PYTHON_BLOCKS))])
+def test_readme_examples_run(block: str) -> None:
+    """Every ```python block in README.md runs as written, without warnings."""
+    exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
+
+
+def test_readme_has_examples() -> None:
+    assert len(PYTHON_BLOCKS) >= 6
