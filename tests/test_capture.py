@@ -330,3 +330,23 @@ def test_mapping_interface_and_repr() -> None:
     assert list(cap) == ["conv1", "fc3"] and len(cap) == 2 and "fc3" in cap
     assert "<Capture of LeNet: 2 sites, 2 calls" in repr(cap)
     assert "output out (1, 10) float32" in repr(cap["fc3"].calls[0])
+
+
+def test_only_selected_modules_carry_hooks_and_only_inside_the_block() -> None:
+    """No hook on an unselected module, no global hook; a pre-hook only when input kinds are asked."""
+    net = LeNet()
+    x = torch.randn(1, 3, 32, 32)
+    with hookscope.capture(net, ["conv2"], kinds="output"):
+        inside = hookscope.find_hooks(net)
+        net(x)
+    assert [(h.where, h.kind) for h in inside] == [("conv2", "forward")]
+    with hookscope.capture(net, ["fc1"], kinds=("input", "param_grad")):
+        inside = hookscope.find_hooks(net)
+        net(x).sum().backward()
+    assert sorted((h.where, h.kind) for h in inside) == [
+        ("fc1", "forward"),
+        ("fc1", "forward_pre"),
+        ("fc1.bias", "post_accumulate_grad"),
+        ("fc1.weight", "post_accumulate_grad"),
+    ]
+    assert hookscope.find_hooks(net) == []

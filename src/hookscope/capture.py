@@ -221,7 +221,8 @@ class Capture(Mapping[str, Record]):
                 problems.setdefault((kind, reason), []).append(record.name)
         for (kind, reason), sites in problems.items():
             names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
-            warnings.warn(f"hookscope: no {kind} for {names}: {reason}", CaptureWarning, stacklevel=3)
+            what = "nothing captured" if kind == "call" else f"no {kind}"
+            warnings.warn(f"hookscope: {what} for {names}: {reason}", CaptureWarning, stacklevel=3)
         modified = self._keeper.modified_references()
         if modified:
             warnings.warn(

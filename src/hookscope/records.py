@@ -26,7 +26,7 @@ passes through the same call is summed, as ``Tensor.grad`` would be.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Literal, get_args, overload
 
 import torch
 from torch import Tensor
@@ -38,8 +38,36 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 GRAD_KINDS: tuple[Kind, ...] = ("grad_input", "grad_output")
 
 
+class _Shortcut:
+    """``site.output`` and friends: ``site.first(kind)``, typed as a tensor."""
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Shortcut: ...
+    @overload
+    def __get__(self, obj: _Shortcuts, owner: type) -> Tensor: ...
+    def __get__(self, obj: _Shortcuts | None, owner: type) -> Tensor | _Shortcut:
+        return self if obj is None else obj.first(self.kind)
+
+
+class _Shortcuts:
+    """The single-tensor shortcuts shared by ``Call`` and ``Record``."""
+
+    input = _Shortcut("input")
+    output = _Shortcut("output")
+    grad_input = _Shortcut("grad_input")
+    grad_output = _Shortcut("grad_output")
+    value = output  # a tap's tensor
+    grad = grad_output  # a tap's gradient
+
+    def first(self, kind: Kind) -> Tensor:
+        raise NotImplementedError
+
+
 @dataclass(eq=False)
-class Call:
+class Call(_Shortcuts):
     """One call of a site: the tensors of each kind, by key, and why any kind is empty."""
 
     site: str
@@ -84,28 +112,13 @@ class Call:
             return f"no {kind} for {where} yet: no backward pass has reached it"
         return f"no {kind} for {where}: it was not captured; pass kinds=(..., {kind!r}) to hookscope.capture"
 
-    @property
-    def input(self) -> Tensor:
-        return self.get("input")
-
-    @property
-    def output(self) -> Tensor:
-        return self.get("output")
-
-    @property
-    def grad_input(self) -> Tensor:
-        return self.get("grad_input")
-
-    @property
-    def grad_output(self) -> Tensor:
-        return self.get("grad_output")
-
-    value = output
-    grad = grad_output
+    def first(self, kind: Kind) -> Tensor:
+        """The first tensor of ``kind`` (what the shortcuts return)."""
+        return self.get(kind)
 
 
 @dataclass(eq=False)
-class Record:
+class Record(_Shortcuts):
     """Everything captured at one site (a module or a tap), across all of its calls."""
 
     name: str
@@ -139,24 +152,9 @@ class Record:
             f"or cap[{self.name!r}].stack({what!r}) for all of them"
         )
 
-    @property
-    def input(self) -> Tensor:
-        return self.only_call("input").input
-
-    @property
-    def output(self) -> Tensor:
-        return self.only_call("output").output
-
-    @property
-    def grad_input(self) -> Tensor:
-        return self.only_call("grad_input").grad_input
-
-    @property
-    def grad_output(self) -> Tensor:
-        return self.only_call("grad_output").grad_output
-
-    value = output
-    grad = grad_output
+    def first(self, kind: Kind) -> Tensor:
+        """The first tensor of ``kind`` of the only call (what the shortcuts return)."""
+        return self.only_call(kind).get(kind)
 
     @property
     def param_grad(self) -> dict[str, Tensor]:

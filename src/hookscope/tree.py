@@ -48,8 +48,8 @@ def flatten_call(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Leaves:
 
 def sort_key(key: str) -> tuple[tuple[int, int | str], ...]:
     """Natural ordering for keys: ``out[2]`` sorts before ``out[10]``."""
-    parts = re.split(r"(\d+)", key)
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts if p)
+    parts = re.split(r"([0-9]+)", key)
+    return tuple((0, int(p)) if p.isascii() and p.isdigit() else (1, p) for p in parts if p)
 
 
 def _walk(value: object, key: str, leaves: Leaves, depth: int) -> None:
