@@ -6,6 +6,7 @@ A selector is one of:
 * a glob (``"layer*.conv2"``, ``"features.*"``; ``*`` also crosses dots),
 * a regular expression prefixed with ``re:`` (``"re:layer[12]\\.0\\.conv\\d"``),
 * a module type (``torch.nn.Conv2d``, matched with ``isinstance``),
+* a module object (``model.layer4``, matched by identity),
 * a predicate ``(name, module) -> bool``,
 * a list or tuple of any of these (each entry must match at least one module).
 
@@ -20,13 +21,13 @@ import fnmatch
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union, cast
+from typing import Union
 
 from torch import nn
 
 from .errors import SelectionError
 
-Selector = Union[str, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
+Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -60,20 +61,31 @@ def list_modules(model: nn.Module) -> list[ModuleInfo]:
 def select_modules(model: nn.Module, selector: Selector | None = None) -> list[tuple[str, nn.Module]]:
     """The ``(name, module)`` pairs of ``model`` that ``selector`` matches, in model order.
 
-    Raises ``SelectionError`` naming the closest names when a selector matches nothing.
+    A module registered under several names (a shared module) comes back once, under the first
+    name that matched. Raises ``SelectionError`` naming the closest names when a selector
+    matches nothing.
     """
     _check_model(model)
-    named = list(model.named_modules())
+    named = list(model.named_modules(remove_duplicate=False))
     if selector is None:
         leaves = [(n, m) for n, m in named if next(m.children(), None) is None]
-        return leaves or named[:1]
+        return _unique(leaves) or named[:1]
     matched: set[str] = set()
     for single in _entries(selector):
-        hits = {name for name, module in named if _matches(single, name, module)}
+        match = _matcher(single)
+        hits = {name for name, module in named if match(name, module)}
         if not hits:
             raise SelectionError(_no_match_message(single, model, named))
         matched |= hits
-    return [(n, m) for n, m in named if n in matched]
+    return _unique([(n, m) for n, m in named if n in matched])
+
+
+def _unique(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """Each module once, under the first of its names."""
+    first: dict[int, tuple[str, nn.Module]] = {}
+    for name, module in pairs:
+        first.setdefault(id(module), (name, module))
+    return list(first.values())
 
 
 def _entries(selector: Selector) -> list[Selector]:
@@ -84,20 +96,27 @@ def _entries(selector: Selector) -> list[Selector]:
     return [selector]
 
 
-def _matches(selector: Selector, name: str, module: nn.Module) -> bool:
+Match = Callable[[str, nn.Module], bool]
+
+
+def _matcher(selector: Selector) -> Match:
+    """One selector as a ``(name, module) -> bool`` test, validated once, before any matching."""
     if isinstance(selector, str):
         if selector.startswith("re:"):
-            return name != "" and _regex(selector).fullmatch(name) is not None
+            pattern = _regex(selector)
+            return lambda name, _: name != "" and pattern.fullmatch(name) is not None
         if _GLOB_CHARS & set(selector):
-            return name != "" and fnmatch.fnmatchcase(name, selector)
-        return name == selector
+            return lambda name, _: name != "" and fnmatch.fnmatchcase(name, selector)
+        return lambda name, _: name == selector
+    if isinstance(selector, nn.Module):
+        return lambda _, module: module is selector
     if isinstance(selector, type) and issubclass(selector, nn.Module):
-        return isinstance(module, selector)
-    if callable(selector):
-        predicate = cast(Callable[[str, nn.Module], bool], selector)
-        return bool(predicate(name, module))
+        return lambda _, module: isinstance(module, selector)
+    if callable(selector) and not isinstance(selector, type):
+        predicate = selector
+        return lambda name, module: bool(predicate(name, module))
     raise SelectionError(
-        f"{selector!r} is not a selector; pass a module name, a glob, 're:<regex>', "
+        f"{selector!r} is not a selector; pass a module name, a glob, 're:<regex>', a module, "
         "an nn.Module subclass, a (name, module) -> bool predicate, or a list of these"
     )
 
@@ -117,9 +136,11 @@ def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[st
         close = difflib.get_close_matches(probe, names, n=3, cutoff=0.4)
         hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
         what = repr(selector)
+    elif isinstance(selector, nn.Module):
+        hint, what = "", f"module {type(selector).__name__} (not a submodule of this model)"
     elif isinstance(selector, type):
         types = sorted({type(m).__name__ for _, m in named})
-        hint = f"; types present: {', '.join(types[:8])}{', ...' if len(types) > 8 else ''}"
+        hint = f"; types present: {', '.join(types[:8])}{' and more' if len(types) > 8 else ''}"
         what = f"type {selector.__name__}"
     else:
         hint, what = "", f"predicate {getattr(selector, '__name__', repr(selector))}"
