@@ -77,6 +77,7 @@ class Capture(Mapping[str, Record]):
         self._open: dict[str, list[Call]] = {name: [] for name, _ in self._modules}
         self._order = itertools.count()
         self._grads_seen = False
+        self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
         self._state = "new"
 
     # -- the mapping -------------------------------------------------------------------------
@@ -177,6 +178,7 @@ class Capture(Mapping[str, Record]):
         raised = sys.exc_info()[1]
         if output is None and raised is not None:  # an always_call hook, after forward raised
             call.error = f"{type(raised).__name__}: {raised}"
+            self._raised.setdefault(id(raised), call)  # the innermost selected module is first
             return
         if "param_grad" in self.kinds and not torch.is_grad_enabled():
             call.missing["param_grad"] = NO_GRAD_MODE
@@ -258,10 +260,14 @@ class Capture(Mapping[str, Record]):
         return NOT_REACHED if self._grads_seen else NO_BACKWARD
 
     def _annotate(self, exc: BaseException) -> None:
-        failed = [c for r in self._records.values() for c in r.calls if c.error is not None]
-        if failed and hasattr(exc, "add_note"):
-            first = min(failed, key=lambda c: c.order)
-            exc.add_note(f"hookscope: raised inside module {first.site!r} (call {first.index})")
+        """Name the selected module an escaping exception came from (or the one it was raised from)."""
+        cause: BaseException | None = exc
+        while cause is not None:
+            call = self._raised.get(id(cause))
+            if call is not None:
+                exc.add_note(f"hookscope: raised inside module {call.site!r} (call {call.index})")
+                return
+            cause = cause.__cause__ or cause.__context__
 
 
 def _check_kinds(kinds: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
