@@ -1,0 +1,137 @@
+"""The CAM driver: capture what a CAM method needs through ``hookscope.capture``, then do the maths.
+
+::
+
+    heat = hookscope.cam(model, x, method="gradcam", target=285)   # (B, H, W) in [0, 1]
+
+Gradients are taken with ``torch.autograd.grad`` with respect to a detached copy of the input,
+so nothing accumulates into the model's ``param.grad`` and frozen models work. Use the model in
+eval mode: in train mode, BatchNorm couples the images of a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from . import cam as maths
+from .capture import capture
+from .errors import CaptureWarning, HookscopeError, SelectionError
+from .records import Call
+from .targets import Target, scores
+from .tokens import spatial_maps
+
+log = logging.getLogger("hookscope")
+
+GradMethod = Callable[[Tensor, Tensor], Tensor]
+GRAD_METHODS: dict[str, GradMethod] = {
+    "gradcam": maths.grad_cam,
+    "gradcam++": maths.grad_cam_pp,
+    "xgradcam": maths.xgrad_cam,
+    "layercam": maths.layer_cam,
+}
+METHODS = (*GRAD_METHODS, "scorecam", "eigencam")
+
+
+def cam(
+    model: nn.Module,
+    x: Tensor,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    layer: str | None = None,
+    call: int = -1,
+    batch_size: int = 32,
+) -> Tensor:
+    """Heatmaps (B, H, W) at ``x``'s size, each scaled to [0, 1], for ``target`` (top-1 when None).
+
+    ``layer`` is a module name; without one, the last layer whose output is still a spatial map
+    is used (``pick_layer`` says which; it is logged on the "hookscope" logger). ``call`` picks the
+    layer's call when it runs several times (the last by default). ``batch_size`` bounds the
+    masked copies Score-CAM runs at once.
+    """
+    if method not in METHODS:
+        raise HookscopeError(f"unknown CAM method {method!r}; methods are {', '.join(METHODS)}")
+    if x.dim() != 4:
+        raise HookscopeError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
+    if layer is None:
+        layer, call = pick_layer(model, x)
+    if method in GRAD_METHODS:
+        raw = _gradient_cam(model, x, GRAD_METHODS[method], target, layer, call)
+    elif method == "eigencam":
+        raw = maths.eigen_cam(_activations(model, x, layer, call))
+    else:
+        raw = _score_cam(model, x, target, layer, call, batch_size)
+    return maths.normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
+
+
+def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
+    """The (name, call) of the last module call whose output is a spatial map larger than 1x1."""
+    with warnings.catch_warnings():  # containers that never run (ModuleList) are expected here
+        warnings.simplefilter("ignore", CaptureWarning)
+        with capture(model, lambda name, _: name != "", device="meta") as cap, torch.no_grad():
+            model(x)
+    spatial = [c for r in cap.values() for c in r.calls if _is_spatial(c)]
+    if not spatial:
+        raise SelectionError(
+            f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1; pass layer=NAME"
+        )
+    last = max(spatial, key=lambda c: c.order)
+    log.info("hookscope.cam: using layer %r (call %d), output %s", last.site, last.index, tuple(last.output.shape))
+    return last.site, last.index
+
+
+def _is_spatial(call: Call) -> bool:
+    held = call.tensors.get("output")
+    if not held:
+        return False
+    first = next(iter(held.values()))
+    return first.dim() == 4 and first.shape[2] * first.shape[3] > 1 and first.is_floating_point()
+
+
+def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Target, layer: str, call: int) -> Tensor:
+    leaf = x.detach().requires_grad_(True)
+    with capture(model, layer, kinds=("output", "grad_output")) as cap, torch.enable_grad():
+        picked, _ = scores(model(leaf), target)
+        torch.autograd.grad(picked.sum(), leaf)
+    chosen = _one_call(cap[layer].calls, layer, call)
+    return method(spatial_maps(chosen.output), spatial_maps(chosen.grad_output))
+
+
+def _activations(model: nn.Module, x: Tensor, layer: str, call: int) -> Tensor:
+    with capture(model, layer) as cap, torch.no_grad():
+        model(x)
+    return spatial_maps(_one_call(cap[layer].calls, layer, call).output)
+
+
+def _score_cam(model: nn.Module, x: Tensor, target: Target, layer: str, call: int, batch_size: int) -> Tensor:
+    with capture(model, layer) as cap, torch.no_grad():
+        _, classes = scores(model(x), target)
+    activations = spatial_maps(_one_call(cap[layer].calls, layer, call).output)
+    masks = maths.score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
+    per_image = [int(c) for c in classes] if classes is not None else [target] * len(x)
+    channel_scores = [_masked_scores(model, x[i], masks[i], per_image[i], batch_size) for i in range(len(x))]
+    return maths.score_cam(activations, torch.stack(channel_scores))
+
+
+def _masked_scores(model: nn.Module, image: Tensor, masks: Tensor, target: Target, batch_size: int) -> Tensor:
+    """Target score of ``image * mask`` for every mask of one image, ``batch_size`` at a time. (C,)."""
+    out = []
+    with torch.no_grad():
+        for chunk in torch.split(masks, batch_size):
+            picked, _ = scores(model(image[None] * chunk[:, None]), target)  # chunk: (n, H, W)
+            out.append(picked)
+    return torch.cat(out)
+
+
+def _one_call(calls: list[Call], layer: str, call: int) -> Call:
+    try:
+        return calls[call]
+    except IndexError:
+        raise HookscopeError(
+            f"layer {layer!r} ran {len(calls)} time(s) in this forward; call={call} does not exist"
+        ) from None

