@@ -124,3 +124,24 @@ def test_grad_cam_matches_captum_layer_grad_cam_on_resnet18() -> None:
     theirs = LayerAttribution.interpolate(theirs, (96, 96), interpolate_mode="bilinear")[:, 0]
     ours = cam(model, x, "gradcam", [3, 7], layer="layer4")
     torch.testing.assert_close(ours, maths.normalize_maps(theirs).float(), atol=1e-5, rtol=1e-5)
+
+
+def test_vision_transformer_layers_work_through_the_token_grid() -> None:
+    """torchvision's ViT: a block's (B, 1 + 16, C) tokens become a 4x4 map; Grad-CAM on it by hand."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    from hookscope.tokens import tokens_to_grid
+
+    torch.manual_seed(0)
+    model = VisionTransformer(32, 8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
+    model = model.double().eval()
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    block = model.encoder.layers.encoder_layer_1
+    seen: list[torch.Tensor] = []
+    handle = block.register_forward_hook(lambda m, a, out: seen.append(out))
+    logits = model(x)
+    handle.remove()
+    (grad,) = torch.autograd.grad(logits[:, 4].sum(), seen[0])
+    act = tokens_to_grid(seen[0].detach(), prefix=1)
+    expected = maths.normalize_maps(maths.grad_cam(act, tokens_to_grid(grad, prefix=1)).float(), size=(32, 32))
+    torch.testing.assert_close(cam(model, x, "gradcam", 4, layer="encoder.layers.encoder_layer_1"), expected)

@@ -99,19 +99,19 @@ def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Targe
         picked, _ = scores(model(leaf), target)
         torch.autograd.grad(picked.sum(), leaf)
     chosen = _one_call(cap[layer].calls, layer, call)
-    return method(spatial_maps(chosen.output), spatial_maps(chosen.grad_output))
+    return method(spatial_maps(chosen.output, tokens=True), spatial_maps(chosen.grad_output, tokens=True))
 
 
 def _activations(model: nn.Module, x: Tensor, layer: str, call: int) -> Tensor:
     with capture(model, layer) as cap, torch.no_grad():
         model(x)
-    return spatial_maps(_one_call(cap[layer].calls, layer, call).output)
+    return spatial_maps(_one_call(cap[layer].calls, layer, call).output, tokens=True)
 
 
 def _score_cam(model: nn.Module, x: Tensor, target: Target, layer: str, call: int, batch_size: int) -> Tensor:
     with capture(model, layer) as cap, torch.no_grad():
         _, classes = scores(model(x), target)
-    activations = spatial_maps(_one_call(cap[layer].calls, layer, call).output)
+    activations = spatial_maps(_one_call(cap[layer].calls, layer, call).output, tokens=True)
     masks = maths.score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
     per_image = [int(c) for c in classes] if classes is not None else [target] * len(x)
     channel_scores = [_masked_scores(model, x[i], masks[i], per_image[i], batch_size) for i in range(len(x))]
