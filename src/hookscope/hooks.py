@@ -21,7 +21,7 @@ from torch.utils.hooks import RemovableHandle
 
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], None]
-GradHook = Callable[[Tensor], None]
+GradHook = Callable[[Tensor], Tensor | None]  # a returned tensor replaces the gradient
 ParamHook = Callable[[Tensor], None]
 
 
@@ -55,7 +55,10 @@ class HandleGroup:
         self.add(module.register_forward_hook(hook, always_call=True))
 
     def on_grad(self, tensor: Tensor, hook: GradHook) -> None:
-        """``hook(grad)`` each time the gradient with respect to ``tensor`` is computed."""
+        """``hook(grad)`` each time the gradient with respect to ``tensor`` is computed.
+
+        A hook that returns a tensor replaces the gradient that flows on (guided backprop).
+        """
         self.add(tensor.register_hook(hook))  # type: ignore[no-untyped-call]
 
     def on_param_grad(self, param: Tensor, hook: ParamHook) -> None:

@@ -1,0 +1,313 @@
+"""Input attributions: how much each input value counts for one score per image.
+
+::
+
+    attr = attribute(model, x, "integrated_gradients", target=281)   # x's shape, detached
+
+Methods, each checked against Captum in the tests (its class in brackets):
+
+    saliency              d score / d x, signed (``Saliency(abs=False)``; ``.abs()`` gives the classic map)
+    input_x_gradient      x * d score / d x (``InputXGradient``)
+    smoothgrad            mean d score / d x over ``samples`` noisy copies of x, noise std ``noise`` times
+                          each image's max - min (Smilkov et al. 2017; ``NoiseTunnel(Saliency)``)
+    integrated_gradients  (x - x') * integral over a in [0, 1] of d score / d x at x' + a (x - x'), by
+                          ``steps``-point Gauss-Legendre (``IntegratedGradients``, its default method)
+    guided_backprop       d score / d x with only positive gradients let back through every
+                          ``nn.ReLU`` module (``GuidedBackprop``)
+
+The target is what ``hookscope.targets.scores`` takes (None = each image's top-1 class). For
+smoothgrad and integrated gradients a class target is fixed on the clean x and kept for every
+noisy copy and every step.
+
+Gradients come from ``torch.autograd.grad`` with respect to a copy of x: x is not modified,
+nothing accumulates in ``param.grad`` and no flag of the model (``training``, ``requires_grad``)
+is touched. ``attribute`` enables gradients (and leaves inference mode) itself, so it also works
+when the caller runs under ``torch.no_grad()``. It does not call ``model.eval()``: in training
+mode Dropout is random and BatchNorm mixes the images (and the steps) of one forward pass and
+updates its running statistics, so put the model in eval mode first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Literal, Union, get_args, overload
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .errors import HookscopeError
+from .hooks import HandleGroup
+from .targets import Target, scores
+
+Method = Literal["saliency", "input_x_gradient", "smoothgrad", "integrated_gradients", "guided_backprop"]
+METHODS: tuple[str, ...] = get_args(Method)
+Baseline = Union[Literal["zeros", "blur", "uniform"], Tensor, None]
+BLUR_SIGMA = 0.05  # the "blur" baseline's Gaussian std, as a fraction of the image's larger side
+UNIFORM_SEED = 0  # the "uniform" baseline is the same on every call
+
+Points = Callable[[Tensor, Tensor], Tensor]  # (steps, images) of some rows -> those rows' inputs
+
+
+class AttributionError(HookscopeError):
+    """An attribution asked for the wrong way: unknown method, bad option, or a model it cannot explain."""
+
+
+@overload
+def attribute(
+    model: nn.Module, x: Tensor, method: Method = ..., target: Target = ..., *,
+    baseline: Baseline = ..., steps: int = ..., batch_size: int | None = ..., samples: int = ...,
+    noise: float = ..., generator: torch.Generator | None = ..., return_delta: Literal[False] = ...,
+) -> Tensor: ...  # fmt: skip
+@overload
+def attribute(
+    model: nn.Module, x: Tensor, method: Method = ..., target: Target = ..., *,
+    baseline: Baseline = ..., steps: int = ..., batch_size: int | None = ..., samples: int = ...,
+    noise: float = ..., generator: torch.Generator | None = ..., return_delta: Literal[True],
+) -> tuple[Tensor, Tensor]: ...  # fmt: skip
+def attribute(
+    model: nn.Module,
+    x: Tensor,
+    method: Method = "saliency",
+    target: Target = None,
+    *,
+    baseline: Baseline = None,
+    steps: int = 50,
+    batch_size: int | None = None,
+    samples: int = 25,
+    noise: float = 0.15,
+    generator: torch.Generator | None = None,
+    return_delta: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Attributions of ``model``'s ``target`` score to ``x``, with ``x``'s shape (see the module doc).
+
+    ``baseline`` (integrated gradients): None or "zeros", "blur" (x blurred), "uniform" (fixed
+    noise within each image's range) or a tensor broadcastable to x. ``steps`` / ``samples``: the
+    integration points / noisy copies per image, sent ``batch_size`` rows at a time (None: all
+    at once). ``generator`` makes smoothgrad's noise reproducible. ``return_delta`` also returns
+    integrated gradients' per-image ``sum(attr) - (score(x) - score(baseline))``.
+    """
+    _check_options(x, method, steps, samples, noise, batch_size)
+    if return_delta and method != "integrated_gradients":
+        raise AttributionError(f"return_delta=True needs method='integrated_gradients', got method={method!r}")
+    with torch.inference_mode(False), torch.enable_grad():
+        x = x.detach().clone()  # a normal tensor even if x was made in inference mode
+        if method == "integrated_gradients":
+            attr, delta = _integrated_gradients(model, x, target, baseline, steps, batch_size)
+            return (attr, delta) if return_delta else attr
+        if method == "smoothgrad":
+            return _smoothgrad(model, x, target, samples, noise, batch_size, generator)
+        if method == "guided_backprop":
+            return _guided_backprop(model, x, target)
+        grad = _gradient(model, x, target)[0]
+        return grad if method == "saliency" else x * grad
+
+
+def _gradient(model: nn.Module, x: Tensor, target: Target) -> tuple[Tensor, Tensor]:
+    """d score / d x row by row, and the scores: ``(N, ...)`` and ``(N,)``, both detached."""
+    inputs = x.detach().requires_grad_(True)
+    score, _ = scores(model(inputs.clone()), target)  # a non-leaf copy: the model may change it in place
+    if not score.requires_grad:
+        raise AttributionError(
+            f"the target score of {type(model).__name__} does not depend on x through autograd "
+            "(the model detaches, or runs under torch.no_grad() inside forward); nothing to differentiate"
+        )
+    (grad,) = torch.autograd.grad(score.sum(), inputs, allow_unused=True, materialize_grads=True)
+    return grad, score.detach()
+
+
+def _smoothgrad(
+    model: nn.Module, x: Tensor, target: Target, samples: int, noise: float, batch_size: int | None,
+    generator: torch.Generator | None,
+) -> Tensor:  # fmt: skip
+    """Mean d score / d x over ``samples`` copies x + N(0, (noise * (max - min))^2) of each image.
+
+    Noise is drawn one row at a time, sample-major (sample 0 of every image, then sample 1...),
+    so a seeded ``generator`` gives the same noise for any ``batch_size``.
+    """
+    fixed = _fixed_target(model, x, target)[1]
+    std = noise * _span(x)  # (B, 1, ...)
+    device = generator.device if generator is not None else x.device
+
+    def noisy(_: Tensor, image: Tensor) -> Tensor:
+        draws = [torch.randn(x.shape[1:], generator=generator, dtype=x.dtype, device=device) for _ in image]
+        return x[image] + std[image] * torch.stack(draws).to(x.device)
+
+    weights = torch.full((samples,), 1 / samples, dtype=x.dtype, device=x.device)
+    return _weighted_gradients(model, noisy, weights, x, fixed, batch_size)
+
+
+def _integrated_gradients(
+    model: nn.Module, x: Tensor, target: Target, baseline: Baseline, steps: int, batch_size: int | None
+) -> tuple[Tensor, Tensor]:
+    """Integrated gradients from ``baseline`` to x by ``steps``-point Gauss-Legendre, and the delta.
+
+    delta = sum(attr) - (score(x) - score(baseline)) per image: ``(B,)``; it goes to 0 as the
+    quadrature converges (Sundararajan et al. 2017, completeness).
+    """
+    base = make_baseline(x, baseline)
+    score_x, fixed = _fixed_target(model, x, target)
+    alphas, weights = gauss_legendre(steps)
+    alphas, weights = alphas.to(x), weights.to(x)
+    diff = x - base
+
+    def on_path(step: Tensor, image: Tensor) -> Tensor:
+        return base[image] + _per_row(alphas[step], x) * diff[image]
+
+    attr = diff * _weighted_gradients(model, on_path, weights, x, fixed, batch_size)
+    score_base = _fixed_target(model, base, fixed)[0]
+    return attr, attr.flatten(1).sum(1) - (score_x - score_base)
+
+
+def _guided_backprop(model: nn.Module, x: Tensor, target: Target) -> Tensor:
+    """d score / d x with every ``nn.ReLU`` module letting only positive gradients back.
+
+    A forward hook on each ReLU hooks its output tensor and clamps the incoming gradient to
+    >= 0; autograd's ReLU backward then zeroes where the input was <= 0. That is Captum's
+    relu(grad_input), and it works for ReLU(inplace=True) and for a ReLU module called several
+    times. Functional relu calls (``torch.relu``, ``F.relu``) are not hooked.
+    """
+    relus = list({id(m): m for m in model.modules() if isinstance(m, nn.ReLU)}.values())
+    if not relus:
+        raise AttributionError(_relu_message(model, "has no nn.ReLU module"))
+    handles = HandleGroup()
+    try:
+        for relu in relus:
+            handles.on_forward(relu, partial(_guide_output, handles))
+        grad = _gradient(model, x, target)[0]
+        ran = len(handles) > len(relus)  # each ReLU call with grad added one tensor hook
+    finally:
+        handles.remove()
+    if not ran:
+        raise AttributionError(_relu_message(model, f"never called its {len(relus)} nn.ReLU module(s) with grad"))
+    return grad
+
+
+def _guide_output(handles: HandleGroup, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+    if isinstance(output, Tensor) and output.requires_grad:  # output is None when forward raised
+        handles.on_grad(output, _positive)
+
+
+def _positive(grad: Tensor) -> Tensor:
+    return grad.clamp(min=0)
+
+
+def _relu_message(model: nn.Module, problem: str) -> str:
+    return (
+        f"guided_backprop: {type(model).__name__} {problem}; it rewrites the gradient of nn.ReLU modules "
+        "only, so replace functional relu (torch.relu, F.relu) with nn.ReLU modules or pick another method"
+    )
+
+
+def _weighted_gradients(
+    model: nn.Module, points: Points, weights: Tensor, x: Tensor, target: Target, batch_size: int | None
+) -> Tensor:
+    """sum_s weights[s] * d score / d input at ``points(s, i)``, for each image i of x: x's shape.
+
+    Row r = s * B + i; rows go through the model ``batch_size`` at a time. A class target must
+    already be ``(B,)`` indices; a callable target sees each chunk of rows.
+    """
+    batch = len(x)
+    rows = len(weights) * batch
+    chunk = batch_size or rows
+    total = torch.zeros_like(x)
+    for start in range(0, rows, chunk):
+        row = torch.arange(start, min(start + chunk, rows), device=x.device)
+        step, image = row // batch, row % batch
+        row_target = target[image] if isinstance(target, Tensor) else target
+        grad = _gradient(model, points(step, image), row_target)[0]
+        total = total.index_add(0, image, grad * _per_row(weights[step], grad))
+    return total
+
+
+def gauss_legendre(n: int) -> tuple[Tensor, Tensor]:
+    """Nodes in (0, 1), ascending, and weights summing to 1 of the n-point Gauss-Legendre rule.
+
+    Golub-Welsch: the nodes are the eigenvalues of the Legendre Jacobi matrix, the weights the
+    squared first components of its eigenvectors. Equals numpy's ``leggauss`` mapped to [0, 1].
+    """
+    k = torch.arange(1, n, dtype=torch.float64)
+    off = k / torch.sqrt(4 * k**2 - 1)
+    nodes, vectors = torch.linalg.eigh(torch.diag(off, 1) + torch.diag(off, -1))
+    return (nodes + 1) / 2, vectors[0] ** 2
+
+
+def make_baseline(x: Tensor, baseline: Baseline) -> Tensor:
+    """The integrated-gradients starting point with x's shape (see ``attribute``)."""
+    if isinstance(baseline, Tensor):
+        try:
+            return torch.broadcast_to(baseline.detach().to(x), x.shape)
+        except RuntimeError as err:
+            raise AttributionError(
+                f"baseline of shape {tuple(baseline.shape)} does not broadcast to x's shape {tuple(x.shape)}"
+            ) from err
+    if baseline is None or baseline == "zeros":
+        return torch.zeros_like(x)
+    if baseline == "blur":
+        return gaussian_blur(x, BLUR_SIGMA * max(x.shape[-2:]))
+    if baseline == "uniform":
+        noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(UNIFORM_SEED), dtype=x.dtype)
+        low = x.flatten(1).amin(1).view(_row_shape(x))
+        return low + noise.to(x.device) * _span(x)
+    raise AttributionError(
+        f"baseline={baseline!r} is not a baseline; pass None or 'zeros', 'blur', 'uniform', or a tensor "
+        "broadcastable to x"
+    )
+
+
+def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
+    """``(B, C, H, W)`` blurred per channel by a Gaussian of std ``sigma`` pixels, reflect padding.
+
+    The kernel reaches 3 sigma, at most the image's side - 1; torchvision's ``gaussian_blur``
+    with the same kernel size gives the same result.
+    """
+    if x.dim() != 4:
+        raise AttributionError(f"baseline='blur' needs (batch, channels, height, width) input, got {tuple(x.shape)}")
+    for dim in (2, 3):
+        half = min(math.ceil(3 * sigma), x.shape[dim] - 1)
+        t = torch.linspace(-half, half, 2 * half + 1, dtype=x.dtype, device=x.device)
+        kernel = torch.exp(-0.5 * (t / sigma) ** 2)
+        shape = (1, 1, -1, 1) if dim == 2 else (1, 1, 1, -1)
+        pad = (0, 0, half, half) if dim == 2 else (half, half, 0, 0)
+        weight = (kernel / kernel.sum()).view(shape).expand(x.shape[1], -1, -1, -1)  # one kernel per channel
+        x = F.conv2d(F.pad(x, pad, mode="reflect"), weight, groups=x.shape[1])
+    return x
+
+
+def _fixed_target(model: nn.Module, x: Tensor, target: Target) -> tuple[Tensor, Target]:
+    """Scores of x ``(B,)``, and the target as ``(B,)`` class indices (a callable stays as it is)."""
+    with torch.no_grad():
+        score, index = scores(model(x.clone()), target)  # a copy: the model may change it in place
+    return score, (target if index is None else index)
+
+
+def _span(x: Tensor) -> Tensor:
+    """Each image's max - min, shaped to broadcast against x: ``(B, 1, ...)``."""
+    flat = x.flatten(1)
+    return (flat.amax(1) - flat.amin(1)).view(_row_shape(x))
+
+
+def _per_row(values: Tensor, like: Tensor) -> Tensor:
+    """``(N,)`` values shaped ``(N, 1, ...)`` to scale rows of a tensor with ``like``'s rank."""
+    return values.view(-1, *[1] * (like.dim() - 1))
+
+
+def _row_shape(x: Tensor) -> tuple[int, ...]:
+    return (len(x), *[1] * (x.dim() - 1))
+
+
+def _check_options(x: Tensor, method: str, steps: int, samples: int, noise: float, batch_size: int | None) -> None:
+    if method not in METHODS:
+        raise AttributionError(f"unknown method {method!r}; methods are {', '.join(METHODS)}")
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 1:
+        got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise AttributionError(f"x must be a floating-point tensor with a batch dimension, got {got}")
+    for name, value in (("steps", steps), ("samples", samples), ("batch_size", batch_size)):
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 1:
+            raise AttributionError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(noise, (int, float)) or not noise >= 0:
+        raise AttributionError(f"noise must be >= 0 (a fraction of each image's max - min), got {noise!r}")

@@ -1,0 +1,211 @@
+"""Pictures of a capture as PIL images: a grid of histograms, a gradient-flow chart.
+
+matplotlib and Pillow are imported inside the functions (``pip install 'hookscope[viz]'``).
+Figures are built on ``matplotlib.figure.Figure`` and rasterised by the Agg canvas, never
+through pyplot: the user's backend and current figure are left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .errors import HookscopeError
+from .optional import require
+from .records import Kind, Record
+from .stats import FlowRow, Summary, forward_order, gradient_flow, summarize
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from PIL.Image import Image
+
+DPI = 100
+PANEL_INCHES = (2.6, 2.0)  # one histogram of the grid
+NORMAL, VANISHING, EXPLODING = "tab:blue", "tab:orange", "tab:red"
+
+
+def histogram_plot(
+    tensors: Mapping[str, Tensor] | Mapping[str, Record],
+    *,
+    kind: Kind = "output",
+    bins: int = 50,
+    log: bool = False,
+    columns: int | None = None,
+) -> Image:
+    """A grid of histograms, one per tensor (or per site of a capture), titled with mean and std.
+
+    From a capture (any ``Mapping[str, Record]``), each site in forward order shows the first
+    tensor of ``kind`` of every call, all calls pooled (the tensor ``record.output`` would be
+    for a single call); with ``kind="param_grad"`` each parameter gets its own panel, from the
+    latest backward pass. NaN and Inf are left out of the bars and counted in the title.
+    ``log`` puts the counts on a log scale; ``columns`` defaults to about a square grid.
+    """
+    panels = _panels(tensors, kind)
+    if not panels:
+        raise HookscopeError(f"nothing to plot: no site holds {kind}; pass kinds=(..., {kind!r}) to hookscope.capture")
+    return _to_image(_histogram_figure(panels, bins=bins, log=log, columns=columns))
+
+
+def gradient_flow_plot(
+    capture_or_rows: Mapping[str, Record] | Sequence[FlowRow],
+    *,
+    kind: Kind = "grad_output",
+    vanish: float = 1e-6,
+    explode: float = 1e3,
+) -> Image:
+    """Mean and max |gradient| per layer, on a log scale, with the vanishing and exploding lines.
+
+    Takes a capture (``stats.gradient_flow(capture, kind=kind)`` is computed) or its rows. A bar
+    below ``vanish`` is orange, one above ``explode`` red; a zero gradient is an orange x on
+    the floor. The figure widens with the number of layers.
+    """
+    rows = gradient_flow(capture_or_rows, kind=kind) if isinstance(capture_or_rows, Mapping) else capture_or_rows
+    if not 0 < vanish < explode:
+        raise HookscopeError(f"thresholds must satisfy 0 < vanish < explode, got vanish={vanish}, explode={explode}")
+    if not rows:
+        raise HookscopeError(
+            f"nothing to plot: no site holds {kind}; capture with kinds=(..., {kind!r}) and run backward() in the block"
+        )
+    return _to_image(_flow_figure(list(rows), vanish=vanish, explode=explode, kind=kind))
+
+
+# -- histograms ------------------------------------------------------------------------------
+def _panels(source: Mapping[str, Tensor] | Mapping[str, Record], kind: Kind) -> dict[str, Tensor]:
+    tensors = {name: v for name, v in source.items() if isinstance(v, Tensor)}
+    records = {name: v for name, v in source.items() if isinstance(v, Record)}
+    if len(tensors) != len(source) and len(records) != len(source):
+        name, value = next((n, v) for n, v in source.items() if not isinstance(v, (Tensor, Record)))
+        raise HookscopeError(
+            f"histogram_plot expects a capture or a {{name: tensor}} mapping; {name!r} is a {type(value).__name__}"
+        )
+    return tensors if len(tensors) == len(source) else _site_panels(records, kind)
+
+
+def _site_panels(records: Mapping[str, Record], kind: Kind) -> dict[str, Tensor]:
+    ordered = forward_order(records)
+    if kind == "param_grad":
+        return {f"{r.name}.{p}": g[-1] for r in ordered for p, g in r.param_grads.items() if g}
+    pooled = {r.name: [c.get(kind).flatten() for c in r.calls if c.tensors.get(kind)] for r in ordered}
+    return {name: _cat(ts) for name, ts in pooled.items() if ts}
+
+
+def _cat(tensors: list[Tensor]) -> Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat([t.to(tensors[0]) for t in tensors])
+
+
+def _histogram_figure(panels: dict[str, Tensor], *, bins: int, log: bool, columns: int | None) -> Figure:
+    if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int) or columns < 1):
+        raise HookscopeError(f"columns must be a positive int or None, got {columns!r}")
+    columns = columns or min(len(panels), 8, math.ceil(math.sqrt(len(panels))))
+    rows = math.ceil(len(panels) / columns)
+    fig = _figure(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows)
+    axes = fig.subplots(rows, columns, squeeze=False).flatten()
+    for ax, (name, tensor) in zip(axes, panels.items(), strict=False):
+        _histogram_panel(ax, name, summarize(tensor, bins=bins, percentiles=()), log=log)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    return fig
+
+
+def _histogram_panel(ax: Axes, name: str, summary: Summary, *, log: bool) -> None:
+    ax.set_title(f"{_shorten(name, 34)}\n{_stat_line(summary)}", fontsize=8)
+    ax.tick_params(labelsize=6)
+    if not summary.histogram.counts:
+        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        return
+    ax.stairs(summary.histogram.counts, summary.histogram.edges, fill=True, color=NORMAL, alpha=0.85)
+    if log:
+        ax.set_yscale("log")
+    ax.margins(x=0)
+    ax.locator_params(axis="x", nbins=5)
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))  # 1e-5 goes in the offset, not each tick
+    ax.xaxis.get_offset_text().set_fontsize(6)
+
+
+def _stat_line(summary: Summary) -> str:
+    line = f"mean {summary.mean:.3g}  std {summary.std:.3g}"
+    bad = [f"{n} {what}" for n, what in ((summary.nan_count, "NaN"), (summary.inf_count, "Inf")) if n]
+    return line + ("  (" + ", ".join(bad) + ")" if bad else "")
+
+
+def _shorten(name: str, width: int) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
+
+
+# -- gradient flow ---------------------------------------------------------------------------
+def _flow_figure(rows: list[FlowRow], *, vanish: float, explode: float, kind: str) -> Figure:
+    """The chart behind ``gradient_flow_plot``, before rasterising (tests read its lines)."""
+    names = [_shorten(r.name, 40) for r in rows]
+    label_inches = 0.07 * max(len(n) for n in names)  # names are rotated under the axis
+    fig = _figure(max(6.0, 0.26 * len(rows) + 1.6), 3.6 + label_inches)
+    ax = fig.add_subplot()
+    floor, top = _flow_limits(rows, vanish, explode)
+    for values, width, alpha in (([r.max_abs for r in rows], 0.8, 0.35), ([r.mean_abs for r in rows], 0.5, 1.0)):
+        colors = [_flow_color(v, vanish, explode) for v in values]
+        heights = [min(max(v, floor), top) - floor if v == v else 0.0 for v in values]  # NaN: no bar
+        ax.bar(range(len(rows)), heights, bottom=floor, width=width, color=colors, alpha=alpha)
+        zeros = [i for i, v in enumerate(values) if v == 0]
+        if zeros:
+            ax.scatter(zeros, [floor * 1.5] * len(zeros), marker="x", color=VANISHING, alpha=alpha, zorder=3)
+    ax.axhline(vanish, color=VANISHING, linestyle="--", linewidth=1.2)
+    ax.axhline(explode, color=EXPLODING, linestyle="--", linewidth=1.2)
+    _style_flow_axes(ax, names, floor, top, kind)
+    fig.suptitle(f"gradient flow: {kind}, {len(rows)} layers", fontsize=10)
+    _flow_legend(ax, vanish, explode)
+    return fig
+
+
+def _flow_limits(rows: list[FlowRow], vanish: float, explode: float) -> tuple[float, float]:
+    """A log range that holds every finite, non-zero value and both thresholds, half a decade spare."""
+    seen = [v for r in rows for v in (r.mean_abs, r.max_abs) if 0 < v < math.inf]
+    low, high = min([*seen, vanish]), max([*seen, explode])
+    return 10 ** math.floor(math.log10(low) - 0.5), 10 ** math.ceil(math.log10(high) + 0.5)
+
+
+def _flow_color(value: float, vanish: float, explode: float) -> str:
+    if value < vanish:
+        return VANISHING
+    return EXPLODING if value > explode or value != value else NORMAL
+
+
+def _style_flow_axes(ax: Axes, names: list[str], floor: float, top: float, kind: str) -> None:
+    ax.set_yscale("log")
+    ax.set_ylim(floor, top)
+    ax.set_xlim(-0.6, len(names) - 0.4)
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_ylabel(f"|{kind}|", fontsize=9)
+    ax.grid(axis="y", which="major", alpha=0.3)
+
+
+def _flow_legend(ax: Axes, vanish: float, explode: float) -> None:
+    patches: Any = require("matplotlib.patches")
+    lines: Any = require("matplotlib.lines")
+    handles = [
+        patches.Patch(color=NORMAL, alpha=0.35, label="max |grad|"),
+        patches.Patch(color=NORMAL, label="mean |grad|"),
+        lines.Line2D([], [], color=VANISHING, linestyle="--", label=f"vanishing: below {vanish:.0e}"),
+        lines.Line2D([], [], color=EXPLODING, linestyle="--", label=f"exploding: above {explode:.0e}"),
+    ]
+    ax.legend(handles=handles, fontsize=7, ncols=4, loc="lower left", bbox_to_anchor=(0, 1.07), frameon=False)
+
+
+# -- matplotlib and Pillow, lazily -----------------------------------------------------------
+def _figure(width: float, height: float) -> Figure:
+    figure: Any = require("matplotlib.figure")
+    fig: Figure = figure.Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    return fig
+
+
+def _to_image(fig: Figure) -> Image:
+    agg: Any = require("matplotlib.backends.backend_agg")
+    pil: Any = require("PIL.Image")
+    canvas = agg.FigureCanvasAgg(fig)
+    canvas.draw()
+    image: Image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    return image.convert("RGB")

@@ -1,0 +1,252 @@
+"""Tensor in, numbers out: ``summarize`` one tensor, ``gradient_flow`` across a capture.
+
+The rules, in one place, so every number in a report means the same thing:
+
+- The maths runs in float64 on the tensor's device; int and bool tensors are converted.
+- ``count`` is every element. NaN and ±Inf are counted (``nan_count``, ``inf_count``) and left
+  out of everything else: moments, ``l2``, percentiles and the histogram use the finite values.
+- ``std`` is the population standard deviation (``ddof=0``, ``np.std``'s default).
+- ``zero_fraction`` is exact zeros over ``count``.
+- Percentiles interpolate linearly between order statistics (``np.percentile``'s default). They
+  come from one full sort, not ``torch.quantile``, which refuses inputs over 2**24 elements:
+  exact at any size, at O(n log n) time and one float64 copy of memory.
+- The histogram has ``bins`` equal-width bins from the finite min to the finite max; each bin is
+  ``[e_i, e_i+1)`` except the last, which also holds the max (``np.histogram``). A constant
+  tensor gets the range ``(v - 0.5, v + 0.5)``, as numpy gives it.
+- No finite value at all (an empty or all-NaN tensor): every statistic is NaN and the histogram
+  is empty; ``summarize`` does not raise.
+- ``per_channel=True`` also summarizes each slice along ``channel_dim``, counted on the tensor
+  as given: 1 for ``(N, C, ...)`` batches (the default), 0 for a single ``(C, H, W)`` image,
+  -1 for channels-last ``(N, ..., C)`` features.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .errors import HookscopeError
+from .records import Kind, Record
+
+PERCENTILES: tuple[float, ...] = (1, 5, 25, 50, 75, 95, 99)
+GRADIENT_KINDS: tuple[Kind, ...] = ("grad_input", "grad_output", "param_grad")
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """``counts[i]`` finite values fell in ``[edges[i], edges[i + 1])`` (the last bin is closed)."""
+
+    counts: list[int]
+    edges: list[float]  # len(counts) + 1 of them, equally spaced
+
+
+@dataclass(frozen=True)
+class ChannelSummary:
+    """One entry per channel (slice along ``dim``), finite values only, as in ``Summary``."""
+
+    dim: int  # the channel dimension, counted from the front of the tensor as given
+    mean: list[float]
+    std: list[float]
+    min: list[float]
+    max: list[float]
+    mean_abs: list[float]
+    zero_fraction: list[float]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What ``summarize`` found in one tensor (the module docstring has the rules)."""
+
+    count: int
+    mean: float
+    std: float  # population (ddof=0)
+    min: float
+    max: float
+    mean_abs: float
+    l2: float
+    zero_fraction: float
+    nan_count: int
+    inf_count: int
+    percentiles: dict[float, float]  # percentile in [0, 100] -> value
+    histogram: Histogram
+    channels: ChannelSummary | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain Python for ``json.dumps(..., allow_nan=False)``: NaN becomes None, keys strings."""
+        plain: dict[str, Any] = _plain(asdict(self))
+        return plain
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """The gradient magnitude that reached one site (``count`` elements, all calls and keys)."""
+
+    name: str
+    mean_abs: float
+    max_abs: float
+    count: int
+
+
+def summarize(
+    tensor: Tensor,
+    *,
+    per_channel: bool = False,
+    channel_dim: int = 1,
+    bins: int = 50,
+    percentiles: Sequence[float] = PERCENTILES,
+) -> Summary:
+    """Count, moments, norms, percentiles and a histogram of ``tensor`` (see the module docstring)."""
+    values = _as_float64(tensor)
+    _check_options(values, bins, percentiles, channel_dim if per_channel else None)
+    flat = values.flatten()
+    finite = flat[torch.isfinite(flat)]  # (n,)
+    lo, hi = finite.aminmax() if finite.numel() else (torch.tensor(NAN), torch.tensor(NAN))
+    return Summary(
+        count=flat.numel(),
+        mean=_item(finite.mean()) if finite.numel() else NAN,
+        std=_item(finite.std(correction=0)) if finite.numel() else NAN,
+        min=_item(lo),
+        max=_item(hi),
+        mean_abs=_item(finite.abs().mean()) if finite.numel() else NAN,
+        l2=_item(torch.linalg.vector_norm(finite)) if finite.numel() else NAN,
+        zero_fraction=_item((flat == 0).sum()) / flat.numel() if flat.numel() else NAN,
+        nan_count=int(torch.isnan(flat).sum()),
+        inf_count=int(torch.isinf(flat).sum()),
+        percentiles=_percentiles(finite, percentiles),
+        histogram=_histogram(finite, bins),
+        channels=_channels(values, channel_dim) if per_channel else None,
+    )
+
+
+def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") -> list[FlowRow]:
+    """Mean and max |gradient| of ``kind`` at every site that holds some, in forward order.
+
+    ``grad_output`` / ``grad_input``: every key of every call, pooled element by element.
+    ``param_grad``: the latest backward pass's gradient of each of the site's parameters.
+    NaN and Inf gradients are not filtered: they show up in the row, as they should.
+    """
+    if kind not in GRADIENT_KINDS:
+        raise HookscopeError(f"gradient_flow needs a gradient kind ({', '.join(GRADIENT_KINDS)}), got {kind!r}")
+    rows = []
+    for record in forward_order(capture):
+        grads = [g for g in _gradients(record, kind) if g.numel()]
+        if grads:
+            rows.append(_flow_row(record.name, grads))
+    return rows
+
+
+def forward_order(capture: Mapping[str, Record]) -> list[Record]:
+    """The sites in the order their first call returned; sites never called last, in capture order."""
+    # the sort is stable: ties (never called) keep the capture's site order
+    return sorted(capture.values(), key=lambda r: r.calls[0].order if r.calls else math.inf)
+
+
+def _gradients(record: Record, kind: Kind) -> list[Tensor]:
+    if kind == "param_grad":
+        return [grads[-1] for grads in record.param_grads.values() if grads]
+    return [t for call in record.calls for t in call.tensors.get(kind, {}).values()]
+
+
+def _flow_row(name: str, grads: Iterable[Tensor]) -> FlowRow:
+    magnitudes = [g.detach().abs().to(torch.float64) for g in grads]
+    count = sum(m.numel() for m in magnitudes)
+    total = sum(_item(m.sum()) for m in magnitudes)
+    return FlowRow(name, total / count, max(_item(m.max()) for m in magnitudes), count)
+
+
+def _as_float64(tensor: Tensor) -> Tensor:
+    if not isinstance(tensor, Tensor):
+        raise HookscopeError(f"summarize expects a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.is_complex():
+        raise HookscopeError("summarize expects a real tensor, got a complex one; pass tensor.abs() or tensor.real")
+    if tensor.device.type == "mps":  # MPS has no float64
+        tensor = tensor.cpu()
+    return tensor.detach().to(torch.float64)
+
+
+def _check_options(values: Tensor, bins: int, percentiles: Sequence[float], channel_dim: int | None) -> None:
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise HookscopeError(f"bins must be a positive int, got {bins!r}")
+    outside = [p for p in percentiles if not 0 <= p <= 100]
+    if outside:
+        raise HookscopeError(f"percentiles must lie in [0, 100], got {outside}")
+    if channel_dim is not None and not -values.dim() <= channel_dim < values.dim():
+        raise HookscopeError(
+            f"channel_dim={channel_dim} is out of range for a tensor of shape {tuple(values.shape)}; "
+            "use 1 for (N, C, ...), 0 for (C, H, W), -1 for channels-last"
+        )
+
+
+def _percentiles(finite: Tensor, percentiles: Sequence[float]) -> dict[float, float]:
+    """Linear interpolation between order statistics, numpy's default method."""
+    n = finite.numel()
+    if not n or not percentiles:
+        return dict.fromkeys(percentiles, NAN)
+    ordered = torch.sort(finite).values  # (n,), ascending
+    result = {}
+    for p in percentiles:
+        position = p / 100 * (n - 1)
+        below = min(int(position), n - 1)
+        a, b, t = _item(ordered[below]), _item(ordered[min(below + 1, n - 1)]), position - below
+        result[p] = a + (b - a) * t if t < 0.5 else b - (b - a) * (1 - t)  # numpy's _lerp
+    return result
+
+
+def _histogram(finite: Tensor, bins: int) -> Histogram:
+    if not finite.numel():
+        return Histogram([], [])
+    lo, hi = (float(v) for v in finite.aminmax())
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    step = (hi - lo) / bins  # edges as np.linspace makes them, bit for bit: i * step + lo, then the max
+    edges = torch.arange(bins + 1, dtype=torch.float64, device=finite.device).mul_(step).add_(lo)
+    edges[-1] = hi
+    index = torch.bucketize(finite, edges[1:-1], right=True)  # edges[i] <= x < edges[i+1]; max in the last bin
+    return Histogram(torch.bincount(index, minlength=bins).tolist(), edges.tolist())
+
+
+def _channels(values: Tensor, dim: int) -> ChannelSummary:
+    dim = dim % values.dim()
+    channels = values.shape[dim]
+    rows = values.movedim(dim, 0).reshape(channels, -1) if values.numel() else values.new_empty(channels, 0)
+    finite = torch.isfinite(rows)  # (C, N)
+    n = finite.sum(1)  # (C,)
+    mean = torch.where(finite, rows, 0.0).sum(1) / n  # (C,), NaN where a channel has no finite value
+    centred = torch.where(finite, rows - mean[:, None], 0.0)
+    none = n == 0
+    return ChannelSummary(
+        dim=dim,
+        mean=mean.tolist(),
+        std=(centred.square().sum(1) / n).sqrt().tolist(),
+        min=_reduce(rows, finite, torch.amin, math.inf).masked_fill(none, NAN).tolist(),
+        max=_reduce(rows, finite, torch.amax, -math.inf).masked_fill(none, NAN).tolist(),
+        mean_abs=(torch.where(finite, rows.abs(), 0.0).sum(1) / n).tolist(),
+        zero_fraction=((rows == 0).sum(1) / rows.shape[1]).tolist(),
+    )
+
+
+def _reduce(rows: Tensor, finite: Tensor, reduce: Any, fill: float) -> Tensor:
+    if not rows.shape[1]:  # amin/amax refuse an empty dimension
+        return rows.new_full((rows.shape[0],), NAN)
+    result: Tensor = reduce(torch.where(finite, rows, fill), dim=1)  # (C,)
+    return result
+
+
+def _item(value: Tensor) -> float:
+    return float(value.item())
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): _plain(v) for key, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
