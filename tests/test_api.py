@@ -27,17 +27,35 @@ def test_exported_members() -> None:
         "HookInfo",
         "HookscopeError",
         "Kind",
+        "MissingDependencyError",
         "ModuleInfo",
         "NotCapturedError",
+        "OptionError",
         "Policy",
         "Record",
         "SelectionError",
         "Selector",
+        "ShapeError",
+        "Summary",
+        "TargetError",
         "__version__",
+        "attribute",
+        "cam",
         "capture",
+        "feature_grid",
         "find_hooks",
+        "gradient_flow",
+        "gradient_flow_plot",
+        "histogram_plot",
         "list_modules",
+        "overlay",
+        "panel",
+        "pick_layer",
         "select_modules",
+        "spatial_maps",
+        "summarize",
+        "tokens_to_grid",
+        "zoo",
     ]
     assert hookscope.KINDS == ("input", "output", "grad_input", "grad_output", "param_grad")
     for name in hookscope.__all__:
@@ -46,7 +64,7 @@ def test_exported_members() -> None:
 
 def test_import_is_light() -> None:
     """`import hookscope` pulls in torch and the standard library only."""
-    heavy = ("matplotlib", "PIL", "jinja2", "transformers", "torchvision")
+    heavy = ("matplotlib", "PIL", "jinja2", "transformers", "torchvision", "captum", "efficientnet_lite_pytorch")
     code = f"import sys, hookscope; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -11,8 +11,8 @@ from torch import Tensor, nn
 from torchvision.transforms.functional import gaussian_blur
 
 import hookscope
-from hookscope.attribute import METHODS, AttributionError, attribute, gauss_legendre, make_baseline
-from hookscope.targets import TargetError
+from hookscope.attribute import METHODS, attribute, gauss_legendre, make_baseline
+from hookscope.errors import OptionError, TargetError
 
 from .models import LeNet
 
@@ -312,7 +312,7 @@ def test_unknown_method_lists_the_methods() -> None:
 
 
 def test_guided_backprop_without_relu_modules() -> None:
-    with pytest.raises(AttributionError, match=r"LeNet has no nn.ReLU module; .*functional relu"):
+    with pytest.raises(OptionError, match=r"LeNet has no nn.ReLU module; .*functional relu"):
         attribute(LeNet(), torch.randn(1, 3, 32, 32), "guided_backprop", 0)
 
 
@@ -329,10 +329,10 @@ def test_guided_backprop_without_relu_modules() -> None:
     ],
 )
 def test_bad_options(kwargs: dict[str, object], match: str) -> None:
-    with pytest.raises(AttributionError, match=match):
+    with pytest.raises(OptionError, match=match):
         attribute(TwoLayer(), torch.randn(2, 4), target=0, **kwargs)
 
 
 def test_integer_input_is_rejected() -> None:
-    with pytest.raises(AttributionError, match="floating-point tensor"):
+    with pytest.raises(OptionError, match="floating-point tensor"):
         attribute(TwoLayer(), torch.ones(2, 4, dtype=torch.long))

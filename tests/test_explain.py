@@ -9,7 +9,7 @@ from captum.attr import LayerAttribution, LayerGradCam
 from torch import nn
 
 import hookscope
-from hookscope import cam as maths
+from hookscope import cams as maths
 from hookscope.explain import METHODS, cam, pick_layer
 
 

@@ -14,8 +14,9 @@ from numpy.typing import NDArray
 from PIL import Image
 
 import hookscope
-from hookscope.render import PANEL_GAP, RenderError, feature_grid, overlay, panel, pick_channels, to_pil
-from hookscope.tokens import ShapeError, tokens_to_grid
+from hookscope.errors import OptionError, ShapeError
+from hookscope.render import PANEL_GAP, feature_grid, overlay, panel, pick_channels, to_pil
+from hookscope.tokens import tokens_to_grid
 from tests.models import LeNet
 
 RAMP = torch.tensor([[0.0, 1.0], [2.0, 3.0]])  # min-max scaled: 0, 1/3, 2/3, 1 (clear of colormap bin edges)
@@ -176,13 +177,13 @@ def test_a_real_conv_layer() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"cmap": "nope"}, RenderError, r"unknown colormap 'nope'; try 'viridis', .* matplotlib\.colormaps"),
-        ({"pick": "max"}, RenderError, r"pick='max' is not one of 'first', 'top_mean', 'top_var'"),
-        ({"normalize": "global"}, RenderError, r"normalize='global' is not one of 'tile', 'shared'"),
-        ({"channels": 0}, RenderError, r"channels must be at least 1"),
-        ({"columns": 0}, RenderError, r"columns must be at least 1"),
-        ({"padding": -1}, RenderError, r"padding must be 0 or more"),
-        ({"background": (0, 0, 300)}, RenderError, r"background must be an \(r, g, b\) tuple"),
+        ({"cmap": "nope"}, OptionError, r"unknown colormap 'nope'; try 'viridis', .* matplotlib\.colormaps"),
+        ({"pick": "max"}, OptionError, r"pick='max' is not one of 'first', 'top_mean', 'top_var'"),
+        ({"normalize": "global"}, OptionError, r"normalize='global' is not one of 'tile', 'shared'"),
+        ({"channels": 0}, OptionError, r"channels must be at least 1"),
+        ({"columns": 0}, OptionError, r"columns must be at least 1"),
+        ({"padding": -1}, OptionError, r"padding must be 0 or more"),
+        ({"background": (0, 0, 300)}, OptionError, r"background must be an \(r, g, b\) tuple"),
     ],
 )
 def test_bad_options(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
@@ -239,7 +240,7 @@ def test_overlay_blends_and_clips() -> None:
     ("heat", "alpha", "error", "match"),
     [
         (torch.zeros(2, 3, 4), 0.5, ShapeError, r"heat must be one \(h, w\) map, got shape \(2, 3, 4\)"),
-        (HEAT, 1.5, RenderError, r"alpha must be in \[0, 1\], got 1\.5"),
+        (HEAT, 1.5, OptionError, r"alpha must be in \[0, 1\], got 1\.5"),
     ],
 )
 def test_overlay_errors(heat: torch.Tensor, alpha: float, error: type[Exception], match: str) -> None:
@@ -276,7 +277,7 @@ def test_to_pil_layouts() -> None:
     assert pixels(gray).tolist() == [[0, 128], [255, 0]]
     with pytest.raises(ShapeError, match=r"expected a \(3, H, W\), \(H, W, 3\) or \(H, W\) picture"):
         to_pil(np.zeros((4, 5, 6)))
-    with pytest.raises(RenderError, match=r"uint8 in \[0, 255\], got dtype int64"):
+    with pytest.raises(OptionError, match=r"uint8 in \[0, 255\], got dtype int64"):
         to_pil(np.zeros((4, 5), dtype=np.int64))
 
 

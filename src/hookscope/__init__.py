@@ -5,25 +5,39 @@
     with hookscope.capture(model, ["conv1", "layer*.conv2"], kinds=("output", "grad_output")) as cap:
         model(x).logsumexp(1).sum().backward()
     cap["conv1"].output, cap["conv1"].grad_output
+    hookscope.feature_grid(cap["conv1"].output[0]).save("conv1.png")
+    heat = hookscope.cam(model, x, method="gradcam", target=285)
 
-Importing hookscope imports only the standard library and torch.
+Importing hookscope imports only the standard library and torch; pictures import Pillow and
+matplotlib when they are drawn.
 """
 
 from __future__ import annotations
 
+from . import zoo
+from .attribute import attribute
 from .capture import Capture, capture
 from .errors import (
     AmbiguousCallError,
     CaptureError,
     CaptureWarning,
     HookscopeError,
+    MissingDependencyError,
     NotCapturedError,
+    OptionError,
     SelectionError,
+    ShapeError,
+    TargetError,
 )
+from .explain import cam, pick_layer
 from .hooks import HookInfo, find_hooks
+from .plots import gradient_flow_plot, histogram_plot
 from .policy import Policy
 from .records import KINDS, Call, Kind, Record
+from .render import feature_grid, overlay, panel
 from .select import ModuleInfo, Selector, list_modules, select_modules
+from .stats import Summary, gradient_flow, summarize
+from .tokens import spatial_maps, tokens_to_grid
 
 __version__ = "0.1.0"
 
@@ -37,15 +51,33 @@ __all__ = [
     "HookInfo",
     "HookscopeError",
     "Kind",
+    "MissingDependencyError",
     "ModuleInfo",
     "NotCapturedError",
+    "OptionError",
     "Policy",
     "Record",
     "SelectionError",
     "Selector",
+    "ShapeError",
+    "Summary",
+    "TargetError",
     "__version__",
+    "attribute",
+    "cam",
     "capture",
+    "feature_grid",
     "find_hooks",
+    "gradient_flow",
+    "gradient_flow_plot",
+    "histogram_plot",
     "list_modules",
+    "overlay",
+    "panel",
+    "pick_layer",
     "select_modules",
+    "spatial_maps",
+    "summarize",
+    "tokens_to_grid",
+    "zoo",
 ]

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import HookscopeError
+from .errors import OptionError
 from .hooks import HandleGroup
 from .targets import Target, scores
 
@@ -49,10 +49,6 @@ BLUR_SIGMA = 0.05  # the "blur" baseline's Gaussian std, as a fraction of the im
 UNIFORM_SEED = 0  # the "uniform" baseline is the same on every call
 
 Points = Callable[[Tensor, Tensor], Tensor]  # (steps, images) of some rows -> those rows' inputs
-
-
-class AttributionError(HookscopeError):
-    """An attribution asked for the wrong way: unknown method, bad option, or a model it cannot explain."""
 
 
 @overload
@@ -91,7 +87,7 @@ def attribute(
     """
     _check_options(x, method, steps, samples, noise, batch_size)
     if return_delta and method != "integrated_gradients":
-        raise AttributionError(f"return_delta=True needs method='integrated_gradients', got method={method!r}")
+        raise OptionError(f"return_delta=True needs method='integrated_gradients', got method={method!r}")
     with torch.inference_mode(False), torch.enable_grad():
         x = x.detach().clone()  # a normal tensor even if x was made in inference mode
         if method == "integrated_gradients":
@@ -110,7 +106,7 @@ def _gradient(model: nn.Module, x: Tensor, target: Target) -> tuple[Tensor, Tens
     inputs = x.detach().requires_grad_(True)
     score, _ = scores(model(inputs.clone()), target)  # a non-leaf copy: the model may change it in place
     if not score.requires_grad:
-        raise AttributionError(
+        raise OptionError(
             f"the target score of {type(model).__name__} does not depend on x through autograd "
             "(the model detaches, or runs under torch.no_grad() inside forward); nothing to differentiate"
         )
@@ -171,7 +167,7 @@ def _guided_backprop(model: nn.Module, x: Tensor, target: Target) -> Tensor:
     """
     relus = list({id(m): m for m in model.modules() if isinstance(m, nn.ReLU)}.values())
     if not relus:
-        raise AttributionError(_relu_message(model, "has no nn.ReLU module"))
+        raise OptionError(_relu_message(model, "has no nn.ReLU module"))
     handles = HandleGroup()
     try:
         for relu in relus:
@@ -181,7 +177,7 @@ def _guided_backprop(model: nn.Module, x: Tensor, target: Target) -> Tensor:
     finally:
         handles.remove()
     if not ran:
-        raise AttributionError(_relu_message(model, f"never called its {len(relus)} nn.ReLU module(s) with grad"))
+        raise OptionError(_relu_message(model, f"never called its {len(relus)} nn.ReLU module(s) with grad"))
     return grad
 
 
@@ -240,7 +236,7 @@ def make_baseline(x: Tensor, baseline: Baseline) -> Tensor:
         try:
             return torch.broadcast_to(baseline.detach().to(x), x.shape)
         except RuntimeError as err:
-            raise AttributionError(
+            raise OptionError(
                 f"baseline of shape {tuple(baseline.shape)} does not broadcast to x's shape {tuple(x.shape)}"
             ) from err
     if baseline is None or baseline == "zeros":
@@ -251,7 +247,7 @@ def make_baseline(x: Tensor, baseline: Baseline) -> Tensor:
         noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(UNIFORM_SEED), dtype=x.dtype)
         low = x.flatten(1).amin(1).view(_row_shape(x))
         return low + noise.to(x.device) * _span(x)
-    raise AttributionError(
+    raise OptionError(
         f"baseline={baseline!r} is not a baseline; pass None or 'zeros', 'blur', 'uniform', or a tensor "
         "broadcastable to x"
     )
@@ -264,7 +260,7 @@ def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
     with the same kernel size gives the same result.
     """
     if x.dim() != 4:
-        raise AttributionError(f"baseline='blur' needs (batch, channels, height, width) input, got {tuple(x.shape)}")
+        raise OptionError(f"baseline='blur' needs (batch, channels, height, width) input, got {tuple(x.shape)}")
     for dim in (2, 3):
         half = min(math.ceil(3 * sigma), x.shape[dim] - 1)
         t = torch.linspace(-half, half, 2 * half + 1, dtype=x.dtype, device=x.device)
@@ -300,14 +296,14 @@ def _row_shape(x: Tensor) -> tuple[int, ...]:
 
 def _check_options(x: Tensor, method: str, steps: int, samples: int, noise: float, batch_size: int | None) -> None:
     if method not in METHODS:
-        raise AttributionError(f"unknown method {method!r}; methods are {', '.join(METHODS)}")
+        raise OptionError(f"unknown method {method!r}; methods are {', '.join(METHODS)}")
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 1:
         got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise AttributionError(f"x must be a floating-point tensor with a batch dimension, got {got}")
+        raise OptionError(f"x must be a floating-point tensor with a batch dimension, got {got}")
     for name, value in (("steps", steps), ("samples", samples), ("batch_size", batch_size)):
         if value is None:
             continue
         if not isinstance(value, int) or value < 1:
-            raise AttributionError(f"{name} must be a positive int, got {value!r}")
+            raise OptionError(f"{name} must be a positive int, got {value!r}")
     if not isinstance(noise, (int, float)) or not noise >= 0:
-        raise AttributionError(f"noise must be >= 0 (a fraction of each image's max - min), got {noise!r}")
+        raise OptionError(f"noise must be >= 0 (a fraction of each image's max - min), got {noise!r}")

@@ -7,7 +7,11 @@
      ├── CaptureError              a capture was built or used the wrong way
      ├── NotCapturedError          asked for a site, kind or key the capture does not hold
      │                             (also a KeyError, so ``name in cap`` idioms keep working)
-     └── AmbiguousCallError        a shortcut (``.output``...) on a site called more than once
+     ├── AmbiguousCallError        a shortcut (``.output``...) on a site called more than once
+     ├── OptionError               an option with no meaning: unknown method, colormap, bins...
+     ├── ShapeError                a tensor that cannot be read as maps, tokens or images
+     ├── TargetError               a target that does not fit the model's output
+     └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     CaptureWarning (UserWarning)   something requested could not be captured, and why
 
@@ -42,3 +46,19 @@ class AmbiguousCallError(HookscopeError):
 
 class CaptureWarning(UserWarning):
     """Something that was asked for could not be captured; the message says why."""
+
+
+class OptionError(HookscopeError, ValueError):
+    """An option that has no meaning: an unknown method, colormap or pick, a bad size or count."""
+
+
+class ShapeError(HookscopeError, ValueError):
+    """A tensor whose shape cannot be read as spatial maps, patch tokens or an image."""
+
+
+class TargetError(HookscopeError, ValueError):
+    """A target that does not fit the model's output."""
+
+
+class MissingDependencyError(HookscopeError, ImportError):
+    """An optional package that a function needs is not installed."""

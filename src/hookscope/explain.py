@@ -18,9 +18,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from . import cam as maths
+from . import cams as maths
 from .capture import capture
-from .errors import CaptureWarning, HookscopeError, SelectionError
+from .errors import CaptureWarning, OptionError, SelectionError
 from .records import Call
 from .targets import Target, scores
 from .tokens import spatial_maps
@@ -55,9 +55,9 @@ def cam(
     masked copies Score-CAM runs at once.
     """
     if method not in METHODS:
-        raise HookscopeError(f"unknown CAM method {method!r}; methods are {', '.join(METHODS)}")
+        raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(METHODS)}")
     if x.dim() != 4:
-        raise HookscopeError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
+        raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
     if layer is None:
         layer, call = pick_layer(model, x)
     if method in GRAD_METHODS:
@@ -132,6 +132,6 @@ def _one_call(calls: list[Call], layer: str, call: int) -> Call:
     try:
         return calls[call]
     except IndexError:
-        raise HookscopeError(
+        raise OptionError(
             f"layer {layer!r} ran {len(calls)} time(s) in this forward; call={call} does not exist"
         ) from None

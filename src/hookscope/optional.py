@@ -9,13 +9,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .errors import HookscopeError
+from .errors import MissingDependencyError
 
 _EXTRA = {"PIL": "viz", "matplotlib": "viz", "numpy": "viz"}
-
-
-class MissingDependencyError(HookscopeError, ImportError):
-    """An optional package that a function needs is not installed."""
 
 
 def require(module: str) -> ModuleType:

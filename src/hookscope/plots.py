@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .errors import HookscopeError
+from .errors import OptionError
 from .optional import require
 from .records import Kind, Record
 from .stats import FlowRow, Summary, forward_order, gradient_flow, summarize
@@ -47,7 +47,7 @@ def histogram_plot(
     """
     panels = _panels(tensors, kind)
     if not panels:
-        raise HookscopeError(f"nothing to plot: no site holds {kind}; pass kinds=(..., {kind!r}) to hookscope.capture")
+        raise OptionError(f"nothing to plot: no site holds {kind}; pass kinds=(..., {kind!r}) to hookscope.capture")
     return _to_image(_histogram_figure(panels, bins=bins, log=log, columns=columns))
 
 
@@ -66,9 +66,9 @@ def gradient_flow_plot(
     """
     rows = gradient_flow(capture_or_rows, kind=kind) if isinstance(capture_or_rows, Mapping) else capture_or_rows
     if not 0 < vanish < explode:
-        raise HookscopeError(f"thresholds must satisfy 0 < vanish < explode, got vanish={vanish}, explode={explode}")
+        raise OptionError(f"thresholds must satisfy 0 < vanish < explode, got vanish={vanish}, explode={explode}")
     if not rows:
-        raise HookscopeError(
+        raise OptionError(
             f"nothing to plot: no site holds {kind}; capture with kinds=(..., {kind!r}) and run backward() in the block"
         )
     return _to_image(_flow_figure(list(rows), vanish=vanish, explode=explode, kind=kind))
@@ -80,7 +80,7 @@ def _panels(source: Mapping[str, Tensor] | Mapping[str, Record], kind: Kind) -> 
     records = {name: v for name, v in source.items() if isinstance(v, Record)}
     if len(tensors) != len(source) and len(records) != len(source):
         name, value = next((n, v) for n, v in source.items() if not isinstance(v, (Tensor, Record)))
-        raise HookscopeError(
+        raise OptionError(
             f"histogram_plot expects a capture or a {{name: tensor}} mapping; {name!r} is a {type(value).__name__}"
         )
     return tensors if len(tensors) == len(source) else _site_panels(records, kind)
@@ -100,7 +100,7 @@ def _cat(tensors: list[Tensor]) -> Tensor:
 
 def _histogram_figure(panels: dict[str, Tensor], *, bins: int, log: bool, columns: int | None) -> Figure:
     if columns is not None and (isinstance(columns, bool) or not isinstance(columns, int) or columns < 1):
-        raise HookscopeError(f"columns must be a positive int or None, got {columns!r}")
+        raise OptionError(f"columns must be a positive int or None, got {columns!r}")
     columns = columns or min(len(panels), 8, math.ceil(math.sqrt(len(panels))))
     rows = math.ceil(len(panels) / columns)
     fig = _figure(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows)

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import HookscopeError
+from .errors import OptionError, ShapeError
 from .optional import require
-from .tokens import ShapeError, spatial_maps
+from .tokens import spatial_maps
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -46,10 +46,6 @@ DIVERGING_CMAP = "RdBu_r"
 BLOCK_GAP = 4  # the images of a batch are drawn as blocks of rows, 4 paddings apart
 PANEL_GAP = 8  # pixels between the three pictures of a panel
 CAPTION_MARGIN = 4  # pixels above and below a panel caption
-
-
-class RenderError(HookscopeError):
-    """A drawing option that has no meaning (an unknown colormap, pick or size)."""
 
 
 def feature_grid(
@@ -111,7 +107,7 @@ def overlay(image: Picture, heat: Heat, *, cmap: str = "jet", alpha: float = 0.5
     image size.
     """
     if not 0.0 <= alpha <= 1.0:
-        raise RenderError(f"alpha must be in [0, 1], got {alpha}")
+        raise OptionError(f"alpha must be in [0, 1], got {alpha}")
     np = require("numpy")
     picture = np.asarray(to_pil(image).convert("RGB"), dtype=np.float64)  # (H, W, 3)
     colored = _heat_rgb(heat, picture.shape[:2], cmap).astype(np.float64)
@@ -173,19 +169,19 @@ def to_pil(picture: Picture) -> Image.Image:
     if np.issubdtype(array.dtype, np.floating):
         array = np.rint(np.clip(np.nan_to_num(array), 0.0, 1.0) * 255.0).astype(np.uint8)
     elif array.dtype != np.uint8:
-        raise RenderError(f"expected float values in [0, 1] or uint8 in [0, 255], got dtype {array.dtype}")
+        raise OptionError(f"expected float values in [0, 1] or uint8 in [0, 255], got dtype {array.dtype}")
     return _from_array(array)
 
 
 def _colormap(name: str) -> Colormap:
-    """matplotlib's colormap ``name``, or a ``RenderError`` that lists a few valid names."""
+    """matplotlib's colormap ``name``, or a ``OptionError`` that lists a few valid names."""
     require("matplotlib")
     import matplotlib
 
     try:
         return matplotlib.colormaps[name]
     except KeyError:
-        raise RenderError(
+        raise OptionError(
             f"unknown colormap {name!r}; try 'viridis', 'magma', 'gray', 'jet' or 'RdBu_r' "
             "(any name in matplotlib.colormaps)"
         ) from None
@@ -227,7 +223,7 @@ def _colorize(canvas: NDArray[Any], cmap: str, background: RGB) -> Image.Image:
     """``(H, W)`` values in [0, 1] through ``cmap``; NaN pixels in the ``background`` colour."""
     np = require("numpy")
     if len(background) != 3 or not all(isinstance(c, int) and 0 <= c <= 255 for c in background):
-        raise RenderError(f"background must be an (r, g, b) tuple of ints in 0..255, got {background!r}")
+        raise OptionError(f"background must be an (r, g, b) tuple of ints in 0..255, got {background!r}")
     missing = np.isnan(canvas)
     rgb = _colormap(cmap)(np.where(missing, 0.0, canvas), bytes=True)[..., :3]
     rgb[missing] = background
@@ -269,11 +265,11 @@ def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
 
 def _check_options(pick: str, normalize: str, channels: int | None, padding: int, columns: int | None) -> None:
     if pick not in PICKS:
-        raise RenderError(f"pick={pick!r} is not one of {', '.join(map(repr, PICKS))}")
+        raise OptionError(f"pick={pick!r} is not one of {', '.join(map(repr, PICKS))}")
     if normalize not in NORMALIZE:
-        raise RenderError(f"normalize={normalize!r} is not one of {', '.join(map(repr, NORMALIZE))}")
+        raise OptionError(f"normalize={normalize!r} is not one of {', '.join(map(repr, NORMALIZE))}")
     for name, value in (("channels", channels), ("columns", columns)):
         if value is not None and value < 1:
-            raise RenderError(f"{name} must be at least 1 (or None), got {value}")
+            raise OptionError(f"{name} must be at least 1 (or None), got {value}")
     if padding < 0:
-        raise RenderError(f"padding must be 0 or more, got {padding}")
+        raise OptionError(f"padding must be 0 or more, got {padding}")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .errors import HookscopeError
+from .errors import OptionError
 from .records import Kind, Record
 
 PERCENTILES: tuple[float, ...] = (1, 5, 25, 50, 75, 95, 99)
@@ -132,7 +132,7 @@ def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") 
     NaN and Inf gradients are not filtered: they show up in the row, as they should.
     """
     if kind not in GRADIENT_KINDS:
-        raise HookscopeError(f"gradient_flow needs a gradient kind ({', '.join(GRADIENT_KINDS)}), got {kind!r}")
+        raise OptionError(f"gradient_flow needs a gradient kind ({', '.join(GRADIENT_KINDS)}), got {kind!r}")
     rows = []
     for record in forward_order(capture):
         grads = [g for g in _gradients(record, kind) if g.numel()]
@@ -162,9 +162,9 @@ def _flow_row(name: str, grads: Iterable[Tensor]) -> FlowRow:
 
 def _as_float64(tensor: Tensor) -> Tensor:
     if not isinstance(tensor, Tensor):
-        raise HookscopeError(f"summarize expects a torch.Tensor, got {type(tensor).__name__}")
+        raise OptionError(f"summarize expects a torch.Tensor, got {type(tensor).__name__}")
     if tensor.is_complex():
-        raise HookscopeError("summarize expects a real tensor, got a complex one; pass tensor.abs() or tensor.real")
+        raise OptionError("summarize expects a real tensor, got a complex one; pass tensor.abs() or tensor.real")
     if tensor.device.type == "mps":  # MPS has no float64
         tensor = tensor.cpu()
     return tensor.detach().to(torch.float64)
@@ -172,12 +172,12 @@ def _as_float64(tensor: Tensor) -> Tensor:
 
 def _check_options(values: Tensor, bins: int, percentiles: Sequence[float], channel_dim: int | None) -> None:
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-        raise HookscopeError(f"bins must be a positive int, got {bins!r}")
+        raise OptionError(f"bins must be a positive int, got {bins!r}")
     outside = [p for p in percentiles if not 0 <= p <= 100]
     if outside:
-        raise HookscopeError(f"percentiles must lie in [0, 100], got {outside}")
+        raise OptionError(f"percentiles must lie in [0, 100], got {outside}")
     if channel_dim is not None and not -values.dim() <= channel_dim < values.dim():
-        raise HookscopeError(
+        raise OptionError(
             f"channel_dim={channel_dim} is out of range for a tensor of shape {tuple(values.shape)}; "
             "use 1 for (N, C, ...), 0 for (C, H, W), -1 for channels-last"
         )

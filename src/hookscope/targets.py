@@ -15,14 +15,10 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .errors import HookscopeError
+from .errors import TargetError
 from .tree import flatten
 
 Target = Union[int, Sequence[int], Tensor, Callable[[Tensor], Tensor], None]
-
-
-class TargetError(HookscopeError):
-    """A target that does not fit the model's output."""
 
 
 def logits(output: object) -> Tensor:

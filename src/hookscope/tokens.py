@@ -17,13 +17,9 @@ import math
 
 from torch import Tensor
 
-from .errors import HookscopeError
+from .errors import ShapeError
 
 MAX_PREFIX = 8  # class + distillation + up to 4-6 register tokens fit; more is not a ViT we know
-
-
-class ShapeError(HookscopeError):
-    """A tensor whose shape cannot be read as spatial maps or as a patch-token grid."""
 
 
 def tokens_to_grid(tokens: Tensor, *, prefix: int | None = None, grid: tuple[int, int] | None = None) -> Tensor:

@@ -3,7 +3,7 @@
 Every function takes ``activations`` and ``gradients`` of shape (B, C, h, w) (use
 ``hookscope.tokens.spatial_maps`` for token activations) and returns raw maps (B, h, w) at the
 layer's resolution, ReLU applied; ``normalize_maps`` resizes them to the input and scales each
-to [0, 1]. The driver that captures what these need is ``hookscope.explain.cam``.
+to [0, 1]. The driver that captures what these need is ``hookscope.cam`` (in explain.py).
 """
 
 from __future__ import annotations
