@@ -102,15 +102,11 @@ def test_spatial_maps_reads_tokens_when_told() -> None:
     assert spatial_maps(maps, tokens=True) is maps  # tokens=True is safe on captured conv maps too
 
 
-def test_spatial_maps_refuses_to_guess_an_ambiguous_3d_tensor() -> None:
-    """(64, 150, 226) is a resnet conv1 map of chelsea, and also 6 + 12 x 12 tokens of 226 channels."""
+def test_spatial_maps_reads_3d_as_maps_unless_told_tokens() -> None:
+    """(64, 150, 226) is a resnet conv1 map of chelsea, and also 6 + 12 x 12 tokens: no guessing."""
     maps = torch.randn(64, 150, 226)
-    with pytest.raises(ShapeError, match=r"\(64, 150, 226\) is either \(C, H, W\) maps .* pass tokens=True"):
-        spatial_maps(maps)
-    assert spatial_maps(maps, tokens=False).shape == (1, 64, 150, 226)
+    assert spatial_maps(maps).shape == (1, 64, 150, 226)
     assert spatial_maps(maps, tokens=True).shape == (64, 226, 12, 12)
-    with pytest.raises(ShapeError, match=r"\(2, 20, 3\) is either"):  # 20 = 4 + 4 x 4
-        spatial_maps(torch.zeros(2, 20, 3))
 
 
 @pytest.mark.parametrize("value", [torch.zeros(4, 4), torch.zeros(1, 1, 1, 4, 4), torch.zeros(16), [[1.0]]])

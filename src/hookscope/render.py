@@ -60,7 +60,7 @@ def feature_grid(
     min_tile: int = 48,
     columns: int | None = None,
     background: RGB = (255, 255, 255),
-    tokens: bool | None = None,
+    tokens: bool = False,
 ) -> Image.Image:
     """One tile per channel of ``(C, H, W)`` / ``(B, C, H, W)`` maps or ``(B, N, C)`` ViT tokens.
 

