@@ -69,3 +69,26 @@ def test_grad_cam_matches_captum_on_efficientnet(model) -> None:
     theirs = LayerAttribution.interpolate(theirs, tuple(x.shape[2:]), interpolate_mode="bilinear")[:, 0]
     ours = cam(model, x, "gradcam", targets, layer="_conv_head")
     torch.testing.assert_close(ours, maths.normalize_maps(theirs), atol=1e-4, rtol=1e-4)
+
+
+def test_input_attributions_match_captum_on_efficientnet(model) -> None:
+    """Saliency, input x gradient and integrated gradients of the pretrained network, against Captum."""
+    from captum.attr import InputXGradient, IntegratedGradients, Saliency
+
+    from hookscope import attribute
+
+    x = zoo.lite_input(skimage.data.chelsea(), 160)
+    xr = x.clone().requires_grad_(True)  # Captum warns when its input does not require grad
+    torch.testing.assert_close(
+        attribute(model, x, "saliency", 285), Saliency(model).attribute(xr, target=285, abs=False), atol=1e-6, rtol=1e-4
+    )
+    torch.testing.assert_close(
+        attribute(model, x, "input_x_gradient", 285),
+        InputXGradient(model).attribute(xr, target=285),
+        atol=1e-6,
+        rtol=1e-4,
+    )
+    ours, delta = attribute(model, x, "integrated_gradients", 285, steps=8, return_delta=True)
+    theirs, their_delta = IntegratedGradients(model).attribute(xr, target=285, n_steps=8, return_convergence_delta=True)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-3)
+    torch.testing.assert_close(delta, their_delta.float(), atol=1e-3, rtol=1e-3)
