@@ -95,6 +95,21 @@ def test_no_side_effects_on_the_model(tiny) -> None:
     assert hookscope.find_hooks(model) == []
 
 
+def test_cam_works_under_no_grad_inference_mode_and_an_inplace_first_layer(tiny) -> None:
+    """The caller's grad mode does not matter, and a model that edits its input in place still works."""
+    model, x = tiny
+    expected = cam(model, x, "gradcam", 1, layer="features")
+    with torch.no_grad():
+        torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected)
+    with torch.inference_mode():
+        torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected)
+    inplace_first = nn.Sequential(nn.ReLU(inplace=True), model)
+    torch.testing.assert_close(
+        cam(inplace_first, x.relu(), "gradcam", 1, layer="1.features"),
+        cam(model, x.relu(), "gradcam", 1, layer="features"),
+    )
+
+
 def test_pick_layer_is_the_last_spatial_output() -> None:
     """ResNet-18: layer4 (its output is the last map larger than 1x1, avgpool's is 1x1)."""
     model = torchvision.models.resnet18().eval()

@@ -5,7 +5,8 @@
     heat = hookscope.cam(model, x, method="gradcam", target=285)   # (B, H, W) in [0, 1]
 
 Gradients are taken with ``torch.autograd.grad`` with respect to a detached copy of the input,
-so nothing accumulates into the model's ``param.grad`` and frozen models work. Use the model in
+so nothing accumulates into the model's ``param.grad``, frozen models work, and so does a call
+under ``torch.no_grad()`` or ``torch.inference_mode()``. Use the model in
 eval mode: in train mode, BatchNorm couples the images of a batch.
 """
 
@@ -94,10 +95,11 @@ def _is_spatial(call: Call) -> bool:
 
 
 def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Target, layer: str, call: int) -> Tensor:
-    leaf = x.detach().requires_grad_(True)
-    with capture(model, layer, kinds=("output", "grad_output")) as cap, torch.enable_grad():
-        picked, _ = scores(model(leaf), target)
-        torch.autograd.grad(picked.sum(), leaf)
+    with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
+        leaf = x.detach().clone().requires_grad_(True)
+        with capture(model, layer, kinds=("output", "grad_output")) as cap:
+            picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
+            torch.autograd.grad(picked.sum(), leaf)
     chosen = _one_call(cap[layer].calls, layer, call)
     return method(spatial_maps(chosen.output, tokens=True), spatial_maps(chosen.grad_output, tokens=True))
 
