@@ -60,6 +60,17 @@ def capture(
     )
 
 
+def probe(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
+    """Run ``model(*args, **kwargs)`` once under no_grad, recording every module call's outputs as
+    meta tensors: shapes and dtypes, in call order, at no memory cost. Modules that never ran
+    (containers such as ``nn.ModuleList``) simply have no calls; nothing is warned."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureWarning)
+        with capture(model, lambda name, _: True, device="meta") as cap, torch.no_grad():
+            model(*args, **kwargs)
+    return cap
+
+
 class Capture(Mapping[str, Record]):
     """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
 

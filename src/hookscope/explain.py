@@ -13,15 +13,14 @@ eval mode: in train mode, BatchNorm couples the images of a batch.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from . import cams as maths
-from .capture import capture
-from .errors import CaptureWarning, OptionError, SelectionError
+from .capture import capture, probe
+from .errors import OptionError, SelectionError
 from .records import Call
 from .targets import Target, scores
 from .tokens import spatial_maps
@@ -72,11 +71,8 @@ def cam(
 
 def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
     """The (name, call) of the last module call whose output is a spatial map larger than 1x1."""
-    with warnings.catch_warnings():  # containers that never run (ModuleList) are expected here
-        warnings.simplefilter("ignore", CaptureWarning)
-        with capture(model, lambda name, _: name != "", device="meta") as cap, torch.no_grad():
-            model(x)
-    spatial = [c for r in cap.values() for c in r.calls if _is_spatial(c)]
+    cap = probe(model, x)
+    spatial = [c for name, r in cap.items() if name for c in r.calls if _is_spatial(c)]
     if not spatial:
         raise SelectionError(
             f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1; pass layer=NAME"

