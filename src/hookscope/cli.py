@@ -7,20 +7,23 @@ usage error; ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from . import __version__
-from .capture import probe
-from .errors import HookscopeError, OptionError
+from .capture import capture, probe
+from .errors import CaptureWarning, HookscopeError, OptionError
 from .explain import METHODS, cam
 from .inputs import LoadedInput, load_input
 from .select import list_modules
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.run(args)
         return result
-    except (HookscopeError, OSError) as err:
+    except (HookscopeError, OSError, ForwardError) as err:
         if args.debug:
             traceback.print_exc()
         else:
@@ -169,11 +172,13 @@ def _run_report(args: argparse.Namespace) -> int:
     loaded = _load(args)
     batch = _inputs(args, loaded)
     notes = (*loaded.notes, *(["input: random values"] if batch.pictures is None else []))
-    report = build_report(
-        loaded.model, batch.x.to(args.device), select=args.select, grads=args.grads, pictures=batch.pictures,
-        labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
-        title=f"{loaded.name} on {', '.join(batch.names[:3])}", notes=notes, progress=_progress,
-    )  # fmt: skip
+    x = batch.x.to(args.device)
+    with _running(loaded, x):
+        report = build_report(
+            loaded.model, x, select=args.select, grads=args.grads, pictures=batch.pictures,
+            labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
+            title=f"{loaded.name} on {', '.join(batch.names[:3])}", notes=notes, progress=_progress,
+        )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0
 
@@ -186,7 +191,9 @@ def _run_cam(args: argparse.Namespace) -> int:
         raise OptionError(f"{str(out)!r} exists; pass --force to replace it")
     loaded = _load(args)
     batch = _inputs_from(args, [args.image], loaded)
-    heat = cam(loaded.model, batch.x.to(args.device), args.method, args.target, layer=args.layer)[0].cpu()
+    x = batch.x.to(args.device)
+    with _running(loaded, x):
+        heat = cam(loaded.model, x, args.method, args.target, layer=args.layer)[0].cpu()
     picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
     draw = panel if args.panel else overlay
     drawn = draw(picture, heat, cmap=args.cmap, alpha=args.alpha)
@@ -232,6 +239,44 @@ def _run_lenet_demo(args: argparse.Namespace) -> int:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+class ForwardError(Exception):
+    """The model's own forward raised; the message says where."""
+
+
+def _running(loaded: LoadedModel, x: torch.Tensor) -> contextlib.AbstractContextManager[None]:
+    """Turn an exception from the model's forward into one line naming the module it came from."""
+    return _ForwardGuard(loaded.model, x)
+
+
+class _ForwardGuard(contextlib.AbstractContextManager[None]):
+    def __init__(self, model: torch.nn.Module, x: torch.Tensor) -> None:
+        self.model, self.x = model, x
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or isinstance(exc, (HookscopeError, KeyboardInterrupt)):
+            return
+        where = _where_forward_fails(self.model, self.x)
+        if where is not None:
+            raise ForwardError(f"the model's forward raised {type(exc).__name__}: {exc} {where}") from exc
+
+
+def _where_forward_fails(model: torch.nn.Module, x: torch.Tensor) -> str | None:
+    """Run the forward again with every module watched; None when it does not fail."""
+    cap = capture(model, lambda name, _: True, device="meta")
+    try:
+        with warnings.catch_warnings(), cap, torch.no_grad():
+            warnings.simplefilter("ignore", CaptureWarning)
+            model(x)
+    except Exception:
+        calls = [c for r in cap.values() for c in r.calls if c.order >= 0]
+        failed = [c for c in calls if c.error is not None and c.site]
+        finished = [c for c in calls if c.error is None]
+        inside = f"inside module {min(failed, key=lambda c: c.order).site!r}" if failed else "outside any submodule"
+        last = f"; the last module to finish was {max(finished, key=lambda c: c.order).site!r}" if finished else ""
+        return f"({inside}{last}); rerun with --debug for the traceback"
+    return None
+
+
 def _load(args: argparse.Namespace) -> LoadedModel:
     loaded = load_model(args.model, weights=args.weights, trust=args.trust_weights)
     try:
@@ -253,7 +298,8 @@ def _inputs_from(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedM
 def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[str, str]:
     size = loaded.preprocess.size
     x = load_input([spec], loaded.preprocess).x if spec else torch.randn(1, loaded.preprocess.channels, size, size)
-    cap = probe(loaded.model, x.to(device))
+    with _running(loaded, x.to(device)):
+        cap = probe(loaded.model, x.to(device))
     shapes = {name: [tuple(t.shape) for t in r.calls[0].tensors.get("output", {}).values()] for name, r in cap.items()}
     return {name: " ".join(str(s) for s in found) for name, found in shapes.items() if found}
 
