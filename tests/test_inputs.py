@@ -35,15 +35,13 @@ def test_lite_preprocessing_is_the_largest_centred_square_as_rgb_minus_127_over_
     assert batch.pictures[0].size == (224, 224)
 
 
-def test_imagenet_preprocessing_resizes_the_shorter_side_then_crops(photos: Path) -> None:
-    """Shorter side to 256 (300 x 451 -> 256 x 385), centred 224 crop, ImageNet mean and std."""
+def test_imagenet_preprocessing_is_torchvisions_preset(photos: Path) -> None:
+    """IMAGENET equals torchvision's IMAGENET1K_V1 transforms (resize 256, crop 224, mean/std)."""
+    from torchvision.models import MobileNet_V2_Weights
+
     x = load_input([str(photos / "b_cat.png")], IMAGENET).x
-    pixels = torch.from_numpy(skimage.data.chelsea()).permute(2, 0, 1).float()[None] / 255
-    resized = torch.nn.functional.interpolate(pixels, size=(256, 385), mode="bilinear", antialias=True)
-    crop = resized[:, :, 16:240, 80:304].clamp(0, 1)
-    mean = torch.tensor(IMAGENET.mean)[None, :, None, None]
-    std = torch.tensor(IMAGENET.std)[None, :, None, None]
-    torch.testing.assert_close(x, (crop - mean) / std)
+    theirs = MobileNet_V2_Weights.IMAGENET1K_V1.transforms()(torch.from_numpy(skimage.data.chelsea()).permute(2, 0, 1))
+    torch.testing.assert_close(x[0], theirs, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("preprocess", [IMAGENET, LITE])
@@ -66,7 +64,7 @@ def test_overrides_and_grayscale(photos: Path) -> None:
     assert load_input([str(photos / "a_cup.jpg")], gray).x.shape == (1, 1, 32, 32)
     bigger = IMAGENET.with_overrides(size=160, mean=[0.5, 0.5, 0.5], std=[0.25, 0.25, 0.25])
     assert bigger.size == 160
-    assert bigger.resize is None
+    assert bigger.resize == 182  # the 224 / 256 crop ratio is kept
     assert load_input([str(photos / "a_cup.jpg")], bigger).x.shape == (1, 3, 160, 160)
 
 

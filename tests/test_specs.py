@@ -92,3 +92,13 @@ def test_pickled_checkpoints_need_an_explicit_trust_flag(tmp_path: Path) -> None
 def test_missing_weights_file() -> None:
     with pytest.raises(ModelError, match=r"weights file 'nope.pt' does not exist"):
         load_model("tests.models:LeNet", weights="nope.pt")
+
+
+def test_builtin_mobilenet_and_lenet() -> None:
+    mobilenet = load_model("mobilenet-v2")
+    assert type(mobilenet.model).__name__ == "MobileNetV2"
+    assert mobilenet.preprocess.resize == 256
+    lenet = load_model("lenet")
+    assert lenet.preprocess.channels == 1
+    assert lenet.preprocess.size == 32
+    assert lenet.labels == [str(i) for i in range(10)]

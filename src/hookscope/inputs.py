@@ -11,9 +11,10 @@ spec                           what it becomes
 ``random:1x3x224x224``         ``torch.randn`` of that shape, seed 0
 =============================  ==========================================================
 
-An image is prepared by ``Preprocess``: the largest centred square (or a resize of the shorter
-side then a centred crop), resized to ``size``, scaled to [0, 1] and normalised with
-``mean``/``std``. Pictures for heatmaps are the same crops, before normalisation.
+An image is prepared by ``Preprocess``: the largest centred square resized to ``size`` (``LITE``),
+or torchvision's ImageClassification preset, the shorter side resized to ``resize`` then a centred
+crop (``IMAGENET``); scaled to [0, 1] and normalised with ``mean``/``std``. Pictures for heatmaps
+are the same crops, before normalisation.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Preprocess:
     std: tuple[float, ...] = (0.229, 0.224, 0.225)
 
     def prepare(self, picture: Any) -> Tensor:
-        """A PIL image as a ``(1, channels, size, size)`` input."""
+        """A PIL image (or an (H, W, 3) uint8 array) as a ``(1, channels, size, size)`` input."""
         pixels = _crop(_pixels(picture, self.channels), self.size, self.resize)  # (1, C, size, size) in [0, 1]
         return (pixels - _column(self.mean)) / _column(self.std)
 
@@ -60,7 +61,8 @@ class Preprocess:
     def with_overrides(self, *, size: int | None = None, mean: Sequence[float] | None = None,
                        std: Sequence[float] | None = None) -> Preprocess:  # fmt: skip
         """This preprocessing with the CLI's ``--size``, ``--mean``, ``--std`` applied."""
-        changed = replace(self, size=size or self.size, resize=None if size and self.resize else self.resize)
+        resize = (size * 8 // 7 if self.resize else None) if size else self.resize  # keep the crop ratio
+        changed = replace(self, size=size or self.size, resize=resize)
         return replace(changed, mean=tuple(mean or self.mean), std=tuple(std or self.std))
 
 
@@ -153,27 +155,41 @@ def _open_image(path: Path) -> Any:
 
 
 def _pixels(picture: Any, channels: int) -> Tensor:
-    """A PIL image as a (1, channels, H, W) float tensor in [0, 1]."""
+    """A PIL image or an (H, W, 3) uint8 array as a (1, channels, H, W) float tensor of 0..255 levels."""
     np = require("numpy")
-    mode = "L" if channels == 1 else "RGB"
-    array = np.asarray(picture.convert(mode), dtype=np.uint8)
-    pixels = torch.from_numpy(array.copy()).float().div(255)
-    return (pixels[None] if channels == 1 else pixels.permute(2, 0, 1))[None]
+    if hasattr(picture, "convert"):
+        picture = picture.convert("L" if channels == 1 else "RGB")
+    array = np.array(picture)
+    if array.dtype != np.uint8 or not (
+        (array.ndim == 3 and array.shape[2] == 3) or (array.ndim == 2 and channels == 1)
+    ):
+        raise InputError(f"expected an (H, W, 3) uint8 RGB image, got {array.shape} {array.dtype}")
+    pixels = torch.from_numpy(array).float()
+    if pixels.dim() == 3 and channels == 1:
+        pixels = pixels @ torch.tensor([0.299, 0.587, 0.114])  # ITU-R 601-2 luma, as Pillow's "L"
+    return (pixels[None] if pixels.dim() == 2 else pixels.permute(2, 0, 1))[None]
 
 
 def _crop(pixels: Tensor, size: int, resize: int | None) -> Tensor:
-    """The centred square: resized shorter side then cropped, or the largest square then resized."""
+    """The centred ``size`` square in [0, 1], from 0..255 levels.
+
+    With ``resize``: torchvision's ImageClassification preset (the shorter side resized to
+    ``resize``, bilinear and antialiased, rounded to whole levels, then a centred crop). Without:
+    the largest centred square, resized to ``size``.
+    """
     h, w = pixels.shape[2:]
     if resize is not None:
-        scale = resize / min(h, w)
-        h, w = max(size, round(h * scale)), max(size, round(w * scale))
-        pixels = F.interpolate(pixels, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
-        top, left = (h - size) // 2, (w - size) // 2
-        return pixels[:, :, top : top + size, left : left + size].clamp(0, 1)
+        shape = (resize, int(resize * w / h)) if h <= w else (int(resize * h / w), resize)  # torchvision's rounding
+        resized = F.interpolate(pixels, size=shape, mode="bilinear", antialias=True, align_corners=False)
+        top, left = round((shape[0] - size) / 2), round((shape[1] - size) / 2)
+        return resized[:, :, top : top + size, left : left + size].round().clamp(0, 255) / 255
     side = min(h, w)
     top, left = (h - side) // 2, (w - side) // 2
     square = pixels[:, :, top : top + side, left : left + side]
-    return F.interpolate(square, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp(0, 1)
+    return (
+        F.interpolate(square, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp(0, 255)
+        / 255
+    )
 
 
 def _column(values: tuple[float, ...]) -> Tensor:

