@@ -167,7 +167,8 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from .report import build_report, write_report
+    from .page import write_report
+    from .report import build_report
 
     loaded = _load(args)
     batch = _inputs(args, loaded)
@@ -203,7 +204,8 @@ def _run_cam(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .report import build_report, write_report
+    from .page import write_report
+    from .report import build_report
 
     if args.model == "lenet":
         return _run_lenet_demo(args)
@@ -223,7 +225,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_lenet_demo(args: argparse.Namespace) -> int:
     from . import lenet
-    from .report import build_report, write_report
+    from .page import write_report
+    from .report import build_report
 
     model = lenet.lenet().to(args.device)
     x, y = lenet.digits("test")

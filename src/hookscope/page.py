@@ -1,0 +1,146 @@
+"""The report as a page: ``render_html`` (jinja2, autoescaped, everything inline) and ``write_report``.
+
+``render_html`` turns a ``Report`` into one self-contained page with the template
+``templates/report.html.j2``: every layer name and user string is escaped, images are inline
+``data:`` URIs, CSS and JS are inline, nothing is fetched when the page is opened.
+``write_report`` writes it into a hidden folder next to ``out`` and renames that into place only
+when complete, so an interrupted run never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import secrets
+import shutil
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import OptionError
+from .optional import require
+from .report import Report
+
+TEMPLATE = "templates/report.html.j2"
+
+
+def render_html(report: Report) -> str:
+    """The report as one HTML page: images inline, CSS and JS inline, nothing fetched when opened."""
+    jinja2 = require("jinja2")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(png=_data_uri, num=_num, percent=_percent, shape=_shape)
+    env.globals.update(histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite)
+    source = resources.files("hookscope").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    types = sorted({layer.type for layer in report.layers})
+    html: str = env.from_string(source).render(report=report, types=types)
+    return html
+
+
+def write_report(report: Report, out: str | Path, *, force: bool = False) -> Path:
+    """Write ``out/index.html`` and return its path; ``out`` is replaced only once the new one is complete.
+
+    An existing non-empty ``out`` is refused unless ``force``. The page is written into a
+    hidden folder next to ``out`` (same file system), which is then renamed into place; on any
+    error that folder is removed and ``out`` is left as it was.
+    """
+    out = Path(os.path.abspath(out))  # "." and ".." have no name to put a staging folder next to
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"{out} is a file, not a folder; pick another output folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise OptionError(f"{out} already exists and is not empty; pass --force (force=True) to replace it")
+    staging = _make_folder(out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}", out)
+    try:
+        (staging / "index.html").write_text(render_html(report), encoding="utf-8")
+        _move_into_place(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out / "index.html"
+
+
+# -- writing ----------------------------------------------------------------------------------
+def _make_folder(path: Path, out: Path) -> Path:
+    try:
+        path.mkdir()  # the umask decides its mode, as for any folder the user makes
+    except OSError as err:
+        raise OptionError(f"cannot write the report to {out}: {err.strerror} ({path.parent})") from err
+    return path
+
+
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Rename ``staging`` to ``out``; an existing ``out`` is set aside first and removed after."""
+    if not out.exists():
+        os.replace(staging, out)
+        return
+    old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
+    os.replace(out, old)
+    try:
+        os.replace(staging, out)
+    except BaseException:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# -- template helpers -------------------------------------------------------------------------
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _num(value: float | int | None) -> str:
+    """Short: ints and floats from 1,000 with separators, 4 digits below, "-3.7e-4" far from 1."""
+    if value is None:  # as_dict's NaN
+        return "–"
+    if isinstance(value, int) or 1e3 <= abs(value) < 1e6:
+        return f"{value:,.0f}"
+    if value == 0 or 1e-3 <= abs(value) < 1e3:
+        return f"{value:.4g}"
+    if not math.isfinite(value):
+        return str(value)
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _isfinite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _histogram_bars(
+    histogram: Mapping[str, list[Any]], *, log: bool = False, width: float = 240, height: float = 56
+) -> dict[str, Any]:
+    """Bars (x, y, w, h) of a stats histogram in a ``width`` x ``height`` box, and where 0 falls (x).
+
+    ``log`` scales heights by log(1 + count): the tails of heavy-tailed gradients stay visible.
+    """
+    counts, edges = histogram["counts"], histogram["edges"]
+    if not counts:
+        return {"bars": [], "zero": None}
+    scaled = [math.log1p(c) for c in counts] if log else [float(c) for c in counts]
+    peak, lo, hi = max(scaled) or 1.0, edges[0], edges[-1]
+    step = width / len(counts)
+    bars = [(i * step, height * (1 - v / peak), step * 0.9, height * v / peak) for i, v in enumerate(scaled) if v]
+    zero = width * (0 - lo) / (hi - lo) if lo < 0 < hi else None
+    return {"bars": bars, "zero": zero}
+
+
+def _value_bars(values: Sequence[float], width: float = 240, height: float = 96) -> dict[str, Any]:
+    """Signed bars (x, y, w, h, negative) of ``values`` around a zero line at ``zero`` (y)."""
+    top, bottom = max(0.0, *values), min(0.0, *values)
+    span = (top - bottom) or 1.0
+    zero = height * top / span
+    step = width / max(len(values), 1)
+    bars = [
+        (i * step, min(zero, zero - height * v / span), step * 0.85, abs(height * v / span), v < 0)
+        for i, v in enumerate(values)
+    ]
+    return {"bars": bars, "zero": zero}
