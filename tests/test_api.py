@@ -33,6 +33,7 @@ def test_exported_members() -> None:
         "OptionError",
         "Policy",
         "Record",
+        "Report",
         "SelectionError",
         "Selector",
         "ShapeError",
@@ -40,6 +41,7 @@ def test_exported_members() -> None:
         "TargetError",
         "__version__",
         "attribute",
+        "build_report",
         "cam",
         "capture",
         "feature_grid",
@@ -51,10 +53,12 @@ def test_exported_members() -> None:
         "overlay",
         "panel",
         "pick_layer",
+        "render_html",
         "select_modules",
         "spatial_maps",
         "summarize",
         "tokens_to_grid",
+        "write_report",
         "zoo",
     ]
     assert hookscope.KINDS == ("input", "output", "grad_input", "grad_output", "param_grad")
@@ -64,7 +68,7 @@ def test_exported_members() -> None:
 
 def test_import_is_light() -> None:
     """`import hookscope` pulls in torch and the standard library only."""
-    heavy = ("matplotlib", "PIL", "jinja2", "transformers", "torchvision", "captum", "efficientnet_lite_pytorch")
+    heavy = ("matplotlib", "PIL", "jinja2", "transformers", "torchvision", "captum", "sklearn", "safetensors")
     code = f"import sys, hookscope; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -118,3 +118,31 @@ def test_debug_shows_the_traceback(capsys) -> None:
     code, _, err = run(capsys, "list", "efficientnet-lite", "--debug")
     assert code == 1
     assert "Traceback (most recent call last)" in err
+
+
+def test_report_end_to_end_refuses_to_overwrite_and_names_bad_layers(capsys, tmp_path: Path, cat_jpg: Path) -> None:
+    out = tmp_path / "report"
+    argv = ["report", "efficientnet-lite0", str(cat_jpg), "--select", "_blocks.1*", "--grads", "--out", str(out)]
+    code, printed, _ = run(capsys, *argv)
+    assert code == 0
+    assert printed.strip() == str(out / "index.html")
+    assert "Egyptian Mau" in (out / "index.html").read_text()
+    before = (out / "index.html").stat().st_mtime_ns
+    code, _, err = run(capsys, *argv)
+    assert code == 1
+    assert "already exists and is not empty; pass --force" in err
+    assert (out / "index.html").stat().st_mtime_ns == before
+    lenet = ["report", "tests.models:LeNet", "random:1x3x32x32"]
+    code, _, err = run(capsys, *lenet, "--select", "conv9", "--out", str(tmp_path / "r2"))
+    assert code == 1
+    assert "'conv9' matched no module of LeNet (8 modules); closest: 'conv2', 'conv1'" in err
+    assert not (tmp_path / "r2").exists()
+    assert run(capsys, *lenet, "--out", str(tmp_path / "r3"))[0] == 0
+
+
+def test_python_dash_m_works() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "hookscope", "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("hookscope ")

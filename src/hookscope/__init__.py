@@ -31,10 +31,12 @@ from .errors import (
 )
 from .explain import cam, pick_layer
 from .hooks import HookInfo, find_hooks
+from .page import render_html, write_report
 from .plots import gradient_flow_plot, histogram_plot
 from .policy import Policy
 from .records import KINDS, Call, Kind, Record
 from .render import feature_grid, overlay, panel
+from .report import Report, build_report
 from .select import ModuleInfo, Selector, list_modules, select_modules
 from .stats import Summary, gradient_flow, summarize
 from .tokens import spatial_maps, tokens_to_grid
@@ -57,6 +59,7 @@ __all__ = [
     "OptionError",
     "Policy",
     "Record",
+    "Report",
     "SelectionError",
     "Selector",
     "ShapeError",
@@ -64,6 +67,7 @@ __all__ = [
     "TargetError",
     "__version__",
     "attribute",
+    "build_report",
     "cam",
     "capture",
     "feature_grid",
@@ -75,9 +79,11 @@ __all__ = [
     "overlay",
     "panel",
     "pick_layer",
+    "render_html",
     "select_modules",
     "spatial_maps",
     "summarize",
     "tokens_to_grid",
+    "write_report",
     "zoo",
 ]
