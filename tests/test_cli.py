@@ -146,3 +146,19 @@ def test_python_dash_m_works() -> None:
 
     done = subprocess.run([sys.executable, "-m", "hookscope", "--version"], capture_output=True, text=True, check=True)
     assert done.stdout.startswith("hookscope ")
+
+
+def test_a_tensor_of_the_wrong_shape_and_weights_that_do_not_fit(capsys, tmp_path: Path) -> None:
+    """A 1-channel tensor into a 3-channel conv names the module; mismatched weights name the keys."""
+    import torch
+
+    torch.save(torch.randn(1, 1, 32, 32), tmp_path / "gray.pt")
+    code, _, err = run(capsys, "report", "tests.models:LeNet", str(tmp_path / "gray.pt"), "--out", str(tmp_path / "r"))
+    assert code == 1
+    assert "the model's forward raised RuntimeError" in err
+    assert "inside module 'conv1'" in err
+    assert not (tmp_path / "r").exists()
+    torch.save({"conv1.weight": torch.zeros(6, 3, 5, 5)}, tmp_path / "partial.pt")
+    code, _, err = run(capsys, "list", "tests.models:LeNet", "--weights", str(tmp_path / "partial.pt"))
+    assert code == 1
+    assert "do not match LeNet: 9 missing (conv1.bias, conv2.bias, conv2.weight, fc1.bias and 5 more)" in err

@@ -260,7 +260,8 @@ class _ForwardGuard(contextlib.AbstractContextManager[None]):
             return
         where = _where_forward_fails(self.model, self.x)
         if where is not None:
-            raise ForwardError(f"the model's forward raised {type(exc).__name__}: {exc} {where}") from exc
+            message = " ".join(str(exc).split())  # one line, whatever the model raised
+            raise ForwardError(f"the model's forward raised {type(exc).__name__}: {message} {where}") from exc
 
 
 def _where_forward_fails(model: torch.nn.Module, x: torch.Tensor) -> str | None:
