@@ -350,3 +350,64 @@ def test_only_selected_modules_carry_hooks_and_only_inside_the_block() -> None:
         ("fc1.weight", "post_accumulate_grad"),
     ]
     assert hookscope.find_hooks(net) == []
+
+
+# -- reductions in the hook, and clearing ---------------------------------------------------------
+def test_reduce_keeps_what_it_returns_and_copies_views() -> None:
+    """A spatial mean is kept as is; a slice of the live tensor is copied before in-place ops hit it."""
+    torch.manual_seed(0)
+    net = ConvInplaceReLU().double()
+    x = torch.randn(2, 1, 6, 6, dtype=torch.float64, requires_grad=True)
+    conv_out = net.conv(x).detach()
+
+    def spatial_mean(site: str, kind: str, key: str, t: torch.Tensor) -> torch.Tensor:
+        return t.mean(dim=(2, 3)) if t.dim() == 4 else t
+
+    with hookscope.capture(net, "conv", kinds=("output", "grad_output"), reduce=spatial_mean) as cap:
+        net(x).sum().backward()
+    torch.testing.assert_close(cap["conv"].output, conv_out.mean(dim=(2, 3)))
+    assert cap["conv"].grad_output.shape == (2, 4)
+
+    with hookscope.capture(net, "conv", reduce=lambda site, kind, key, t: t[:1]) as cap:
+        net(x)
+    assert (cap["conv"].output < 0).any()  # the slice was copied before ReLU(inplace) rewrote it
+    torch.testing.assert_close(cap["conv"].output, conv_out[:1])
+
+
+def test_reduce_returning_none_keeps_nothing_and_sees_every_site() -> None:
+    """Running statistics: every (site, kind, key) reaches the reducer, aliases included; nothing is kept."""
+    net = nn.Sequential(nn.Linear(3, 3), nn.Identity()).eval()
+    seen: list[tuple[str, str, str, float]] = []
+
+    def record(site: str, kind: str, key: str, t: torch.Tensor) -> None:
+        seen.append((site, kind, key, t.sum().item()))
+
+    x = torch.randn(2, 3, requires_grad=True)
+    with hookscope.capture(net, None, kinds=("output", "grad_output"), reduce=record) as cap:
+        net(x).sum().backward()
+    assert [(s, k, key) for s, k, key, _ in seen if k == "output"] == [("0", "output", "out"), ("1", "output", "out")]
+    assert {(s, k) for s, k, _, _ in seen} == {
+        ("0", "output"),
+        ("1", "output"),
+        ("0", "grad_output"),
+        ("1", "grad_output"),
+    }
+    assert cap["0"].calls[0].tensors["output"] == {}  # kept nothing, and no 'no backward' warning either
+    seen.clear()
+    with hookscope.capture(net, "0", kinds="param_grad", reduce=record) as cap:
+        net(x).sum().backward()
+    assert sorted((k, key) for _, k, key, _ in seen) == [("param_grad", "bias"), ("param_grad", "weight")]
+
+
+def test_clear_forgets_the_calls_and_keeps_the_hooks() -> None:
+    net = LeNet()
+    with hookscope.capture(net, ["conv1"], kinds=("output", "param_grad")) as cap:
+        net(torch.randn(1, 3, 32, 32)).sum().backward()
+        cap.tap(torch.ones(1), "t", grad=False)
+        cap.clear()
+        assert cap["conv1"].calls == []
+        assert "t" not in cap
+        assert cap["conv1"].param_grads == {"weight": [], "bias": []}
+        net(torch.randn(1, 3, 32, 32)).sum().backward()
+    assert [c.index for c in cap["conv1"].calls] == [0]
+    assert len(cap["conv1"].param_grads["weight"]) == 1

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .errors import CaptureError, CaptureWarning, NotCapturedError
 from .hooks import HandleGroup
-from .policy import Keeper, Policy
+from .policy import Keeper, Policy, Reducer
 from .records import GRAD_KINDS, KINDS, Call, Kind, Record
 from .select import Selector, select_modules
 from .tree import Leaves, flatten, flatten_call
@@ -47,17 +47,18 @@ def capture(
     clone: bool = True,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
+    reduce: Reducer | None = None,
 ) -> Capture:
     """Capture ``kinds`` at the modules of ``model`` that ``select`` picks, inside a ``with`` block.
 
     ``select=None`` picks every leaf module. ``kinds`` are ``input``, ``output``,
     ``grad_input``, ``grad_output`` and ``param_grad``. ``detach``, ``clone``, ``device`` and
-    ``dtype`` decide what is stored (see ``hookscope.policy``). With no model, the capture
-    only records taps (``cap.tap(tensor, name)``).
+    ``dtype`` decide what is stored (see ``hookscope.policy``); ``reduce(site, kind, key, tensor)``
+    runs in the hook and returns what to keep instead (or None for nothing). With no model, the
+    capture only records taps (``cap.tap(tensor, name)``).
     """
-    return Capture(
-        model, select, kinds=kinds, policy=Policy.make(detach=detach, clone=clone, device=device, dtype=dtype)
-    )
+    policy = Policy.make(detach=detach, clone=clone, device=device, dtype=dtype)
+    return Capture(model, select, kinds=kinds, policy=policy, reduce=reduce)
 
 
 def probe(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
@@ -75,7 +76,13 @@ class Capture(Mapping[str, Record]):
     """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
 
     def __init__(
-        self, model: nn.Module | None, select: Selector | None, *, kinds: Kind | Iterable[Kind], policy: Policy
+        self,
+        model: nn.Module | None,
+        select: Selector | None,
+        *,
+        kinds: Kind | Iterable[Kind],
+        policy: Policy,
+        reduce: Reducer | None = None,
     ):
         self.model = model
         self.kinds = _check_kinds(kinds)
@@ -83,11 +90,14 @@ class Capture(Mapping[str, Record]):
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else select_modules(model, select)
         self._records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
-        self._keeper = Keeper(policy)
+        if reduce is not None and not callable(reduce):
+            raise CaptureError(f"reduce must be a function (site, kind, key, tensor) -> tensor or None, got {reduce!r}")
+        self._keeper = Keeper(policy, reduce)
         self._handles = HandleGroup()
         self._open: dict[str, list[Call]] = {name: [] for name, _ in self._modules}
         self._order = itertools.count()
         self._grads_seen = False
+        self._params_reached: set[str] = set()
         self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
         self._state = "new"
 
@@ -135,6 +145,25 @@ class Capture(Mapping[str, Record]):
         else:
             self._annotate(exc)
 
+    def clear(self) -> None:
+        """Forget every call captured so far; the hooks stay. For long loops and dataset runs.
+
+        Taps are forgotten too. Call it between batches, once their backward passes are done:
+        a gradient that arrives later for a forgotten call is dropped.
+        """
+        for name in list(self._records):
+            record = self._records[name]
+            if record.type == "tap":
+                del self._records[name]
+                continue
+            record.calls.clear()
+            record.param_grads = {pname: [] for pname in record.param_grads}
+        for pending in self._open.values():
+            pending.clear()
+        self._keeper.forget()
+        self._grads_seen = False
+        self._params_reached.clear()
+
     def tap(self, tensor: Tensor, name: str, *, grad: bool = True) -> Tensor:
         """Record ``tensor`` as site ``name`` (``.value``) and, with ``grad``, its gradient (``.grad``).
 
@@ -150,7 +179,7 @@ class Capture(Mapping[str, Record]):
             raise CaptureError(f"tap name {name!r} is already a module of this capture; pick another name")
         call = Call(name, len(record.calls), order=next(self._order))
         record.calls.append(call)
-        call.tensors["output"] = {"value": self._keeper.keep(tensor, (name, "value"))}
+        call.tensors["output"] = self._keep_all([("value", tensor)], name, "output")
         if grad:
             self._watch(call, "grad_output", [("value", tensor)], "tensor")
         return tensor
@@ -174,7 +203,7 @@ class Capture(Mapping[str, Record]):
         self._open[record.name].append(call)
         leaves = flatten_call(args, kwargs)
         if "input" in self.kinds:
-            call.tensors["input"] = self._keep_all(leaves, record.name)
+            call.tensors["input"] = self._keep_all(leaves, record.name, "input")
         if "grad_input" in self.kinds:
             self._watch(call, "grad_input", leaves, "input")
 
@@ -195,12 +224,13 @@ class Capture(Mapping[str, Record]):
             call.missing["param_grad"] = NO_GRAD_MODE
         leaves = flatten(output)
         if "output" in self.kinds:
-            call.tensors["output"] = self._keep_all(leaves, record.name)
+            call.tensors["output"] = self._keep_all(leaves, record.name, "output")
         if "grad_output" in self.kinds:
             self._watch(call, "grad_output", leaves, "output")
 
-    def _keep_all(self, leaves: Leaves, site: str) -> dict[str, Tensor]:
-        return {key: self._keeper.keep(t, (site, key)) for key, t in leaves}
+    def _keep_all(self, leaves: Leaves, site: str, kind: Kind) -> dict[str, Tensor]:
+        kept = ((key, self._keeper.keep(t, (site, kind, key))) for key, t in leaves)
+        return {key: t for key, t in kept if t is not None}
 
     def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str) -> None:
         """Hook the gradient of every tensor in ``leaves`` that will receive one."""
@@ -217,14 +247,19 @@ class Capture(Mapping[str, Record]):
 
     def _on_grad(self, call: Call, kind: Kind, key: str, grad: Tensor) -> None:
         self._grads_seen = True
+        call.reached.add(kind)
         kept = self._keeper.keep(grad, (call.site, kind, key))
+        if kept is None:
+            return
         held = call.tensors.setdefault(kind, {})
         held[key] = kept if key not in held else held[key] + kept  # several backward passes: summed
 
     def _on_param_grad(self, record: Record, name: str, param: Tensor) -> None:
         self._grads_seen = True
-        if param.grad is not None:
-            record.param_grads[name].append(self._keeper.keep(param.grad, (record.name, "param_grad", name)))
+        self._params_reached.add(record.name)
+        kept = None if param.grad is None else self._keeper.keep(param.grad, (record.name, "param_grad", name))
+        if kept is not None:
+            record.param_grads[name].append(kept)
 
     # -- diagnosis, once, at exit --------------------------------------------------------------
     def _diagnose(self) -> None:
@@ -254,7 +289,7 @@ class Capture(Mapping[str, Record]):
             if kind in record.kinds:
                 reasons = {self._grad_problem(call, kind) for call in record.calls} - {None}
                 yield from ((kind, r) for r in sorted(r for r in reasons if r is not None))
-        if "param_grad" in record.kinds and not any(record.param_grads.values()):
+        if "param_grad" in record.kinds and record.name not in self._params_reached:
             no_grad = all(call.missing.get("param_grad") == NO_GRAD_MODE for call in record.calls)
             reason = record.missing.get("param_grad") or (NO_GRAD_MODE if no_grad else self._no_grad_reason())
             record.missing["param_grad"] = reason
@@ -263,7 +298,7 @@ class Capture(Mapping[str, Record]):
     def _grad_problem(self, call: Call, kind: Kind) -> str | None:
         if call.error is not None:
             return None
-        if kind not in call.missing and not call.tensors.get(kind) and call.watched.get(kind):
+        if kind not in call.missing and kind not in call.reached and call.watched.get(kind):
             call.missing[kind] = self._no_grad_reason()
         return call.missing.get(kind)
 

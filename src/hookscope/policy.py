@@ -13,19 +13,26 @@ Defaults, and why:
 
 Outputs that alias each other (``nn.Identity``, eval-mode ``Dropout``, a layer's output that
 is the next layer's input) are copied once and shared while the source is unchanged.
+
+A ``reduce`` function ``(site, kind, key, tensor) -> tensor | None`` runs in the hook, on the
+detached tensor, before anything is kept: a spatial mean, a slice, top-k channels, or running
+statistics that keep nothing (return None). What it returns is copied only when it still shares
+memory with the model's tensor (a slice, a view); ``device`` and ``dtype`` apply after it.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from .errors import CaptureError
 
-Label = tuple[str, ...]
+Label = tuple[str, str, str]  # (site, kind, key)
+Reducer = Callable[[str, str, str, Tensor], "Tensor | None"]
 _AliasKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...], int]
 
 
@@ -61,13 +68,17 @@ class Policy:
 class Keeper:
     """Applies a policy to every tensor of one capture, copying aliased tensors once."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, reduce: Reducer | None = None) -> None:
         self.policy = policy
+        self.reduce = reduce
+        self._fresh = replace(policy, clone=False)  # for what a reducer made anew
         self._seen: dict[_AliasKey, tuple[weakref.ref[Tensor], Tensor]] = {}
         self._references: list[tuple[Label, Tensor, int]] = []  # (label, tensor, version) when clone=False
 
-    def keep(self, tensor: Tensor, label: Label) -> Tensor:
-        """The stored form of ``tensor``; ``label`` (site, key...) names it in the in-place warning."""
+    def keep(self, tensor: Tensor, label: Label) -> Tensor | None:
+        """The stored form of ``tensor`` (None: the reducer kept nothing); ``label`` is (site, kind, key)."""
+        if self.reduce is not None:
+            return self._reduced(tensor, label)
         if not self.policy.clone:
             kept = self.policy.apply(tensor)
             if not tensor.is_inference():
@@ -83,6 +94,14 @@ class Keeper:
             self._seen[key] = (weakref.ref(tensor), kept)
         return kept
 
+    def _reduced(self, tensor: Tensor, label: Label) -> Tensor | None:
+        with torch.no_grad():
+            out = self.reduce(*label, tensor.detach()) if self.reduce is not None else tensor
+        if out is None:
+            return None
+        shared = out.layout == torch.strided and out.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+        return (self.policy if shared else self._fresh).apply(out)
+
     def modified_references(self) -> list[str]:
         """Labels of tensors stored by reference that an in-place op changed afterwards."""
         return [_format(label) for label, t, version in self._references if t._version != version]
@@ -94,8 +113,8 @@ class Keeper:
 
 
 def _format(label: Label) -> str:
-    site, *rest = label
-    return " ".join([repr(site), *rest])
+    site, kind, key = label
+    return f"{site!r} {kind} {key}"
 
 
 def _alias_key(tensor: Tensor) -> _AliasKey | None:

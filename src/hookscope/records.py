@@ -75,6 +75,7 @@ class Call(_Shortcuts):
     tensors: dict[str, dict[str, Tensor]] = field(default_factory=dict)  # kind -> key -> tensor
     missing: dict[str, str] = field(default_factory=dict)  # kind -> why it holds nothing
     watched: dict[str, list[str]] = field(default_factory=dict)  # grad kind -> keys with a hook
+    reached: set[str] = field(default_factory=set)  # grad kinds a backward pass delivered
     order: int = -1  # position among all calls of the capture, in the order they returned
     error: str | None = None  # the exception the module's forward raised, if it did
 
