@@ -98,6 +98,7 @@ class Capture(Mapping[str, Record]):
         self._order = itertools.count()
         self._grads_seen = False
         self._params_reached: set[str] = set()
+        self._cleared: set[str] = set()  # sites that had calls before a clear()
         self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
         self._state = "new"
 
@@ -151,6 +152,7 @@ class Capture(Mapping[str, Record]):
         Taps are forgotten too. Call it between batches, once their backward passes are done:
         a gradient that arrives later for a forgotten call is dropped.
         """
+        self._cleared |= {name for name, record in self._records.items() if record.calls}
         for name in list(self._records):
             record = self._records[name]
             if record.type == "tap":
@@ -282,6 +284,8 @@ class Capture(Mapping[str, Record]):
 
     def _site_problems(self, record: Record) -> Iterator[tuple[str, str]]:
         if not record.calls:
+            if record.name in self._cleared:
+                return
             record.missing["call"] = NEVER_CALLED
             yield "call", NEVER_CALLED
             return
