@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from hookscope.cli import main
+from tests.browser import check_sort_and_lightbox, open_page, undecoded_images, visible_rows
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -24,34 +25,6 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert main(["demo", "--model", model, "--out", str(out / model)]) == 0
         pages[model] = out / model / "index.html"
     return pages
-
-
-def open_page(chromium: Any, index: Path) -> tuple[Any, list[str]]:
-    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-    problems: list[str] = []
-    page.on(
-        "console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None
-    )
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    page.on("requestfailed", lambda r: problems.append(f"failed request: {r.url}"))
-    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else problems.append(f"fetch: {r.url}"))
-    page.goto(index.as_uri())
-    page.wait_for_load_state("load")
-    return page, problems
-
-
-def undecoded_images(page: Any) -> list[str]:
-    """Every <img> decoded by the browser (lazy ones are made eager first); the ones that fail."""
-    script = """imgs => Promise.all(imgs.filter(i => i.getAttribute("src")).map(i => { i.loading = "eager";
-        return i.decode().then(() => i.naturalWidth > 0 ? null : i.alt, () => i.alt || i.src.slice(0, 40)); }))
-        .then(bad => bad.filter(b => b !== null))"""
-    return page.eval_on_selector_all("img", script)
-
-
-def visible_rows(page: Any) -> list[str]:
-    return page.eval_on_selector_all(
-        "#layer-table tbody tr:not([hidden])", "rows => rows.map(r => r.querySelector('td:nth-child(2)').innerText)"
-    )
 
 
 def test_the_efficientnet_demo_works_in_chromium(chromium: Any, demo: dict[str, Path]) -> None:
@@ -69,15 +42,7 @@ def test_the_efficientnet_demo_works_in_chromium(chromium: Any, demo: dict[str, 
     assert len(visible_rows(page)) == 16
     page.select_option("#layer-type", "")
 
-    page.click("#layer-table th:nth-child(5)")
-    page.click("#layer-table th:nth-child(5)")
-    means = page.eval_on_selector_all("#layer-table tbody td:nth-child(5)", "ts => ts.map(t => +t.dataset.v)")
-    assert means == sorted(means, reverse=True)
-
-    page.locator("img.zoom").first.click()
-    assert page.is_visible("#lightbox")
-    page.keyboard.press("Escape")
-    assert not page.is_visible("#lightbox")
+    check_sort_and_lightbox(page)
 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "demo-efficientnet.png"), full_page=True)

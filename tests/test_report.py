@@ -26,6 +26,7 @@ from hookscope.errors import OptionError
 from hookscope.page import TEMPLATE, render_html, write_report
 from hookscope.report import MAX_VALUES, Report, build_report
 from hookscope.stats import summarize
+from tests.browser import check_sort_and_lightbox, open_page, undecoded_images, visible_rows
 from tests.models import SharedCell
 
 HOSTILE = 'x<script>alert("pwned")</script>\'&amp;'  # a legal module name: torch only refuses dots
@@ -436,27 +437,16 @@ def test_in_chromium_search_filter_sort_and_lightbox_work_without_errors(
     with_grads: Report, tmp_path: Path, chromium: Any
 ) -> None:
     index = write_report(with_grads, tmp_path / "report")
-    page = chromium.new_page()
-    problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else problems.append(r.url))
-    page.goto(index.as_uri())
+    page, problems = open_page(chromium, index)
+    assert undecoded_images(page) == []
     page.fill("#layer-search", "conv")
     assert page.locator("#layer-table tbody tr:not([hidden])").count() == 2
     assert page.locator("article.layer:not([hidden])").count() == 2
     assert page.inner_text("#layer-count") == "2 of 6 layers"
     page.fill("#layer-search", "")
     page.select_option("#layer-type", "Linear")
-    assert page.locator("#layer-table tbody tr:not([hidden])").count() == 1
+    assert len(visible_rows(page)) == 1
     page.select_option("#layer-type", "")
-    page.click("#layer-table th:nth-child(5)")  # mean, descending after a second click
-    page.click("#layer-table th:nth-child(5)")
-    means = page.eval_on_selector_all("#layer-table tbody td:nth-child(5)", "ts => ts.map(t => +t.dataset.v)")
-    assert means == sorted(means, reverse=True)
-    page.locator("img.zoom").first.click()
-    assert page.is_visible("#lightbox")
-    page.keyboard.press("Escape")
-    assert not page.is_visible("#lightbox")
+    check_sort_and_lightbox(page)
     page.close()
     assert problems == []
