@@ -1,0 +1,317 @@
+"""Running statistics of a stream of tensors, mergeable across batches, runs and processes.
+
+``RunningStats`` is what a statistics-only extraction keeps per (layer, kind, key): it sees
+each tensor once (``update``) and never holds it. Two of them merge (``merge``) into the
+statistics of both streams, whatever way the data was split; that is how batches, resumed
+runs and torchrun ranks are combined.
+
+The rules, as ``hookscope.summarize`` has them (and checked against numpy on the
+concatenated data):
+
+- ``count`` is every element; NaN and ±Inf are counted (``nan_count``, ``inf_count``) and
+  left out of everything else. ``zero_count`` counts exact zeros.
+- Moments of the finite values: the count ``n``, ``mean`` and ``m2`` (sum of squared
+  deviations, ``var = m2 / n``, ddof=0). Each tensor's moments are computed in two passes in
+  float64 and merged with Chan, Golub and LeVeque's pairwise formula (Welford's update is its
+  one-element case), so long streams do not lose precision to cancellation.
+- ``min`` / ``max`` of the finite values; ``mean_abs``, the mean of |x|.
+- ``channel_dim``: the same moments per channel (slices along that dimension, counted on the
+  tensor as given: 1 for ``(N, C, ...)``, -1 for channels-last). The histogram is per layer only.
+- The histogram counts finite values on one fixed grid, the same for every run: ``EDGES`` are
+  ``±10**(k / 10)`` for k in -120..120 (ten bins a decade from 1e-12 to 1e12, each about 26%
+  wide), bin ``i`` holds ``EDGES[i-1] <= x < EDGES[i]``, bin 0 everything below ``-1e12``, the
+  last bin everything from ``1e12`` up, and the middle bin ``[-1e-12, 1e-12)`` holds zeros.
+  A grid fixed in advance is what makes histograms of different runs add up: edges taken
+  from a first batch's range would differ from run to run and could not be merged. The price
+  is relative resolution: percentiles read from it would be approximate, so none are given.
+
+Everything stays on the tensors' device (no host sync per update), in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .errors import OptionError
+
+PER_DECADE = 10
+DECADES = 12
+_MAGNITUDES = 10.0 ** (torch.arange(-DECADES * PER_DECADE, DECADES * PER_DECADE + 1, dtype=torch.float64) / PER_DECADE)
+EDGES: Tensor = torch.cat([-_MAGNITUDES.flip(0), _MAGNITUDES])  # (482,), built on the CPU once: exact everywhere
+BINS = len(EDGES) + 1  # with the two open-ended bins
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Moments of the finite values of ``C`` groups (one per channel, or ``C == 1`` for all)."""
+
+    n: Tensor  # (C,) int64, finite values
+    mean: Tensor  # (C,) float64
+    m2: Tensor  # (C,) float64, sum of squared deviations from the mean
+    mean_abs: Tensor  # (C,) float64
+    min: Tensor  # (C,) float64, +inf where n == 0
+    max: Tensor  # (C,) float64, -inf where n == 0
+
+    @property
+    def var(self) -> Tensor:
+        """Population variance (ddof=0), NaN where a group has no finite value."""
+        return self.m2 / self.n.to(torch.float64)
+
+
+def moments(rows: Tensor) -> Moments:
+    """Moments of each row of ``rows`` (C, N) in float64, non-finite values left out (two passes)."""
+    finite = rows.isfinite()  # (C, N)
+    n = finite.sum(1)  # (C,)
+    values = torch.where(finite, rows, 0.0)
+    mean = values.sum(1) / n.clamp(min=1)  # (C,); 0 for a group with no value
+    deviations = torch.where(finite, rows - mean[:, None], 0.0)
+    mean_abs = values.abs().sum(1) / n.clamp(min=1)
+    if not rows.shape[1]:  # amin/amax refuse an empty dimension
+        lo, hi = torch.full_like(mean, math.inf), torch.full_like(mean, -math.inf)
+    else:
+        lo = torch.where(finite, rows, math.inf).amin(1)
+        hi = torch.where(finite, rows, -math.inf).amax(1)
+    return Moments(n, mean, deviations.square().sum(1), mean_abs, lo, hi)
+
+
+def merge_moments(a: Moments, b: Moments) -> Moments:
+    """The moments of both groups of values (Chan, Golub & LeVeque 1979)."""
+    n = a.n + b.n
+    weight = b.n.to(torch.float64) / n.clamp(min=1)  # (C,): b's share
+    delta = b.mean - a.mean
+    return Moments(
+        n=n,
+        mean=a.mean + delta * weight,
+        m2=a.m2 + b.m2 + delta.square() * a.n * weight,
+        mean_abs=a.mean_abs + (b.mean_abs - a.mean_abs) * weight,
+        min=torch.minimum(a.min, b.min),
+        max=torch.maximum(a.max, b.max),
+    )
+
+
+def empty_moments(groups: int, device: torch.device | None = None) -> Moments:
+    """The moments of no value at all, for ``groups`` groups."""
+    zero = torch.zeros(groups, dtype=torch.float64, device=device)
+    return Moments(zero.long(), zero, zero, zero, zero + math.inf, zero - math.inf)
+
+
+def histogram(values: Tensor) -> Tensor:
+    """Counts of the finite ``values`` on the fixed grid ``EDGES``: a (BINS,) int64 tensor."""
+    flat = values.reshape(-1)
+    finite = flat.isfinite()
+    index = torch.bucketize(torch.where(finite, flat, 0.0), _edges_on(flat.device), right=True)
+    index = torch.where(finite, index, BINS)  # non-finite values go to a bin that is dropped
+    return torch.bincount(index, minlength=BINS + 1)[:BINS]
+
+
+class RunningStats:
+    """Statistics of every tensor passed to ``update``, without keeping any (module docstring)."""
+
+    def __init__(self, *, channel_dim: int | None = None) -> None:
+        self.channel_dim = channel_dim
+        self.shape: tuple[int, ...] | None = None  # of the first tensor seen
+        self.dtype: str | None = None
+        self.updates = 0
+        self.counts = torch.zeros(4, dtype=torch.int64)  # count, nan_count, inf_count, zero_count
+        self.all = empty_moments(1)
+        self.channels: Moments | None = None
+        self.hist = torch.zeros(BINS, dtype=torch.int64)
+
+    def __repr__(self) -> str:
+        return f"<RunningStats of {self.count:,} values: mean {self.mean:.4g}, std {self.std:.4g}>"
+
+    # -- the stream --------------------------------------------------------------------------
+    def update(self, tensor: Tensor) -> RunningStats:
+        """Add every element of ``tensor``; returns self."""
+        values = _as_float64(tensor)
+        if self.shape is None:
+            self.shape, self.dtype = tuple(tensor.shape), str(tensor.dtype).removeprefix("torch.")
+        flat = values.reshape(1, -1)  # (1, N)
+        counts = torch.stack([
+            torch.tensor(flat.shape[1], device=flat.device),
+            flat.isnan().sum(),
+            flat.isinf().sum(),
+            (flat == 0).sum(),
+        ])  # fmt: skip
+        self._add(counts, moments(flat), histogram(flat), self._channel_moments(values))
+        self.updates += 1
+        return self
+
+    def merge(self, other: RunningStats) -> RunningStats:
+        """A new ``RunningStats`` of both streams; neither is changed."""
+        if other.channel_dim != self.channel_dim:
+            raise OptionError(
+                f"cannot merge statistics per channel along dim {self.channel_dim} "
+                f"with statistics along dim {other.channel_dim}"
+            )
+        merged = self.copy()
+        merged._add(other.counts, other.all, other.hist, other.channels)
+        merged.updates = self.updates + other.updates
+        if merged.shape is None:
+            merged.shape, merged.dtype = other.shape, other.dtype
+        return merged
+
+    def copy(self) -> RunningStats:
+        """An independent copy (tensors are never changed in place, so they are shared)."""
+        twin = RunningStats(channel_dim=self.channel_dim)
+        twin.__dict__.update(self.__dict__)
+        return twin
+
+    def _add(self, counts: Tensor, all_: Moments, hist: Tensor, channels: Moments | None) -> None:
+        device = counts.device
+        self.counts = self.counts.to(device) + counts
+        self.all = merge_moments(_to(self.all, device), all_)
+        self.hist = self.hist.to(device) + hist.to(device)
+        if channels is not None:
+            mine = self.channels if self.channels is not None else empty_moments(len(channels.n), device)
+            if len(mine.n) != len(channels.n):
+                raise OptionError(
+                    f"a tensor with {len(channels.n)} channels along dim {self.channel_dim} came after "
+                    f"{len(mine.n)} channels; per-channel statistics need the same channels every time"
+                )
+            self.channels = merge_moments(_to(mine, device), _to(channels, device))
+
+    def _channel_moments(self, values: Tensor) -> Moments | None:
+        if self.channel_dim is None:
+            return None
+        if not -values.dim() <= self.channel_dim < values.dim():
+            raise OptionError(
+                f"per-channel statistics along dim {self.channel_dim} need a tensor with that dimension, "
+                f"got shape {tuple(values.shape)}; use 1 for (N, C, ...), -1 for channels-last"
+            )
+        rows = values.movedim(self.channel_dim, 0)
+        return moments(rows.reshape(rows.shape[0], -1))  # (C, N)
+
+    # -- numbers -----------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        return int(self.counts[0])
+
+    @property
+    def nan_count(self) -> int:
+        return int(self.counts[1])
+
+    @property
+    def inf_count(self) -> int:
+        return int(self.counts[2])
+
+    @property
+    def zero_count(self) -> int:
+        return int(self.counts[3])
+
+    @property
+    def n(self) -> int:
+        """Finite values: what the moments, extremes and histogram cover."""
+        return int(self.all.n[0])
+
+    @property
+    def mean(self) -> float:
+        return float(self.all.mean[0]) if self.n else math.nan
+
+    @property
+    def var(self) -> float:
+        """Population variance (ddof=0)."""
+        return float(self.all.var[0]) if self.n else math.nan
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.var)
+
+    @property
+    def min(self) -> float:
+        return float(self.all.min[0]) if self.n else math.nan
+
+    @property
+    def max(self) -> float:
+        return float(self.all.max[0]) if self.n else math.nan
+
+    def as_dict(self, bins: int = 50) -> dict[str, Any]:
+        """The keys of ``Summary.as_dict()``, for a report: NaN as None; no percentiles (see the module
+        docstring); the histogram redrawn on ``bins`` equal bins from min to max, its counts
+        spread evenly within each grid bin (fractional, so approximate)."""
+        n, mean, var = self.n, self.mean, self.var
+        finite = n > 0
+        counts, edges = linear_histogram(self.hist, self.min, self.max, bins) if finite else ([], [])
+        summary = {
+            "count": self.count,
+            "mean": mean,
+            "std": math.sqrt(var),
+            "min": self.min,
+            "max": self.max,
+            "mean_abs": float(self.all.mean_abs[0]) if finite else math.nan,
+            "l2": math.sqrt(float(self.all.m2[0]) + n * mean * mean) if finite else math.nan,
+            "zero_fraction": self.zero_count / self.count if self.count else math.nan,
+            "nan_count": self.nan_count,
+            "inf_count": self.inf_count,
+            "percentiles": {},
+            "histogram": {"counts": counts, "edges": edges},
+        }
+        return {key: (v if not isinstance(v, float) or math.isfinite(v) else None) for key, v in summary.items()}
+
+    # -- persistence (safetensors: plain tensors, no pickle) ----------------------------------
+    def to_tensors(self) -> dict[str, Tensor]:
+        """Everything as named CPU tensors; ``from_tensors`` reads them back exactly."""
+        named = {"counts": self.counts, "hist": self.hist, "updates": torch.tensor([self.updates])}
+        named.update({f"all.{f.name}": getattr(self.all, f.name) for f in fields(Moments)})
+        if self.channels is not None:
+            named.update({f"channels.{f.name}": getattr(self.channels, f.name) for f in fields(Moments)})
+        return {name: t.detach().cpu().contiguous() for name, t in named.items()}
+
+    @classmethod
+    def from_tensors(cls, named: dict[str, Tensor], *, channel_dim: int | None = None) -> RunningStats:
+        """The statistics ``to_tensors`` wrote."""
+        stats = cls(channel_dim=channel_dim)
+        stats.counts, stats.hist, stats.updates = named["counts"], named["hist"], int(named["updates"][0])
+        stats.all = Moments(**{f.name: named[f"all.{f.name}"] for f in fields(Moments)})
+        if "channels.n" in named:
+            stats.channels = Moments(**{f.name: named[f"channels.{f.name}"] for f in fields(Moments)})
+        return stats
+
+
+def linear_histogram(hist: Tensor, lo: float, hi: float, bins: int) -> tuple[list[float], list[float]]:
+    """Grid counts redrawn on ``bins`` equal bins over [lo, hi]: each grid bin's count spread evenly
+    over the part of it inside [lo, hi] (a picture of the distribution, not exact counts)."""
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)  # (bins + 1,)
+    grid = torch.cat([torch.tensor([-math.inf]), EDGES, torch.tensor([math.inf])]).clamp(lo, hi)  # (BINS + 1,)
+    left, right = grid[:-1], grid[1:]  # (BINS,) each grid bin, clipped to [lo, hi]
+    width = (right - left).clamp(min=1e-300)
+    overlap = (torch.minimum(right[:, None], edges[None, 1:]) - torch.maximum(left[:, None], edges[None, :-1])).clamp(
+        min=0
+    )  # (BINS, bins)
+    share = torch.where((right - left)[:, None] > 0, overlap / width[:, None], 0.0)
+    point = (right - left) == 0  # a grid bin squeezed to a point (lo == hi inside it): its count goes whole
+    where = torch.bucketize(left, edges[1:-1], right=True)
+    share[point] = 0.0
+    share[point, where[point]] = 1.0
+    counts = hist.cpu().to(torch.float64) @ share  # (bins,)
+    return counts.tolist(), edges.tolist()
+
+
+def _as_float64(tensor: Tensor) -> Tensor:
+    if not isinstance(tensor, Tensor):
+        raise OptionError(f"RunningStats.update expects a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.is_complex():
+        raise OptionError("RunningStats.update expects a real tensor, got a complex one; pass tensor.abs()")
+    if tensor.device.type == "mps":  # MPS has no float64
+        tensor = tensor.cpu()
+    return tensor.detach().to(torch.float64)
+
+
+def _edges_on(device: torch.device) -> Tensor:
+    if device not in _EDGES_ON:
+        _EDGES_ON[device] = EDGES.to(device)
+    return _EDGES_ON[device]
+
+
+_EDGES_ON: dict[torch.device, Tensor] = {}
+
+
+def _to(m: Moments, device: torch.device) -> Moments:
+    return replace(m, **{f.name: getattr(m, f.name).to(device) for f in fields(Moments)})
