@@ -1,0 +1,201 @@
+"""The files of a store: safetensors shards and JSON, written atomically; tensors memory-mapped back.
+
+A shard is a standard ``.safetensors`` file (``safetensors.safe_open`` reads it) whose header
+metadata holds, under ``"hookscope"``, what its tensors are (site, kind, key, batch, call): a
+shard describes itself, so a store whose manifest was never completed (a killed run) can be
+indexed from its shards' headers alone. Every file is written to a hidden temporary name in
+the same folder, flushed to disk (``fsync``) and renamed into place with ``os.replace``: a
+reader sees the old file or the new one, never half of one.
+
+Reading needs torch only: a shard is memory-mapped (``torch.UntypedStorage.from_file``, a
+private copy-on-write mapping: the file is never changed) and each tensor is a view into it,
+so nothing is read until it is used, and a slice reads only its pages. Nothing is unpickled:
+the header is JSON, dtypes come from a fixed table, file names must stay inside the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+
+from .errors import HookscopeError
+from .optional import require
+
+_NAMES = (
+    "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 bool float8_e4m3fn float8_e5m2 uint16 uint32 uint64"
+)
+DTYPES: dict[str, torch.dtype] = {
+    name: dtype for name in _NAMES.split() if isinstance(dtype := getattr(torch, name, None), torch.dtype)
+}
+META_KEY = "hookscope"
+
+
+class StoreError(HookscopeError):
+    """A store that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float16`` -> ``"float16"``, for the dtypes a store can hold."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise StoreError(f"a store cannot hold {dtype} tensors; it holds {', '.join(DTYPES)}")
+    return name
+
+
+def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Write ``tensors`` to the shard ``path`` atomically; return its index (``read_index``'s form)."""
+    save_file = require("safetensors.torch").save_file
+    owned = _owning(tensors)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file(owned, str(tmp), metadata={META_KEY: json.dumps(meta)})
+        os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates files 0600; shards follow the umask as JSON does
+        _sync(tmp)
+        os.replace(tmp, path)
+    except Exception as err:
+        _remove(tmp)
+        raise StoreError(f"cannot write {path}: {_one_line(err)}") from err
+    return read_index(path)
+
+
+def read_index(path: Path) -> dict[str, Any]:
+    """A shard's header: ``{"bytes", "data_start", "meta", "tensors": {name: (dtype, shape, [begin, end])}}``."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > min(size - 8, 1 << 30):
+                raise StoreError(f"{path} is not a safetensors file (header of {length} bytes)")
+            header = json.loads(f.read(length))
+    except (OSError, ValueError, struct.error) as err:
+        raise StoreError(f"cannot read shard {path}: {_one_line(err)}") from err
+    meta = json.loads(header.pop("__metadata__", {}).get(META_KEY, "{}"))
+    safetensors_names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                         "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                         "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32",
+                         "U64": "uint64"}  # fmt: skip
+    tensors = {
+        name: (safetensors_names.get(info["dtype"], info["dtype"]), info["shape"], info["data_offsets"])
+        for name, info in header.items()
+    }
+    return {"bytes": size, "data_start": 8 + length, "meta": meta, "tensors": tensors}
+
+
+def write_json(path: Path, value: object) -> None:
+    """Write ``value`` as JSON to ``path`` atomically (temporary name, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(value, indent=1, allow_nan=False), encoding="utf-8")
+        _sync(tmp)
+        os.replace(tmp, path)
+    except OSError as err:
+        _remove(tmp)
+        raise StoreError(f"cannot write {path}: {_one_line(err)}") from err
+
+
+def inside(root: Path, relative: str) -> Path:
+    """``root / relative``, refusing names that would leave the store (absolute, ``..``)."""
+    parts = PurePosixPath(relative).parts
+    if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
+        raise StoreError(f"{root} names a file outside the store ({relative!r}); it is not a valid store")
+    return root.joinpath(*parts)
+
+
+class Mapped:
+    """The shards of one store, memory-mapped on first use; tensors are views into them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._storages: dict[str, torch.UntypedStorage] = {}
+
+    def tensor(self, file: str, data_start: int, dtype: str, shape: list[int], offsets: list[int]) -> Tensor:
+        """The tensor at ``offsets`` of ``file``: a view of the mapped file, or a copy when misaligned."""
+        kind = DTYPES.get(dtype)
+        if kind is None:
+            raise StoreError(f"{file} holds a tensor of dtype {dtype!r}, which hookscope does not read")
+        begin, end = data_start + offsets[0], data_start + offsets[1]
+        itemsize = torch.empty((), dtype=kind).element_size()
+        if end - begin != math.prod(shape) * itemsize:
+            raise StoreError(f"{file}: a tensor of shape {shape} {dtype} does not fit bytes {begin}..{end}")
+        if begin == end:
+            return torch.empty(shape, dtype=kind)
+        storage = self._storage(file, end)
+        if begin % itemsize:  # safetensors aligns its data; a file from elsewhere may not be
+            raw = torch.empty(0, dtype=torch.uint8).set_(storage, begin, (end - begin,), (1,))
+            return raw.clone().view(kind).reshape(shape)
+        return torch.empty(0, dtype=kind).set_(storage, begin // itemsize, shape, _strides(shape))
+
+    def _storage(self, file: str, needed: int) -> torch.UntypedStorage:
+        if file not in self._storages:
+            path = inside(self.root, file)
+            size = path.stat().st_size if path.is_file() else -1
+            if size < needed:
+                what = "is missing" if size < 0 else f"is truncated ({size} bytes, {needed} needed)"
+                raise StoreError(f"shard {path} {what}; the store is damaged")
+            mapped = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
+            self._storages[file] = cast(torch.UntypedStorage, mapped)
+        return self._storages[file]
+
+
+def _strides(shape: list[int]) -> list[int]:
+    """Row-major (contiguous) strides of ``shape``, in elements."""
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * max(shape[i + 1], 1)
+    return strides
+
+
+def _owning(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Contiguous CPU tensors that each own their memory, as safetensors requires."""
+    owned: dict[str, Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in tensors.items():
+        t = tensor.detach().cpu()
+        whole = t.is_contiguous() and t.untyped_storage().nbytes() == t.nbytes
+        if not whole or t.untyped_storage().data_ptr() in seen:
+            t = t.contiguous().clone()
+        seen.add(t.untyped_storage().data_ptr())
+        owned[name] = t
+    return owned
+
+
+@functools.cache
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux); 0o022 where it cannot be read."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror + (f" ({err.filename})" if err.filename else "")
+    return " ".join(str(err).split()) or type(err).__name__
