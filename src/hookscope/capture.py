@@ -86,6 +86,9 @@ class Capture(Mapping[str, Record]):
     ):
         self.model = model
         self.kinds = _check_kinds(kinds)
+        self._inputs, self._outputs = "input" in self.kinds, "output" in self.kinds
+        self._grad_inputs, self._grad_outputs = "grad_input" in self.kinds, "grad_output" in self.kinds
+        self._param_grads = "param_grad" in self.kinds
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else select_modules(model, select)
@@ -104,6 +107,8 @@ class Capture(Mapping[str, Record]):
 
     # -- the mapping -------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Record:
+        if self._state == "active":
+            self._keeper.wait()  # copies to the host still in flight land before anyone reads them
         try:
             return self._records[name]
         except KeyError:
@@ -141,6 +146,7 @@ class Capture(Mapping[str, Record]):
         finally:
             self._state = "closed"
             self._open.clear()
+        self._keeper.wait()
         if exc is None:
             self._diagnose()
         else:
@@ -188,10 +194,10 @@ class Capture(Mapping[str, Record]):
 
     # -- hooks -------------------------------------------------------------------------------
     def _install(self, record: Record, module: nn.Module) -> None:
-        if "input" in self.kinds or "grad_input" in self.kinds:
+        if self._inputs or self._grad_inputs:
             self._handles.on_forward_pre(module, partial(self._before, record))
         self._handles.on_forward(module, partial(self._after, record))
-        if "param_grad" in self.kinds:
+        if self._param_grads:
             trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
             for pname, param in trainable:
                 record.param_grads[pname] = []
@@ -204,9 +210,9 @@ class Capture(Mapping[str, Record]):
         record.calls.append(call)
         self._open[record.name].append(call)
         leaves = flatten_call(args, kwargs)
-        if "input" in self.kinds:
+        if self._inputs:
             call.tensors["input"] = self._keep_all(leaves, record.name, "input")
-        if "grad_input" in self.kinds:
+        if self._grad_inputs:
             self._watch(call, "grad_input", leaves, "input")
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
@@ -217,22 +223,33 @@ class Capture(Mapping[str, Record]):
             call = Call(record.name, len(record.calls))
             record.calls.append(call)
         call.order = next(self._order)
-        raised = sys.exc_info()[1]
-        if output is None and raised is not None:  # an always_call hook, after forward raised
-            call.error = f"{type(raised).__name__}: {raised}"
-            self._raised.setdefault(id(raised), call)  # the innermost selected module is first
-            return
-        if "param_grad" in self.kinds and not torch.is_grad_enabled():
+        if output is None:
+            raised = sys.exc_info()[1]
+            if raised is not None:  # an always_call hook, after forward raised
+                call.error = f"{type(raised).__name__}: {raised}"
+                self._raised.setdefault(id(raised), call)  # the innermost selected module is first
+                return
+        if self._param_grads and not torch.is_grad_enabled():
             call.missing["param_grad"] = NO_GRAD_MODE
+        if type(output) is Tensor and self._outputs:  # the common case, without flatten and loops
+            kept = self._keeper.keep(output, (record.name, "output", "out"))
+            call.tensors["output"] = {} if kept is None else {"out": kept}
+            if self._grad_outputs:
+                self._watch(call, "grad_output", [("out", output)], "output")
+            return
         leaves = flatten(output)
-        if "output" in self.kinds:
+        if self._outputs:
             call.tensors["output"] = self._keep_all(leaves, record.name, "output")
-        if "grad_output" in self.kinds:
+        if self._grad_outputs:
             self._watch(call, "grad_output", leaves, "output")
 
     def _keep_all(self, leaves: Leaves, site: str, kind: Kind) -> dict[str, Tensor]:
-        kept = ((key, self._keeper.keep(t, (site, kind, key))) for key, t in leaves)
-        return {key: t for key, t in kept if t is not None}
+        keep, held = self._keeper.keep, {}
+        for key, tensor in leaves:  # a plain loop: this runs on every hooked call
+            kept = keep(tensor, (site, kind, key))
+            if kept is not None:
+                held[key] = kept
+        return held
 
     def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str) -> None:
         """Hook the gradient of every tensor in ``leaves`` that will receive one."""
@@ -254,7 +271,11 @@ class Capture(Mapping[str, Record]):
         if kept is None:
             return
         held = call.tensors.setdefault(kind, {})
-        held[key] = kept if key not in held else held[key] + kept  # several backward passes: summed
+        if key in held:  # several backward passes: summed, once the copies have landed
+            self._keeper.wait()
+            held[key] = held[key] + kept
+        else:
+            held[key] = kept
 
     def _on_param_grad(self, record: Record, name: str, param: Tensor) -> None:
         self._grads_seen = True
