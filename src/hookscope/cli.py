@@ -1,4 +1,5 @@
-"""The ``hookscope`` command: ``list``, ``report``, ``cam``, ``demo``. Calls the public API only.
+"""The ``hookscope`` command: ``list``, ``report``, ``cam``, ``demo``, and for stores ``capture``, ``extract``,
+``info``, ``report --from``. Calls the public API only.
 
 ``main(argv) -> int``: 0 on success, 1 for a hookscope error (one line on stderr), 2 for a
 usage error; ``--debug`` shows the traceback instead.
@@ -22,12 +23,15 @@ from typing import Any
 import torch
 
 from . import __version__
-from .capture import capture, probe
+from .capture import Capture, capture, probe
 from .errors import CaptureWarning, HookscopeError, OptionError
 from .explain import METHODS, cam
 from .inputs import LoadedInput, load_input
+from .records import KINDS, Kind
 from .select import list_modules
+from .shards import columns
 from .specs import BUILTINS, LoadedModel, load_model
+from .targets import scores
 
 EXAMPLES = """examples:
   hookscope demo                                        EfficientNet-Lite0 on a bundled photo -> hookscope-demo/
@@ -36,6 +40,11 @@ EXAMPLES = """examples:
   hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/
   hookscope report my_model.py:build batch.pt --select 'encoder.*' --out report/
   hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png
+  hookscope capture lenet random:8x1x32x32 --select 'conv*' --kinds output grad_output --out run.hookscope
+  hookscope extract efficientnet-lite0 photos/ --select '_blocks.*' --batch-size 32 --out acts.hookscope
+  torchrun --nproc-per-node 2 -m hookscope extract lenet random:512x1x32x32 --out acts.hookscope
+  hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
+  hookscope report --from acts.hookscope --out report/  the report of a store, without the model
 """
 
 
@@ -71,13 +80,26 @@ def _parser() -> argparse.ArgumentParser:
     _add_report(sub, common)
     _add_cam(sub, common)
     _add_demo(sub, common)
+    _add_capture(sub, common)
+    _add_extract(sub, common)
+    _add_info(sub, common)
     return parser
 
 
+MODEL_HELP = f"{', '.join(BUILTINS)}, torchvision:NAME, file.py:fn, pkg.mod:fn"
+INPUT_HELP = "image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224"
+
+
 def _model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help=f"{', '.join(BUILTINS)}, torchvision:NAME, file.py:fn, pkg.mod:fn")
+    p.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     p.add_argument("--weights", metavar="FILE", help="a state dict to load (torch.load with weights_only=True)")
     p.add_argument("--trust-weights", action="store_true", help="unpickle a checkpoint that holds objects (runs code)")
+
+
+def _select_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--select", nargs="+", metavar="SELECTOR", help="names, globs ('layer*'), re:REGEX (default: leaves)"
+    )
 
 
 def _input_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,17 +126,15 @@ def _add_list(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = _sub(sub, "report", common, "write a self-contained HTML report of what the layers saw",
-             "hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/")  # fmt: skip
-    _model_arguments(p)
-    p.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224",
-    )
-    p.add_argument(
-        "--select", nargs="+", metavar="SELECTOR", help="names, globs ('layer*'), re:REGEX (default: leaves)"
-    )
+             "hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/\n"
+             "  hookscope report --from acts.hookscope --out report/")  # fmt: skip
+    p.add_argument("model", nargs="?", metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
+    p.add_argument("--weights", metavar="FILE", help="a state dict to load (torch.load with weights_only=True)")
+    p.add_argument("--trust-weights", action="store_true", help="unpickle a checkpoint that holds objects (runs code)")
+    p.add_argument("--from", dest="store", metavar="STORE", help="report a store (hookscope capture/extract) instead")
+    p.add_argument("--batch", type=int, help="with --from: the batch whose tensors are shown (default: the first)")
+    _select_argument(p)
     p.add_argument("--grads", action="store_true", help="also capture gradients (of the target score)")
     p.add_argument("--cam", nargs="+", default=["gradcam"], choices=METHODS, metavar="METHOD", help="CAM methods")
     p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
@@ -122,7 +142,7 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser], common
     p.add_argument("--out", default="hookscope-report", help="output folder (default: hookscope-report)")
     p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     _input_arguments(p)
-    p.set_defaults(run=_run_report)
+    p.set_defaults(run=_run_report, parser=p)
 
 
 def _add_cam(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -151,18 +171,62 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: 
     p.set_defaults(run=_run_demo)
 
 
+def _add_capture(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = _sub(sub, "capture", common, "capture the layers of one run of a model and save them as a store",
+             "hookscope capture efficientnet-lite0 photos/ --select 'features.*' --out run.hookscope")  # fmt: skip
+    _model_arguments(p)
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=INPUT_HELP)
+    _select_argument(p)
+    p.add_argument("--kinds", nargs="+", default=["output"], choices=KINDS, metavar="KIND",
+                   help=f"what to capture: {', '.join(KINDS)} (default: output)")  # fmt: skip
+    p.add_argument("--target", type=int, help="with gradient kinds: the class whose score is differentiated")
+    p.add_argument("--out", required=True, help="the store to write (a folder)")
+    p.add_argument("--force", action="store_true", help="replace the store if it exists")
+    _input_arguments(p)
+    p.set_defaults(run=_run_capture)
+
+
+def _add_extract(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    example = "hookscope extract efficientnet-lite0 photos/ --select '_blocks.*' --batch-size 32 --out acts.hookscope"
+    p = _sub(sub, "extract", common, "stream what the layers produce over a whole data set to a store", example)
+    _model_arguments(p)
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="images, folders, a tensor file (its rows), random:NxCxHxW"
+    )
+    _select_argument(p)
+    p.add_argument("--kinds", nargs="+", default=["output"], choices=["input", "output"], metavar="KIND",
+                   help="input, output (default: output)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    p.add_argument("--out", required=True, help="the store to write (a folder)")
+    p.add_argument("--max-memory", default="2GB", help="tensors held before the writer catches up (default: 2GB)")
+    p.add_argument("--shard-size", default="256MB", help="bytes per shard file (default: 256MB)")
+    p.add_argument("--reduce", nargs="+", default=[], metavar="REDUCTION",
+                   help="spatial_mean, first_rows:N, top_channels:K, applied in order")  # fmt: skip
+    p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast what is written")
+    p.add_argument("--stats-only", action="store_true", help="write running statistics only, not tensors")
+    p.add_argument("--per-channel", action="store_true", help="with --stats-only: also per channel (dim 1)")
+    p.add_argument("--resume", action="store_true", help="continue a store an interrupted run left")
+    p.add_argument("--force", action="store_true", help="replace the store if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    _input_arguments(p)
+    p.set_defaults(run=_run_extract)
+
+
+def _add_info(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = _sub(sub, "info", common, "what a store holds: layers, kinds, shapes, sizes, batches, provenance",
+             "hookscope info acts.hookscope")  # fmt: skip
+    p.add_argument("store", metavar="STORE", help="a folder written by hookscope capture or extract")
+    p.set_defaults(run=_run_info)
+
+
 # -- commands ----------------------------------------------------------------------------------
 def _run_list(args: argparse.Namespace) -> int:
     loaded = _load(args)
     shapes = _output_shapes(loaded, args.input, args.device)
     rows = [(i.name or "(model)", i.type, f"{i.params:,}", shapes.get(i.name, "-")) for i in list_modules(loaded.model)]
-    widths = [max(len(r[c]) for r in [("name", "type", "params", "output"), *rows]) for c in range(4)]
-    for row in [("name", "type", "params", "output"), *rows]:
-        print(
-            "  ".join(
-                cell.ljust(w) if c != 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    for line in columns([("name", "type", "params", "output"), *rows], right={2}):
+        print(line)
     return 0
 
 
@@ -170,6 +234,10 @@ def _run_report(args: argparse.Namespace) -> int:
     from .page import write_report
     from .report import build_report
 
+    if args.store is not None:
+        return _run_report_from_store(args)
+    if args.model is None or not args.inputs:
+        args.parser.error("report needs MODEL and INPUT..., or --from STORE")
     loaded = _load(args)
     batch = _inputs(args, loaded)
     notes = (*loaded.notes, *(["input: random values"] if batch.pictures is None else []))
@@ -237,6 +305,89 @@ def _run_lenet_demo(args: argparse.Namespace) -> int:
         title="hookscope demo: LeNet on handwritten digits", progress=_progress,
         notes=(f"LeNet trained on scikit-learn's digits; true labels of these 8: {y[:8].tolist()}",),
     )  # fmt: skip
+    print(write_report(report, args.out, force=args.force))
+    return 0
+
+
+def _run_capture(args: argparse.Namespace) -> int:
+    from .store import save
+
+    loaded = _load(args)
+    x = _inputs(args, loaded).x.to(args.device)
+    with _running(loaded, x):
+        cap = _capture_once(loaded.model, x, args.select, tuple(args.kinds), args.target)
+    print(save(cap, args.out, force=args.force).path)
+    return 0
+
+
+def _capture_once(
+    model: torch.nn.Module, x: torch.Tensor, select: Any, kinds: tuple[Kind, ...], target: int | None
+) -> Capture:
+    """One forward pass under a capture, and a backward pass of the target score for gradient kinds."""
+    if not set(kinds) & {"grad_input", "grad_output", "param_grad"}:
+        with capture(model, select, kinds=kinds) as cap, torch.no_grad():
+            model(x)
+        return cap
+    leaf = x.detach().clone().requires_grad_(x.is_floating_point())
+    with capture(model, select, kinds=kinds) as cap:
+        picked, _ = scores(model(leaf), target)
+        torch.autograd.backward(picked.sum())
+    return cap
+
+
+def _run_extract(args: argparse.Namespace) -> int:
+    from torch.utils.data import DataLoader
+
+    from .datasets import input_dataset
+    from .extract import extract
+
+    if args.device.startswith("cuda") and ":" not in args.device and "LOCAL_RANK" in os.environ:
+        args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # torchrun: one GPU per rank
+    loaded = _load(args)
+    preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
+    loader = DataLoader(input_dataset(args.inputs, preprocess), batch_size=args.batch_size, num_workers=args.workers)
+    run = extract(
+        loaded.model, loader, out=args.out, select=args.select, kinds=tuple(args.kinds), max_memory=args.max_memory,
+        reduce=_reduction(args.reduce, args.dtype), stats_only=args.stats_only, per_channel=args.per_channel,
+        resume=args.resume, force=args.force, progress=not args.no_progress, shard_size=args.shard_size,
+    )  # fmt: skip
+    if os.environ.get("RANK", "0") == "0":
+        print(run.path)
+    return 0
+
+
+def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
+    from . import reducers
+
+    chosen = []
+    for spec in specs:
+        name, _, number = spec.partition(":")
+        if name == "spatial_mean" and not number:
+            chosen.append(reducers.spatial_mean())
+        elif name in ("first_rows", "top_channels") and number.isdigit():
+            chosen.append(getattr(reducers, name)(int(number)))
+        else:
+            raise OptionError(f"unknown reduction {spec!r}; use spatial_mean, first_rows:N or top_channels:K")
+    if dtype is not None:
+        chosen.insert(0, reducers.cast(getattr(torch, dtype)))  # cast first: top_channels' indices stay exact
+    return reducers.chain(*chosen) if chosen else None
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    from .store import load
+
+    print(load(args.store).describe())
+    return 0
+
+
+def _run_report_from_store(args: argparse.Namespace) -> int:
+    from .page import write_report
+    from .report_store import build_report_from_store
+    from .store import load
+
+    if args.model is not None or args.inputs:
+        args.parser.error("--from STORE reports a store: pass no MODEL or INPUT with it")
+    report = build_report_from_store(load(args.store), batch=args.batch)
     print(write_report(report, args.out, force=args.force))
     return 0
 

@@ -31,6 +31,7 @@ Everything stays on the tensors' device (no host sync per update), in float64.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -44,6 +45,7 @@ DECADES = 12
 _MAGNITUDES = 10.0 ** (torch.arange(-DECADES * PER_DECADE, DECADES * PER_DECADE + 1, dtype=torch.float64) / PER_DECADE)
 EDGES: Tensor = torch.cat([-_MAGNITUDES.flip(0), _MAGNITUDES])  # (482,), built on the CPU once: exact everywhere
 BINS = len(EDGES) + 1  # with the two open-ended bins
+Label = tuple[str, str, str]  # (site, kind, key), as hookscope.policy has it
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,15 @@ class RunningStats:
         if "channels.n" in named:
             stats.channels = Moments(**{f.name: named[f"channels.{f.name}"] for f in fields(Moments)})
         return stats
+
+
+def merge_tables(tables: Sequence[Mapping[Label, RunningStats]]) -> dict[Label, RunningStats]:
+    """Label by label, the merge of every table, in order; labels in first-seen order."""
+    merged: dict[Label, RunningStats] = {}
+    for table in tables:
+        for label, stats in table.items():
+            merged[label] = merged[label].merge(stats) if label in merged else stats
+    return merged
 
 
 def linear_histogram(hist: Tensor, lo: float, hi: float, bins: int) -> tuple[list[float], list[float]]:

@@ -20,16 +20,18 @@ import functools
 import json
 import math
 import os
+import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from .errors import HookscopeError
+from .errors import HookscopeError, OptionError
 from .optional import require
+from .running import Label, RunningStats
 
 _NAMES = (
     "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 bool float8_e4m3fn float8_e5m2 uint16 uint32 uint64"
@@ -145,6 +147,69 @@ class Mapped:
             mapped = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
             self._storages[file] = cast(torch.UntypedStorage, mapped)
         return self._storages[file]
+
+
+# -- statistics tables ----------------------------------------------------------------------
+def write_stats(path: Path, table: Mapping[Label, RunningStats], meta: Mapping[str, Any]) -> None:
+    """Write a statistics table (one safetensors file, labels in its metadata) atomically."""
+    tensors: dict[str, Tensor] = {}
+    labels = []
+    for i, ((site, kind, key), stats) in enumerate(table.items()):
+        tensors.update({f"s{i}.{name}": t for name, t in stats.to_tensors().items()})
+        labels.append({
+            "site": site, "kind": kind, "key": key, "prefix": f"s{i}", "channel_dim": stats.channel_dim,
+            "shape": list(stats.shape or ()), "dtype": stats.dtype,
+        })  # fmt: skip
+    write_shard(path, tensors, {**meta, "labels": labels})
+
+
+def read_table(mapped: Mapped, relative: str) -> dict[Label, RunningStats]:
+    """The statistics table of the file ``relative`` (inside the store), as ``write_stats`` wrote it."""
+    index = read_index(inside(mapped.root, relative))
+    table = {}
+    for label in index["meta"].get("labels", []):
+        prefix = label["prefix"] + "."
+        named = {
+            name.removeprefix(prefix): mapped.tensor(relative, index["data_start"], *index["tensors"][name])
+            for name in index["tensors"]
+            if name.startswith(prefix)
+        }
+        stats = RunningStats.from_tensors(named, channel_dim=label["channel_dim"])
+        stats.shape, stats.dtype = tuple(label["shape"]), label["dtype"]
+        table[(label["site"], label["kind"], label["key"])] = stats
+    return table
+
+
+# -- sizes ---------------------------------------------------------------------------------
+def format_size(nbytes: float) -> str:
+    """``1234567`` -> ``"1.2 MB"`` (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(nbytes) < 1000:
+            return f"{nbytes:.0f} B" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.1f} TB"
+
+
+def parse_size(size: int | str) -> int:
+    """``"2GB"``, ``"512 MiB"``, ``"1.5G"`` or a number of bytes -> bytes; a one-line error otherwise."""
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(size))
+    if not match or float(match.group(1)) <= 0:
+        raise OptionError(f"a size must be a positive number of bytes or a string like '2GB' or '512MiB', got {size!r}")
+    base = 1024 if match.group(3) else 1000
+    return int(float(match.group(1)) * base ** " KMGT".index(match.group(2).upper() or " "))
+
+
+def columns(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """Rows as aligned columns (two spaces apart); the columns in ``right`` aligned right."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _strides(shape: list[int]) -> list[int]:

@@ -1,0 +1,230 @@
+"""A store opened: ``Run``, a mapping ``site -> Record`` like a ``Capture``, its tensors read on use.
+
+``hookscope.load(path)`` returns one (``hookscope.store`` has the format). Records are built
+from the manifest's index when a site is first asked for; every tensor is a view of a
+memory-mapped shard (``hookscope.shards.Mapped``), read from disk when it is used. An alias
+(one tensor stored under several names) comes back as one tensor object, as in the capture.
+
+A store written by ``extract`` holds many batches: ``run[site].calls`` holds every call of
+every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` the records of
+batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from .errors import NotCapturedError
+from .records import KINDS, Call, Kind, Record
+from .running import Label, RunningStats, merge_tables
+from .shards import Mapped, columns, format_size, read_table
+
+
+@dataclass(frozen=True)
+class Contents:
+    """One (site, kind, key) of a store: what ``hookscope info`` prints."""
+
+    site: str
+    type: str
+    kind: str
+    key: str
+    shape: tuple[int, ...]  # of the first tensor
+    dtype: str
+    tensors: int  # stored tensors (calls x batches), or statistics updates
+    nbytes: int  # 0 for statistics
+
+
+class Run(Mapping[str, Record]):
+    """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.path = root
+        self.manifest = manifest
+        self.provenance: dict[str, Any] = manifest.get("provenance", {})
+        self.config: dict[str, Any] = manifest.get("config", {})
+        self.complete = manifest.get("status") == "complete"
+        self._sites = {s["name"]: s for s in manifest.get("sites", [])}
+        self._by_site: dict[str, list[dict[str, Any]]] = {name: [] for name in self._sites}
+        for entry in manifest.get("tensors", []):
+            self._by_site.setdefault(entry["site"], []).append(entry)
+        self._mapped = Mapped(root)
+        self._records: dict[str, Record] = {}
+        self._tensors: dict[tuple[int, str], Tensor] = {}
+        self._stats: dict[Label, RunningStats] | None = None
+
+    def __getitem__(self, site: str) -> Record:
+        if site not in self._records:
+            self._records[site] = self._record(site, batch=None)
+        return self._records[site]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sites)
+
+    def __len__(self) -> int:
+        return len(self._sites)
+
+    def __repr__(self) -> str:
+        state = "complete" if self.complete else "interrupted"
+        size = format_size(sum(s["bytes"] for s in self.manifest.get("shards", [])))
+        return f"<Run {self.path.name}: {len(self)} sites, {len(self.batches)} batches, {size}, {state}>"
+
+    @property
+    def batches(self) -> list[int]:
+        """The indices of the batches the store holds, in order."""
+        return [b["index"] for b in self.manifest.get("batches", [])]
+
+    @property
+    def rows(self) -> int | None:
+        """Rows (samples) over all batches; None when unknown (a saved capture)."""
+        rows = [b.get("rows") for b in self.manifest.get("batches", [])]
+        return None if None in rows else sum(r for r in rows if r is not None)
+
+    def batch(self, index: int) -> dict[str, Record]:
+        """The records of batch ``index`` alone: ``run.batch(3)["features.3"].output``."""
+        if index not in self.batches:
+            raise NotCapturedError(f"batch {index} is not in {self.path}; it holds {_ranges(self.batches)}")
+        return {site: self._record(site, batch=index) for site in self._sites}
+
+    def stats(self, site: str, kind: Kind = "output", key: str | None = None) -> RunningStats:
+        """The statistics of ``site``'s ``kind`` at ``key`` (the first key without one), over the run."""
+        table = self.statistics()
+        for label, stats in table.items():
+            if label[:2] == (site, kind) and key in (None, label[2]):
+                return stats
+        held = ", ".join(sorted({f"{s} {k}" for s, k, _ in table})) or "none (not a statistics-only store)"
+        raise NotCapturedError(f"no statistics of {site!r} {kind} {key or ''} in {self.path}; it holds {held}")
+
+    def statistics(self) -> dict[Label, RunningStats]:
+        """Every (site, kind, key) of a statistics-only run and its ``RunningStats``, in first-seen order."""
+        if self._stats is None:
+            section = self.manifest.get("stats")
+            self._stats = read_stats(self._mapped, section) if section else {}
+        return self._stats
+
+    def contents(self) -> list[Contents]:
+        """One row per (site, kind, key): first shape, dtype, how many tensors, bytes on disk (aliases once)."""
+        first: dict[Label, dict[str, Any]] = {}
+        counts: dict[Label, list[int]] = {}
+        seen: set[tuple[int, str]] = set()
+        for entry in self.manifest.get("tensors", []):
+            label = (entry["site"], entry["kind"], entry["key"])
+            first.setdefault(label, entry)
+            count = counts.setdefault(label, [0, 0])
+            count[0] += 1
+            if (entry["shard"], entry["name"]) not in seen:
+                seen.add((entry["shard"], entry["name"]))
+                count[1] += entry["offsets"][1] - entry["offsets"][0]
+        rows = [
+            Contents(*label[:1], self._type(label[0]), *label[1:], tuple(e["shape"]), e["dtype"], *counts[label])
+            for label, e in first.items()
+        ]
+        for (site, kind, key), s in self.statistics().items():
+            rows.append(Contents(site, self._type(site), kind, key, s.shape or (), s.dtype or "?", s.updates, 0))
+        place = {site: i for i, site in enumerate(self._sites)}
+        return sorted(rows, key=lambda r: (place.get(r.site, len(place)), KINDS.index(r.kind)))
+
+    def describe(self) -> str:
+        """What ``hookscope info`` prints: the store, its provenance, then one row per (site, kind, key)."""
+        run, prov, config = self, self.provenance, self.config
+        shards = run.manifest.get("shards", [])
+        state = "complete" if run.complete else "interrupted: `hookscope extract ... --resume` continues it"
+        rows = f" ({run.rows:,} rows)" if run.rows is not None else ""
+        reduce = f", reduce {config['reduce']}" if config.get("reduce") else ""
+        ranks = f", {config['world_size']} processes" if config.get("world_size", 1) > 1 else ""
+        head = [
+            f"{run.path}: hookscope store (format {run.manifest.get('version')}), {state}",
+            f"model     {prov.get('model', '?')} ({prov.get('model_module', '?')}), {prov.get('parameters', 0):,} "
+            f"parameters, weights sha256 {str(prov.get('weights_sha256', '?'))[:16]}",
+            f"made by   hookscope {prov.get('hookscope')}, torch {prov.get('torch')}, Python {prov.get('python')}, "
+            f"{prov.get('created')}",
+            f"run       {config.get('source', '?')}: select {config.get('select') or 'every leaf'}, kinds "
+            f"{', '.join(config.get('kinds', []))}{reduce}{ranks}",
+            f"batches   {len(run.batches)}{rows}",
+            f"size      {format_size(sum(s['bytes'] for s in shards))} in {len(shards)} shards",
+            "",
+        ]
+        return "\n".join(head + columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))
+
+    def _type(self, site: str) -> str:
+        return str(self._sites.get(site, {}).get("type", "?"))
+
+    # -- building records from the index ------------------------------------------------------
+    def _record(self, site: str, batch: int | None) -> Record:
+        if site not in self._sites:
+            raise NotCapturedError(_unknown(site, list(self._sites), self.path))
+        info = self._sites[site]
+        record = Record(site, info["type"], tuple(info["kinds"]), missing=dict(info.get("missing", {})))
+        record.param_grads = {name: [] for name in info.get("params", [])}
+        calls: dict[tuple[int, int], Call] = {}
+        for entry in self._by_site[site]:
+            if batch is not None and entry["batch"] != batch:
+                continue
+            tensor = self._tensor(entry)
+            if entry["kind"] == "param_grad":
+                record.param_grads.setdefault(entry["key"], []).append(tensor)
+                continue
+            call = calls.setdefault((entry["batch"], entry["call"]), Call(site, 0, order=entry.get("order", -1)))
+            call.tensors.setdefault(entry["kind"], {})[entry["key"]] = tensor
+        for meta in self.manifest.get("calls", []):
+            if meta["site"] == site and batch in (None, meta["batch"]):
+                _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
+        record.calls = [calls[k] for k in sorted(calls)]
+        for i, call in enumerate(record.calls):
+            call.index = i
+        return record
+
+    def _tensor(self, entry: dict[str, Any]) -> Tensor:
+        where = (entry["shard"], entry["name"])
+        if where not in self._tensors:
+            shard = self.manifest["shards"][entry["shard"]]
+            self._tensors[where] = self._mapped.tensor(
+                shard["file"], shard["data_start"], entry["dtype"], entry["shape"], entry["offsets"]
+            )
+        return self._tensors[where]
+
+
+def read_stats(mapped: Mapped, section: Mapping[str, Any]) -> dict[Label, RunningStats]:
+    """The merged table of a store's ``stats`` section (one file, or the parts of an interrupted run)."""
+    files = section["parts"] if "parts" in section else [section["file"]]
+    tables = [read_table(mapped, f) for f in files]
+    return merge_tables(tables)
+
+
+def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
+    call.order, call.error = meta.get("order", call.order), meta.get("error")
+    call.missing.update(meta.get("missing", {}))
+    call.watched.update(meta.get("watched", {}))
+
+
+def _unknown(site: str, names: list[str], root: Path) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(site, names, n=3, cutoff=0.4)
+    hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+    return f"{site!r} is not a site of the store {root} ({len(names)} sites{hint}); list them with list(run)"
+
+
+def _ranges(indices: list[int]) -> str:
+    if not indices:
+        return "no batch"
+    return f"{len(indices)} batches, {indices[0]}..{indices[-1]}"
+
+
+def _contents_rows(run: Run) -> list[Sequence[str]]:
+    """The table of ``describe``: one row per (site, kind, key), with statistics for a statistics store."""
+    stats = run.statistics()
+    rows: list[Sequence[str]] = []
+    for c in run.contents():
+        row = [c.site, c.type, c.kind, c.key, str(c.shape), c.dtype, f"{c.tensors:,}"]
+        if stats:
+            s = stats[(c.site, c.kind, c.key)]
+            rows.append([*row, f"{s.count:,}", *(f"{v:.4g}" for v in (s.mean, s.std, s.min, s.max))])
+        else:
+            rows.append([*row, format_size(c.nbytes)])
+    last = ["values", "mean", "std", "min", "max"] if stats else ["size"]
+    return [["site", "type", "kind", "key", "shape", "dtype", "calls" if stats else "tensors", *last], *rows]
