@@ -1,0 +1,30 @@
+"""The smoke benchmark runs end to end and prints well-formed ratios. Speed is never tested here."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+SMOKE = Path(__file__).resolve().parents[1] / "benchmarks" / "smoke.py"
+
+
+def test_the_smoke_benchmark_runs_and_prints_a_ratio_for_every_tool() -> None:
+    done = subprocess.run([sys.executable, str(SMOKE)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    tools = {(row["case"], row["tool"]) for row in rows}
+    assert len(tools) == len(rows) == 12  # 4 cases x (bare + 2 tools)
+    assert {tool for _, tool in tools} >= {"bare", "hookscope", "hand-written clone hooks", "hookscope clone=False"}
+    for row in rows:
+        assert row["note"] == "" or "µs/call" in row["note"], row  # no tool failed
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0, row
+        assert row["low"] <= row["ratio"] <= row["high"], row
+        assert row["ms"] > 0 and row["extra"]["bare_ms"] > 0, row
+    hookscope_rows = [row for row in rows if row["tool"] == "hookscope"]
+    assert all(row["tensors"] > 0 for row in hookscope_rows)
+    leaves = next(row for row in hookscope_rows if "every leaf" in row["case"])
+    assert leaves["peak_mb"] is not None and leaves["peak_mb"] > 0
+    assert "| tool | ms | bare ms | ratio to bare |" in done.stdout
