@@ -368,8 +368,9 @@ def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
             chosen.append(getattr(reducers, name)(int(number)))
         else:
             raise OptionError(f"unknown reduction {spec!r}; use spatial_mean, first_rows:N or top_channels:K")
-    if dtype is not None:
-        chosen.insert(0, reducers.cast(getattr(torch, dtype)))  # cast first: top_channels' indices stay exact
+    if dtype is not None:  # last, on what is kept; but before top_channels, whose indices must stay exact
+        cast = reducers.cast(getattr(torch, dtype))
+        chosen = [cast, *chosen] if any(s.startswith("top_channels") for s in specs) else [*chosen, cast]
     return reducers.chain(*chosen) if chosen else None
 
 

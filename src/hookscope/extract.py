@@ -86,22 +86,19 @@ def extract(
     root = Path(os.path.abspath(out))
     run_forward = forward or _default_forward(_device(model))
     world = World.join(_device(model))
-    try:
-        header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world)
-        done = _prepare(root, header, world, resume=resume, force=force)
-        batches, total = share(loader, world, done)
-        meter = Meter(_stream(progress) if world.rank == 0 else None, total)
-        job = Job(root, model, select, chosen, reduce, world, meter, run_forward)
-        if stats_only:
-            job.statistics(batches, _channel_dim(per_channel))
-        else:
-            job.tensors(batches, limit, parse_size(shard_size))
-        world.barrier()
-        if world.rank == 0:
-            _finish(root)
-        world.barrier()
-    finally:
-        world.close()
+    header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world)
+    done = _prepare(root, header, world, resume=resume, force=force)
+    batches, total = share(loader, world, done)
+    meter = Meter(_stream(progress) if world.rank == 0 else None, total)
+    job = Job(root, model, select, chosen, reduce, world, meter, run_forward)
+    if stats_only:
+        job.statistics(batches, _channel_dim(per_channel))
+    else:
+        job.tensors(batches, limit, parse_size(shard_size))
+    world.barrier()
+    if world.rank == 0:
+        _finish(root)
+    world.barrier()
     return store.load(root)
 
 

@@ -20,6 +20,7 @@ Batches already in the store (``resume=True``) are skipped the same way.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,31 +35,37 @@ from .errors import OptionError
 
 @dataclass(frozen=True)
 class World:
-    """This process's rank among ``size``; ``owned`` when hookscope started the process group."""
+    """This process's rank among ``size``."""
 
     rank: int = 0
     size: int = 1
-    owned: bool = False
 
     @classmethod
     def join(cls, device: torch.device) -> World:
-        """The running process group, or one started from torchrun's environment, or a world of one."""
+        """The running process group, or one started from torchrun's environment, or a world of one.
+
+        A group hookscope starts stays up until the process exits (then ``atexit`` destroys it):
+        destroying it and starting another in the same job can read the old group's addresses
+        from torchrun's store and fail to connect.
+        """
         if dist.is_available() and dist.is_initialized():
             return cls(dist.get_rank(), dist.get_world_size())
         size = int(os.environ.get("WORLD_SIZE", "1"))
         if size <= 1 or not dist.is_available():
             return cls()
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return cls(dist.get_rank(), dist.get_world_size(), owned=True)
+        atexit.register(_destroy)
+        return cls(dist.get_rank(), dist.get_world_size())
 
     def barrier(self) -> None:
         """Wait for every rank (nothing to wait for in a world of one)."""
         if self.size > 1:
             dist.barrier()
 
-    def close(self) -> None:
-        if self.owned and dist.is_initialized():
-            dist.destroy_process_group()
+
+def _destroy() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def share(loader: Iterable[Any], world: World, done: set[int]) -> tuple[Iterator[tuple[int, Any]], int | None]:

@@ -136,6 +136,7 @@ class Run(Mapping[str, Record]):
         rows = f" ({run.rows:,} rows)" if run.rows is not None else ""
         reduce = f", reduce {config['reduce']}" if config.get("reduce") else ""
         ranks = f", {config['world_size']} processes" if config.get("world_size", 1) > 1 else ""
+        size = f"{format_size(sum(s['bytes'] for s in shards))} in {len(shards)} shard{'s' * (len(shards) != 1)}"
         head = [
             f"{run.path}: hookscope store (format {run.manifest.get('version')}), {state}",
             f"model     {prov.get('model', '?')} ({prov.get('model_module', '?')}), {prov.get('parameters', 0):,} "
@@ -145,7 +146,7 @@ class Run(Mapping[str, Record]):
             f"run       {config.get('source', '?')}: select {config.get('select') or 'every leaf'}, kinds "
             f"{', '.join(config.get('kinds', []))}{reduce}{ranks}",
             f"batches   {len(run.batches)}{rows}",
-            f"size      {format_size(sum(s['bytes'] for s in shards))} in {len(shards)} shards",
+            f"size      {size}",
             "",
         ]
         return "\n".join(head + columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))

@@ -259,7 +259,7 @@ def _groups(entries: list[dict[str, Any]], tensors: dict[str, Tensor], limit: in
 
 
 def _config(cap: Mapping[str, Record]) -> dict[str, Any]:
-    return {"source": "save", "kinds": list(getattr(cap, "kinds", ())), "select": None}
+    return {"source": "save", "kinds": list(getattr(cap, "kinds", ())), "select": list(cap)}  # what it selected
 
 
 def _call_meta(site: str, call: Call) -> dict[str, Any]:
