@@ -17,6 +17,7 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 def job(*command: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    env["OMP_NUM_THREADS"] = "1"  # as torchrun sets it: the same kernels, so the same bits, in both runs
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
@@ -44,3 +45,13 @@ def test_two_ranks_write_the_store_one_process_writes(tmp_path: Path) -> None:
         assert merged.var == pytest.approx(alone.var, rel=1e-12)
         assert merged.channels is not None and alone.channels is not None
         assert merged.channels.mean.tolist() == pytest.approx(alone.channels.mean.tolist(), rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
+def test_the_command_line_under_torchrun(tmp_path: Path) -> None:
+    command = ["-m", "hookscope", "extract", "lenet", "random:14x1x32x32", "--batch-size", "4", "--select", "conv*"]
+    job(str(TORCHRUN), "--standalone", "--nproc-per-node", "2", *command, "--out", str(tmp_path / "two"))
+    job(sys.executable, *command, "--out", str(tmp_path / "one"))
+    two, one = load(tmp_path / "two"), load(tmp_path / "one")
+    assert two.config["world_size"] == 2 and two.batches == [0, 1, 2, 3] and two.rows == 14
+    assert_equal_runs(two, one)
