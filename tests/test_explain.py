@@ -160,3 +160,20 @@ def test_vision_transformer_layers_work_through_the_token_grid() -> None:
     act = tokens_to_grid(seen[0].detach(), prefix=1)
     expected = maths.normalize_maps(maths.grad_cam(act, tokens_to_grid(grad, prefix=1)).float(), size=(32, 32))
     torch.testing.assert_close(cam(model, x, "gradcam", 4, layer="encoder.layers.encoder_layer_1"), expected)
+
+
+def test_a_layer_changed_in_place_afterwards_gets_the_gradient_of_its_own_output(tiny) -> None:
+    """cam() stops the backward pass at the layer only when its output is unchanged: features.0 is
+    followed by ReLU(inplace=True), so it differentiates down to the input and still gets the
+    gradient with respect to the conv's own (pre-ReLU) output."""
+    model, x = tiny
+    conv, rest = model.features[0], model.features[2]
+    act = conv(x)
+    logits = model.fc(model.pool(torch.relu(rest(torch.relu(act)))).flatten(1))
+    (grad,) = torch.autograd.grad(logits[:, 1].sum(), act)  # out-of-place oracle
+    expected = maths.normalize_maps(maths.grad_cam(act.detach(), grad).float(), size=(8, 8))
+    torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features.0"), expected)
+    _, grad_last = _oracle_layer(model, x, [1, 1])
+    act_last = model.features(x).detach()
+    expected_last = maths.normalize_maps(maths.grad_cam(act_last, grad_last).float(), size=(8, 8))
+    torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected_last)

@@ -172,6 +172,11 @@ class Capture(Mapping[str, Record]):
         self._grads_seen = False
         self._params_reached.clear()
 
+    def changed_in_place(self) -> list[str]:
+        """``'site' kind key`` of each tensor stored by reference (``clone=False``) that an in-place op
+        changed after the hook saw it (what the warning at exit lists)."""
+        return self._keeper.modified_references()
+
     def tap(self, tensor: Tensor, name: str, *, grad: bool = True) -> Tensor:
         """Record ``tensor`` as site ``name`` (``.value``) and, with ``grad``, its gradient (``.grad``).
 
@@ -294,7 +299,7 @@ class Capture(Mapping[str, Record]):
             names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
             what = "nothing captured" if kind == "call" else f"no {kind}"
             warnings.warn(f"hookscope: {what} for {names}: {reason}", CaptureWarning, stacklevel=3)
-        modified = self._keeper.modified_references()
+        modified = self.changed_in_place()
         if modified:
             warnings.warn(
                 f"hookscope: {', '.join(modified[:6])} changed in place after capture (clone=False stores "

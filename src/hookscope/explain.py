@@ -13,14 +13,15 @@ eval mode: in train mode, BatchNorm couples the images of a batch.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from . import cams as maths
-from .capture import capture, probe
-from .errors import OptionError, SelectionError
+from .capture import Capture, capture, probe
+from .errors import CaptureWarning, OptionError, SelectionError
 from .records import Call
 from .targets import Target, scores
 from .tokens import spatial_maps
@@ -94,10 +95,28 @@ def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Targe
     with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
         leaf = x.detach().clone().requires_grad_(True)
         with capture(model, layer, kinds=("output", "grad_output")) as cap:
-            picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
-            torch.autograd.grad(picked.sum(), leaf)
+            with warnings.catch_warnings():  # `live` only tells whether the output changed in place
+                warnings.simplefilter("ignore", CaptureWarning)
+                with capture(model, layer, detach=False, clone=False) as live:
+                    picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
+                    stop = _stop_at(live, layer)
+            if stop is not None:  # allow_unused: a layer off the score's path is reported as before
+                torch.autograd.grad(picked.sum(), stop, allow_unused=True)
+            else:
+                torch.autograd.grad(picked.sum(), leaf)
     chosen = _one_call(cap[layer].calls, layer, call)
     return method(spatial_maps(chosen.output, tokens=True), spatial_maps(chosen.grad_output, tokens=True))
+
+
+def _stop_at(live: Capture, layer: str) -> Tensor | None:
+    """The layer's output tensor itself, where the backward pass may stop (half the work on a CNN):
+    the layer ran once and nothing changed its output in place since (else its gradient would be
+    that of the changed tensor); None: differentiate down to the input instead."""
+    calls = live[layer].calls
+    if len(calls) != 1 or live.changed_in_place() or "output" not in calls[0].tensors:
+        return None
+    outputs = list(calls[0].tensors["output"].values())
+    return outputs[0] if len(outputs) == 1 and outputs[0].requires_grad else None
 
 
 def _activations(model: nn.Module, x: Tensor, layer: str, call: int) -> Tensor:
