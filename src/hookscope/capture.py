@@ -221,7 +221,7 @@ class Capture(Mapping[str, Record]):
             self._watch(call, "grad_input", leaves, "input")
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        pending = self._open.get(record.name)
+        pending = self._open.get(record.name) if self._inputs or self._grad_inputs else None  # pre-hook calls
         if pending:
             call = pending.pop()
         else:

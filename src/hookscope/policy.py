@@ -175,6 +175,7 @@ class Keeper:
         self._fresh = replace(policy, clone=False)  # for what a reducer made anew
         self._async = async_copier(policy, streams)
         self._apply = _fast_apply(policy)
+        self._by_reference = not policy.clone
         self._seen: dict[_AliasKey, tuple[weakref.ref[Tensor], Tensor]] = {}
         self._references: list[tuple[Label, Tensor, int]] = []  # (label, tensor, version) when clone=False
 
@@ -182,8 +183,8 @@ class Keeper:
         """The stored form of ``tensor`` (None: the reducer kept nothing); ``label`` is (site, kind, key)."""
         if self.reduce is not None:
             return self._reduced(tensor, label)
-        if not self.policy.clone:
-            kept = self._copy(tensor)
+        if self._by_reference:
+            kept = self._apply(tensor) if self._async is None else self._copy(tensor)
             if not tensor.is_inference():
                 self._references.append((label, kept, kept._version))
             return kept
@@ -192,12 +193,13 @@ class Keeper:
             hit = self._seen.get(key)
             if hit is not None and hit[0]() is not None:
                 return hit[1]
-        kept = self._copy(tensor)
+        kept = self._apply(tensor) if self._async is None else self._copy(tensor)
         if key is not None:
             self._seen[key] = (weakref.ref(tensor), kept)
         return kept
 
     def _copy(self, tensor: Tensor) -> Tensor:
+        """The asynchronous copy where it applies, else the policy's (synchronous) one."""
         if self._async is not None and self._async.streams.accepts(tensor):
             return self._async.copy(tensor)
         return self._apply(tensor)
