@@ -12,10 +12,20 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from hookscope.errors import OptionError
-from hookscope.running import BINS, EDGES, RunningStats, linear_histogram
+from hookscope.running import EDGES, HALF, RunningStats, linear_histogram
 
 NAN, INF = float("nan"), float("inf")
-GRID = np.concatenate([[-np.inf], EDGES.numpy(), [np.inf]])  # bin i: GRID[i] <= x < GRID[i + 1]
+MAGNITUDES = EDGES[HALF:].numpy()  # 0, then the float32 with bits 1 << 20, 2 << 20, ...
+
+
+def grid_histogram(values: np.ndarray) -> list[int]:
+    """numpy's histogram of the magnitudes of the finite values as float32, negative bins first (reversed)."""
+    f32 = np.finfo(np.float32).max
+    v = np.clip(values[np.isfinite(values)].astype(np.float64), -f32, f32).astype(np.float32)
+    negative = np.signbit(v)
+    above = np.histogram(v[~negative], bins=MAGNITUDES)[0]
+    below = np.histogram(-v[negative], bins=MAGNITUDES)[0]
+    return np.concatenate([below[::-1], above]).tolist()
 
 
 def assert_matches_numpy(stats: RunningStats, values: np.ndarray) -> None:
@@ -25,7 +35,7 @@ def assert_matches_numpy(stats: RunningStats, values: np.ndarray) -> None:
     assert (stats.nan_count, stats.inf_count) == (np.isnan(values).sum(), np.isinf(values).sum())
     assert stats.zero_count == (values == 0).sum()
     assert stats.n == finite.size
-    assert stats.hist.tolist() == np.histogram(finite, bins=GRID)[0].tolist()
+    assert stats.hist.tolist() == grid_histogram(values)
     if not finite.size:
         assert math.isnan(stats.mean) and math.isnan(stats.min)
         return
@@ -56,8 +66,9 @@ def test_nan_inf_zeros_and_empty_tensors_are_counted_and_left_out() -> None:
     x = torch.tensor([1.0, NAN, INF, -INF, 0.0, 0.0, -3.0, 1e13, -1e-15])
     stats = stream(x, torch.empty(0), torch.tensor([NAN]))
     assert_matches_numpy(stats, np.concatenate([x.numpy(), [np.nan]]))
-    assert stats.hist[0] == 0 and stats.hist[-1] == 1  # 1e13 is in the open top bin
-    assert stats.hist[BINS // 2] == 3  # 0, 0 and -1e-15 share the middle bin [-1e-12, 1e-12)
+    assert stats.hist[HALF] == 2 and stats.hist.sum() == 6  # +0.0 twice in [0, 2**-129); 1, -3, 1e13, -1e-15
+    big = np.flatnonzero(stats.hist.numpy())[-1]
+    assert EDGES[big] <= 1e13 < EDGES[big + 1] and (EDGES[big + 1] - EDGES[big]) / EDGES[big] <= 0.125
     nothing = stream(torch.tensor([NAN, INF]))
     assert_matches_numpy(nothing, np.array([np.nan, np.inf]))
     assert nothing.as_dict()["mean"] is None and nothing.as_dict()["histogram"] == {"counts": [], "edges": []}

@@ -17,15 +17,18 @@ concatenated data):
 - ``min`` / ``max`` of the finite values; ``mean_abs``, the mean of |x|.
 - ``channel_dim``: the same moments per channel (slices along that dimension, counted on the
   tensor as given: 1 for ``(N, C, ...)``, -1 for channels-last). The histogram is per layer only.
-- The histogram counts finite values on one fixed grid, the same for every run: ``EDGES`` are
-  ``±10**(k / 10)`` for k in -120..120 (ten bins a decade from 1e-12 to 1e12, each about 26%
-  wide), bin ``i`` holds ``EDGES[i-1] <= x < EDGES[i]``, bin 0 everything below ``-1e12``, the
-  last bin everything from ``1e12`` up, and the middle bin ``[-1e-12, 1e-12)`` holds zeros.
-  A grid fixed in advance is what makes histograms of different runs add up: edges taken
-  from a first batch's range would differ from run to run and could not be merged. The price
-  is relative resolution: percentiles read from it would be approximate, so none are given.
+- The histogram counts finite values on one fixed grid, the same for every run, read off the
+  bits of each value as a float32 (float64 values are rounded to float32 for it): its sign,
+  its 8 exponent bits and the top 3 bits of its mantissa. That is 8 bins per power of two,
+  each 1/8 of its lower end wide (at most 12.5%), over the whole float32 range: no value falls
+  outside, and ``EDGES`` is exact. Bins are by magnitude: a positive bin holds ``lo <= x < hi``,
+  a negative one ``-hi < x <= -lo``; ``+0.0`` and ``-0.0`` sit on either side of 0. A grid
+  fixed in advance is what makes histograms of different runs add up: edges taken from a
+  first batch's range would differ from run to run and could not be merged. The price is
+  relative resolution: percentiles read from it would be approximate, so none are given.
 
-Everything stays on the tensors' device (no host sync per update), in float64.
+Everything stays on the tensors' device, in float64; ``update`` waits for the device once, to
+see whether every value is finite (then the moments need no masks).
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ from torch import Tensor
 
 from .errors import OptionError
 
-PER_DECADE = 10
-DECADES = 12
-_MAGNITUDES = 10.0 ** (torch.arange(-DECADES * PER_DECADE, DECADES * PER_DECADE + 1, dtype=torch.float64) / PER_DECADE)
-EDGES: Tensor = torch.cat([-_MAGNITUDES.flip(0), _MAGNITUDES])  # (482,), built on the CPU once: exact everywhere
-BINS = len(EDGES) + 1  # with the two open-ended bins
+HALF = 2048  # bins of each sign: 256 exponents x 8 mantissa steps (the last 8, inf and NaN, stay empty)
+BINS = 2 * HALF
+_rank = torch.arange(HALF + 1, dtype=torch.float64)  # magnitude m(r): the float32 with bits r << 20
+_exponent, _step = torch.div(_rank, 8, rounding_mode="floor"), _rank % 8
+_MAGNITUDES = torch.where(_exponent > 0, 2.0 ** (_exponent - 127) * (1 + _step / 8), 2.0**-126 * _step / 8)
+EDGES: Tensor = torch.cat([-_MAGNITUDES.flip(0), _MAGNITUDES[1:]])  # (BINS + 1,) ascending; bin i: EDGES[i]..EDGES[i+1]
+FLOAT32_MAX = torch.finfo(torch.float32).max
 Label = tuple[str, str, str]  # (site, kind, key), as hookscope.policy has it
 
 
@@ -65,20 +70,41 @@ class Moments:
         return self.m2 / self.n.to(torch.float64)
 
 
-def moments(rows: Tensor) -> Moments:
-    """Moments of each row of ``rows`` (C, N) in float64, non-finite values left out (two passes)."""
-    finite = rows.isfinite()  # (C, N)
-    n = finite.sum(1)  # (C,)
-    values = torch.where(finite, rows, 0.0)
-    mean = values.sum(1) / n.clamp(min=1)  # (C,); 0 for a group with no value
-    deviations = torch.where(finite, rows - mean[:, None], 0.0)
-    mean_abs = values.abs().sum(1) / n.clamp(min=1)
-    if not rows.shape[1]:  # amin/amax refuse an empty dimension
-        lo, hi = torch.full_like(mean, math.inf), torch.full_like(mean, -math.inf)
-    else:
-        lo = torch.where(finite, rows, math.inf).amin(1)
-        hi = torch.where(finite, rows, -math.inf).amax(1)
-    return Moments(n, mean, deviations.square().sum(1), mean_abs, lo, hi)
+def moments(values: Tensor, dim: int | None = None, *, finite: bool | None = None) -> Moments:
+    """Moments of float64 ``values``: of all of them (C == 1), or of each slice along ``dim`` (C slices).
+
+    Two passes: the mean, then the squared deviations from it. Non-finite values are left out;
+    when there is none (``finite``, or seen from the sum), no mask is built.
+    """
+    if dim is None:
+        values, dim = values.reshape(1, -1), 0
+    dim %= values.dim()
+    if values.dim() == 1:  # one value per group
+        values = values[:, None]
+    dims = [d for d in range(values.dim()) if d != dim]  # never empty: torch would read [] as every dim
+    groups = values.shape[dim]
+    if not values.numel():
+        return empty_moments(groups, values.device)
+    total = values.sum(dims)  # (C,)
+    if finite or (finite is None and bool(total.isfinite().all())):  # NaN or inf would show in the sum
+        n = torch.full((groups,), values.numel() // groups, dtype=torch.int64, device=values.device)
+        mean = total / n
+        m2 = torch.linalg.vector_norm(values - _along(mean, dim, values.dim()), dim=dims).square()
+        mean_abs = torch.linalg.vector_norm(values, ord=1, dim=dims) / n
+        return Moments(n, mean, m2, mean_abs, values.amin(dims), values.amax(dims))
+    return _masked_moments(values, dim, dims)
+
+
+def _masked_moments(values: Tensor, dim: int, dims: list[int]) -> Moments:
+    """``moments`` when some values are NaN or infinite: two passes over the finite ones."""
+    finite = values.isfinite()
+    n = finite.sum(dims)
+    kept = torch.where(finite, values, 0.0)
+    mean = kept.sum(dims) / n.clamp(min=1)  # 0 for a group with no finite value
+    centred = torch.where(finite, values - _along(mean, dim, values.dim()), 0.0)
+    lo = torch.where(finite, values, math.inf).amin(dims)
+    hi = torch.where(finite, values, -math.inf).amax(dims)
+    return Moments(n, mean, centred.square().sum(dims), kept.abs().sum(dims) / n.clamp(min=1), lo, hi)
 
 
 def merge_moments(a: Moments, b: Moments) -> Moments:
@@ -103,12 +129,32 @@ def empty_moments(groups: int, device: torch.device | None = None) -> Moments:
 
 
 def histogram(values: Tensor) -> Tensor:
-    """Counts of the finite ``values`` on the fixed grid ``EDGES``: a (BINS,) int64 tensor."""
-    flat = values.reshape(-1)
-    finite = flat.isfinite()
-    index = torch.bucketize(torch.where(finite, flat, 0.0), _edges_on(flat.device), right=True)
-    index = torch.where(finite, index, BINS)  # non-finite values go to a bin that is dropped
-    return torch.bincount(index, minlength=BINS + 1)[:BINS]
+    """Counts of the finite ``values`` on the fixed grid (module docstring): a (BINS,) int64 tensor."""
+    return _ascending(_by_key(values))
+
+
+def _by_key(values: Tensor) -> Tensor:
+    """Counts by the top 12 bits of each value as float32: positives 0..2047, then negatives, each by
+    growing magnitude; keys 2040..2047 and 4088..4095 (exponent 255) are inf and NaN."""
+    if values.dtype == torch.float64:  # finite values beyond float32's range go to the outermost bins
+        values = torch.where(values.isinf(), values, values.clamp(-FLOAT32_MAX, FLOAT32_MAX))
+    bits = values.reshape(-1).to(torch.float32).view(torch.int32)
+    return torch.bincount((bits >> 20) & (BINS - 1), minlength=BINS)
+
+
+def _ascending(by_key: Tensor) -> Tensor:
+    """Key order to ascending values, inf and NaN dropped."""
+    counts = torch.cat([by_key[HALF:].flip(0), by_key[:HALF]])
+    counts[:8] = 0  # -inf and NaN with the sign bit
+    counts[-8:] = 0  # +inf and NaN
+    return counts
+
+
+def _along(vector: Tensor, dim: int, ndim: int) -> Tensor:
+    """``vector`` (C,) shaped to broadcast along ``dim`` of an ``ndim``-D tensor."""
+    shape = [1] * ndim
+    shape[dim] = -1
+    return vector.reshape(shape)
 
 
 class RunningStats:
@@ -133,14 +179,21 @@ class RunningStats:
         values = _as_float64(tensor)
         if self.shape is None:
             self.shape, self.dtype = tuple(tensor.shape), str(tensor.dtype).removeprefix("torch.")
-        flat = values.reshape(1, -1)  # (1, N)
+        source = tensor.detach() if tensor.is_floating_point() else values
+        by_key = _by_key(source)
+        inf_nan = by_key[HALF - 8 : HALF].sum() + by_key[-8:].sum()  # exponent 255
+        small = by_key[0] + by_key[HALF]  # magnitudes below 2**-129: the zeros are among them
+        nonfinite, tiny = torch.stack([inf_nan, small]).tolist()  # one wait for the device
+        finite = nonfinite == 0
+        none = torch.tensor(0, device=values.device)
         counts = torch.stack([
-            torch.tensor(flat.shape[1], device=flat.device),
-            flat.isnan().sum(),
-            flat.isinf().sum(),
-            (flat == 0).sum(),
+            torch.tensor(values.numel(), device=values.device),
+            none if finite else source.isnan().sum(),
+            none if finite else source.isinf().sum(),
+            (source == 0).sum() if tiny else none,  # zeros sit in the two bins of magnitudes below 2**-129
         ])  # fmt: skip
-        self._add(counts, moments(flat), histogram(flat), self._channel_moments(values))
+        channels = self._channel_moments(values, finite)
+        self._add(counts, moments(values, finite=finite), _ascending(by_key), channels)
         self.updates += 1
         return self
 
@@ -178,7 +231,7 @@ class RunningStats:
                 )
             self.channels = merge_moments(_to(mine, device), _to(channels, device))
 
-    def _channel_moments(self, values: Tensor) -> Moments | None:
+    def _channel_moments(self, values: Tensor, finite: bool) -> Moments | None:
         if self.channel_dim is None:
             return None
         if not -values.dim() <= self.channel_dim < values.dim():
@@ -186,8 +239,7 @@ class RunningStats:
                 f"per-channel statistics along dim {self.channel_dim} need a tensor with that dimension, "
                 f"got shape {tuple(values.shape)}; use 1 for (N, C, ...), -1 for channels-last"
             )
-        rows = values.movedim(self.channel_dim, 0)
-        return moments(rows.reshape(rows.shape[0], -1))  # (C, N)
+        return moments(values, self.channel_dim, finite=finite)
 
     # -- numbers -----------------------------------------------------------------------------
     @property
@@ -290,7 +342,7 @@ def linear_histogram(hist: Tensor, lo: float, hi: float, bins: int) -> tuple[lis
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
     edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)  # (bins + 1,)
-    grid = torch.cat([torch.tensor([-math.inf]), EDGES, torch.tensor([math.inf])]).clamp(lo, hi)  # (BINS + 1,)
+    grid = EDGES.clamp(lo, hi)  # (BINS + 1,)
     left, right = grid[:-1], grid[1:]  # (BINS,) each grid bin, clipped to [lo, hi]
     width = (right - left).clamp(min=1e-300)
     overlap = (torch.minimum(right[:, None], edges[None, 1:]) - torch.maximum(left[:, None], edges[None, :-1])).clamp(
@@ -313,15 +365,6 @@ def _as_float64(tensor: Tensor) -> Tensor:
     if tensor.device.type == "mps":  # MPS has no float64
         tensor = tensor.cpu()
     return tensor.detach().to(torch.float64)
-
-
-def _edges_on(device: torch.device) -> Tensor:
-    if device not in _EDGES_ON:
-        _EDGES_ON[device] = EDGES.to(device)
-    return _EDGES_ON[device]
-
-
-_EDGES_ON: dict[torch.device, Tensor] = {}
 
 
 def _to(m: Moments, device: torch.device) -> Moments:
