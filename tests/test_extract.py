@@ -226,6 +226,23 @@ def test_resume_after_an_error_runs_only_the_missing_batches(tmp_path: Path) -> 
             assert a.mean == pytest.approx(b.mean, rel=1e-12) and a.var == pytest.approx(b.var, rel=1e-12)
 
 
+def test_resuming_a_finished_store_adds_the_new_batches_only(tmp_path: Path) -> None:
+    model, batches = small_net(), list(dataset(n=20).tensors[0].split(4))
+    for stats_only in (False, True):
+        out, whole = tmp_path / f"done{stats_only}", tmp_path / f"whole{stats_only}"
+        extract(model, batches[:3], out=out, select=SELECT, stats_only=stats_only, progress=False)
+        again = extract(model, batches[:3], out=out, select=SELECT, stats_only=stats_only, resume=True, progress=False)
+        assert again.complete and again.batches == [0, 1, 2]  # nothing to do, and no warning about it
+        grown = extract(model, batches, out=out, select=SELECT, stats_only=stats_only, resume=True, progress=False)
+        reference = extract(model, batches, out=whole, select=SELECT, stats_only=stats_only, progress=False)
+        assert grown.batches == reference.batches == [0, 1, 2, 3, 4]
+        if stats_only:
+            a, b = grown.stats("2"), reference.stats("2")
+            assert (a.count, a.hist.tolist()) == (b.count, b.hist.tolist()) and a.var == pytest.approx(b.var)
+        else:
+            assert_equal_runs(grown, reference)
+
+
 def test_resume_refuses_other_settings_and_unordered_loaders(tmp_path: Path) -> None:
     model, data = small_net(), dataset()
     extract(model, DataLoader(data, batch_size=4), out=tmp_path / "a", select="0", progress=False)

@@ -91,10 +91,11 @@ def extract(
     batches, total = share(loader, world, done)
     meter = Meter(_stream(progress) if world.rank == 0 else None, total)
     job = Job(root, model, select, chosen, reduce, world, meter, run_forward)
-    if stats_only:
-        job.statistics(batches, _channel_dim(per_channel))
-    else:
-        job.tensors(batches, limit, parse_size(shard_size))
+    todo = _unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
+    if todo is not None and stats_only:
+        job.statistics(todo, _channel_dim(per_channel))
+    elif todo is not None:
+        job.tensors(todo, limit, parse_size(shard_size))
     world.barrier()
     if world.rank == 0:
         _finish(root)
@@ -346,6 +347,11 @@ def _default_forward(device: torch.device) -> Forward:
         )
 
     return forward
+
+
+def _unless_empty(batches: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]] | None:
+    first = next(batches, None)
+    return None if first is None else itertools.chain([first], batches)
 
 
 def _rows(batch: Any) -> int | None:
