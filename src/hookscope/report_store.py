@@ -75,7 +75,7 @@ def _stats_layers(run: Run, table: Mapping[tuple[str, str, str], RunningStats]) 
     for i, (site, (key, stats, others)) in enumerate(firsts.items()):
         note = f"statistics over {stats.count:,} values from {stats.updates:,} calls; no pictures in a statistics store"
         view = TensorView(key, others, stats.shape or (), stats.dtype or "?", stats.as_dict(), None, (), note)
-        views.append(LayerView(i, site, run[site].type, stats.updates, view, None, ""))
+        views.append(LayerView(i, site, run[site].type, 1, view, None, ""))  # one card covers every call
     return views
 
 
@@ -104,8 +104,8 @@ def _batches(run: Run) -> str:
 
 def _stats_remark(run: Run) -> str:
     return (
-        f"statistics over the whole run ({_batches(run)}); the histograms are redrawn from a fixed log-spaced "
-        "grid, so they are approximate; no percentiles"
+        f"statistics over the whole run ({_batches(run)}), every call of each layer together; the histograms "
+        "are redrawn from a fixed grid (8 bins an octave), so they are approximate; no percentiles"
     )
 
 
