@@ -29,7 +29,6 @@ from .explain import METHODS, cam
 from .inputs import LoadedInput, load_input
 from .records import KINDS, Kind
 from .select import list_modules
-from .shards import columns
 from .specs import BUILTINS, LoadedModel, load_model
 from .targets import scores
 
@@ -225,8 +224,13 @@ def _run_list(args: argparse.Namespace) -> int:
     loaded = _load(args)
     shapes = _output_shapes(loaded, args.input, args.device)
     rows = [(i.name or "(model)", i.type, f"{i.params:,}", shapes.get(i.name, "-")) for i in list_modules(loaded.model)]
-    for line in columns([("name", "type", "params", "output"), *rows], right={2}):
-        print(line)
+    widths = [max(len(r[c]) for r in [("name", "type", "params", "output"), *rows]) for c in range(4)]
+    for row in [("name", "type", "params", "output"), *rows]:
+        print(
+            "  ".join(
+                cell.ljust(w) if c != 2 else cell.rjust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
     return 0
 
 

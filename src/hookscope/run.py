@@ -22,7 +22,7 @@ from torch import Tensor
 from .errors import NotCapturedError
 from .records import KINDS, Call, Kind, Record
 from .running import Label, RunningStats, merge_tables
-from .shards import Mapped, columns, format_size, read_table
+from .shards import Mapped, format_size, read_table
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class Run(Mapping[str, Record]):
             f"size      {size}",
             "",
         ]
-        return "\n".join(head + columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))
+        return "\n".join(head + _columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))
 
     def _type(self, site: str) -> str:
         return str(self._sites.get(site, {}).get("type", "?"))
@@ -229,3 +229,14 @@ def _contents_rows(run: Run) -> list[Sequence[str]]:
             rows.append([*row, format_size(c.nbytes)])
     last = ["values", "mean", "std", "min", "max"] if stats else ["size"]
     return [["site", "type", "kind", "key", "shape", "dtype", "calls" if stats else "tensors", *last], *rows]
+
+
+def _columns(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """Rows as aligned columns (two spaces apart); the columns in ``right`` aligned right."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]

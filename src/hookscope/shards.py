@@ -11,6 +11,9 @@ Reading needs torch only: a shard is memory-mapped (``torch.UntypedStorage.from_
 private copy-on-write mapping: the file is never changed) and each tensor is a view into it,
 so nothing is read until it is used, and a slice reads only its pages. Nothing is unpickled:
 the header is JSON, dtypes come from a fixed table, file names must stay inside the store.
+
+A statistics table (``RunningStats`` by (site, kind, key)) is a shard too: its tensors are the
+statistics' own, its metadata lists the labels (``write_stats``, ``read_table``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import math
 import os
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
@@ -199,17 +202,6 @@ def parse_size(size: int | str) -> int:
         raise OptionError(f"a size must be a positive number of bytes or a string like '2GB' or '512MiB', got {size!r}")
     base = 1024 if match.group(3) else 1000
     return int(float(match.group(1)) * base ** " KMGT".index(match.group(2).upper() or " "))
-
-
-def columns(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
-    """Rows as aligned columns (two spaces apart); the columns in ``right`` aligned right."""
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
 
 
 def _strides(shape: list[int]) -> list[int]:
