@@ -1,14 +1,20 @@
-"""Under torchrun: two processes write one store, equal to the store of a single process."""
+"""Under torchrun: two processes write the store one process writes; and how each rank gets its share."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from hookscope.errors import OptionError
+from hookscope.ranks import World, share
 from hookscope.store import load
 from tests.test_extract import ROOT, assert_equal_runs
 
@@ -55,3 +61,45 @@ def test_the_command_line_under_torchrun(tmp_path: Path) -> None:
     two, one = load(tmp_path / "two"), load(tmp_path / "one")
     assert two.config["world_size"] == 2 and two.batches == [0, 1, 2, 3] and two.rows == 14
     assert_equal_runs(two, one)
+
+
+def shares(loader: Any, rank: int, size: int, done: Collection[int] = ()) -> tuple[list[int], list[Any], int | None]:
+    batches, count = share(loader, World(rank, size), set(done))
+    pairs = list(batches)
+    return [i for i, _ in pairs], [b for _, b in pairs], count
+
+
+def test_each_rank_loads_only_its_batches_of_a_data_loader() -> None:
+    data = TensorDataset(torch.arange(10.0)[:, None])
+    whole = [x for (x,) in DataLoader(data, batch_size=3)]
+    for rank in (0, 1):
+        indices, batches, count = shares(DataLoader(data, batch_size=3), rank, 2)
+        assert indices == [rank, rank + 2] and count == 2
+        assert all(torch.equal(b[0], whole[i]) for i, b in zip(indices, batches, strict=True))
+    indices, _, count = shares(DataLoader(data, batch_size=3), 0, 1, done={0, 2})
+    assert indices == [1, 3] and count == 2  # resumed: only the missing ones
+    indices, batches, _ = shares(DataLoader(data, batch_size=None), 1, 2)
+    assert indices == [1, 3, 5, 7, 9] and batches[0][0].shape == (1,)  # every sample a batch, uncollated
+
+
+def test_a_distributed_sampler_is_taken_as_this_ranks_share() -> None:
+    data = TensorDataset(torch.arange(8.0))
+    sampler = DistributedSampler(data, num_replicas=2, rank=1, shuffle=False)
+    indices, batches, _ = shares(DataLoader(data, batch_size=2, sampler=sampler), 1, 2)
+    assert indices == [1, 3] and [b[0].tolist() for b in batches] == [[1.0, 3.0], [5.0, 7.0]]
+
+
+def test_lists_are_indexed_and_other_iterables_strided() -> None:
+    items = [torch.tensor([i]) for i in range(5)]
+    assert shares(items, 1, 2)[0] == [1, 3] and shares(items, 1, 2)[2] == 2
+    indices, batches, count = shares(iter(items), 0, 2, done={2})
+    assert indices == [0, 4] and [int(b) for b in batches] == [0, 4] and count is None
+
+
+def test_shuffled_loaders_need_a_seed_to_be_shared_or_resumed() -> None:
+    data = TensorDataset(torch.arange(8.0))
+    with pytest.raises(OptionError, match="shuffled DataLoader"):
+        shares(DataLoader(data, batch_size=2, shuffle=True), 0, 2)
+    seeded = [DataLoader(data, batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(5)) for _ in "ab"]
+    assert shares(seeded[0], 0, 2)[1][0][0].tolist() == shares(seeded[1], 0, 2)[1][0][0].tolist()
+    assert shares(DataLoader(data, batch_size=2, shuffle=True), 0, 1)[0] == [0, 1, 2, 3]  # alone: any order will do
