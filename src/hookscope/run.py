@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch import Tensor
 
@@ -39,6 +39,25 @@ class Contents:
     nbytes: int  # 0 for statistics
 
 
+class Entry(NamedTuple):
+    """One row of the manifest's ``tensors`` table (its ``tensor_columns``): a tensor and where it lies."""
+
+    site: str
+    kind: str
+    key: str
+    batch: int
+    call: int
+    order: int
+    shard: int  # index into the manifest's shards
+    name: str  # the tensor's name inside the shard (aliases share one)
+    dtype: str
+    shape: list[int]
+    offsets: list[int]  # [begin, end) in the shard's data
+
+
+COLUMNS: tuple[str, ...] = Entry._fields
+
+
 class Run(Mapping[str, Record]):
     """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use."""
 
@@ -49,9 +68,10 @@ class Run(Mapping[str, Record]):
         self.config: dict[str, Any] = manifest.get("config", {})
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
-        self._by_site: dict[str, list[dict[str, Any]]] = {name: [] for name in self._sites}
-        for entry in manifest.get("tensors", []):
-            self._by_site.setdefault(entry["site"], []).append(entry)
+        self._entries = [Entry(*row) for row in manifest.get("tensors", [])]
+        self._index: dict[str, dict[int, list[Entry]]] = {name: {} for name in self._sites}  # site -> batch ->
+        for entry in self._entries:
+            self._index.setdefault(entry.site, {}).setdefault(entry.batch, []).append(entry)
         self._mapped = Mapped(root)
         self._records: dict[str, Record] = {}
         self._tensors: dict[tuple[int, str], Tensor] = {}
@@ -108,19 +128,19 @@ class Run(Mapping[str, Record]):
 
     def contents(self) -> list[Contents]:
         """One row per (site, kind, key): first shape, dtype, how many tensors, bytes on disk (aliases once)."""
-        first: dict[Label, dict[str, Any]] = {}
+        first: dict[Label, Entry] = {}
         counts: dict[Label, list[int]] = {}
         seen: set[tuple[int, str]] = set()
-        for entry in self.manifest.get("tensors", []):
-            label = (entry["site"], entry["kind"], entry["key"])
+        for entry in self._entries:
+            label = (entry.site, entry.kind, entry.key)
             first.setdefault(label, entry)
             count = counts.setdefault(label, [0, 0])
             count[0] += 1
-            if (entry["shard"], entry["name"]) not in seen:
-                seen.add((entry["shard"], entry["name"]))
-                count[1] += entry["offsets"][1] - entry["offsets"][0]
+            if (entry.shard, entry.name) not in seen:
+                seen.add((entry.shard, entry.name))
+                count[1] += entry.offsets[1] - entry.offsets[0]
         rows = [
-            Contents(*label[:1], self._type(label[0]), *label[1:], tuple(e["shape"]), e["dtype"], *counts[label])
+            Contents(*label[:1], self._type(label[0]), *label[1:], tuple(e.shape), e.dtype, *counts[label])
             for label, e in first.items()
         ]
         for (site, kind, key), s in self.statistics().items():
@@ -162,15 +182,14 @@ class Run(Mapping[str, Record]):
         record = Record(site, info["type"], tuple(info["kinds"]), missing=dict(info.get("missing", {})))
         record.param_grads = {name: [] for name in info.get("params", [])}
         calls: dict[tuple[int, int], Call] = {}
-        for entry in self._by_site[site]:
-            if batch is not None and entry["batch"] != batch:
-                continue
+        by_batch = self._index[site]
+        for entry in (e for b in ([batch] if batch is not None else by_batch) for e in by_batch.get(b, [])):
             tensor = self._tensor(entry)
-            if entry["kind"] == "param_grad":
-                record.param_grads.setdefault(entry["key"], []).append(tensor)
+            if entry.kind == "param_grad":
+                record.param_grads.setdefault(entry.key, []).append(tensor)
                 continue
-            call = calls.setdefault((entry["batch"], entry["call"]), Call(site, 0, order=entry.get("order", -1)))
-            call.tensors.setdefault(entry["kind"], {})[entry["key"]] = tensor
+            call = calls.setdefault((entry.batch, entry.call), Call(site, 0, order=entry.order))
+            call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]):
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
@@ -179,12 +198,12 @@ class Run(Mapping[str, Record]):
             call.index = i
         return record
 
-    def _tensor(self, entry: dict[str, Any]) -> Tensor:
-        where = (entry["shard"], entry["name"])
+    def _tensor(self, entry: Entry) -> Tensor:
+        where = (entry.shard, entry.name)
         if where not in self._tensors:
-            shard = self.manifest["shards"][entry["shard"]]
+            shard = self.manifest["shards"][entry.shard]
             self._tensors[where] = self._mapped.tensor(
-                shard["file"], shard["data_start"], entry["dtype"], entry["shape"], entry["offsets"]
+                shard["file"], shard["data_start"], entry.dtype, entry.shape, entry.offsets
             )
         return self._tensors[where]
 

@@ -100,7 +100,7 @@ def write_json(path: Path, value: object) -> None:
     """Write ``value`` as JSON to ``path`` atomically (temporary name, fsync, rename)."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(json.dumps(value, indent=1, allow_nan=False), encoding="utf-8")
+        tmp.write_text(_dumps(value), encoding="utf-8")
         _sync(tmp)
         os.replace(tmp, path)
     except OSError as err:
@@ -202,6 +202,20 @@ def parse_size(size: int | str) -> int:
         raise OptionError(f"a size must be a positive number of bytes or a string like '2GB' or '512MiB', got {size!r}")
     base = 1024 if match.group(3) else 1000
     return int(float(match.group(1)) * base ** " KMGT".index(match.group(2).upper() or " "))
+
+
+def _dumps(value: object) -> str:
+    """JSON with one line per top-level key, and one line per item of a top-level list (a row, a site)."""
+    if not isinstance(value, dict):
+        return json.dumps(value, allow_nan=False)
+    lines = []
+    for key, item in value.items():
+        if isinstance(item, list) and item:
+            item_text = "[\n  " + ",\n  ".join(json.dumps(v, allow_nan=False) for v in item) + "\n ]"
+        else:
+            item_text = json.dumps(item, allow_nan=False)
+        lines.append(f" {json.dumps(key)}: {item_text}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _strides(shape: list[int]) -> list[int]:

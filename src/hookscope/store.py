@@ -8,7 +8,8 @@ A store is a folder::
       stats.safetensors          statistics-only runs: the merged RunningStats of every label
 
 The manifest (``"format": "hookscope.store"``, ``"version": 1``) lists, for every tensor, its
-site, kind, key, call and batch, the shard and the bytes that hold it, its dtype and shape;
+site, kind, key, call and batch, the shard and the bytes that hold it, its dtype and shape (one
+row per tensor, in the order ``tensor_columns`` names, so a million tensors stay a quick read);
 and the provenance: hookscope, torch and Python versions, the model's class, parameter count
 and the SHA-256 of its state dict, the selectors and kinds. Tensors stored under several names
 (aliases: an ``nn.Identity``'s output, a layer's input that is the previous one's output) are
@@ -43,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from .records import Call, Record
-from .run import Run
+from .run import COLUMNS, Run
 from .select import Selector
 from .shards import StoreError, dtype_name, parse_size, read_index, write_json, write_shard
 
@@ -88,7 +89,7 @@ def index_parts(root: Path) -> dict[str, Any]:
     """``batches``, ``shards``, ``tensors`` and ``stats`` from the shards and statistics parts on disk."""
     shards: list[dict[str, Any]] = []
     batches: dict[int, dict[str, Any]] = {}
-    tensors: list[dict[str, Any]] = []
+    tensors: list[list[Any]] = []
     files = sorted((root / SHARDS).glob("*.safetensors")) if (root / SHARDS).is_dir() else []
     for path in files:
         index = read_index(path)
@@ -97,14 +98,15 @@ def index_parts(root: Path) -> dict[str, Any]:
         shards.append({"file": f"{SHARDS}/{path.name}", "bytes": index["bytes"], "data_start": index["data_start"]})
         batches.update({b["index"]: {**b, "rank": meta.get("rank", 0)} for b in meta.get("batches", [])})
         for entry in meta.get("tensors", []):
-            dtype, shape, offsets = index["tensors"][entry["name"]]
-            tensors.append({**entry, "shard": number, "dtype": dtype, "shape": shape, "offsets": offsets})
-    tensors.sort(key=lambda e: (e["batch"], e.get("order", -1)))
+            where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
+            tensors.append([{**entry, **where, "shard": number}[column] for column in COLUMNS])
+    tensors.sort(key=lambda row: (row[COLUMNS.index("batch")], row[COLUMNS.index("order")]))
     parts = _stats_parts(root)
     if parts:
         for meta, _ in parts:
             batches.update({b["index"]: b for b in meta.get("batches", [])})
-    found: dict[str, Any] = {"batches": [batches[b] for b in sorted(batches)], "shards": shards, "tensors": tensors}
+    found: dict[str, Any] = {"batches": [batches[b] for b in sorted(batches)], "shards": shards,
+                             "tensor_columns": list(COLUMNS), "tensors": tensors}  # fmt: skip
     if (root / STATS).is_file() or parts:
         found["stats"] = {"file": STATS} if not parts else {"parts": [p.relative_to(root).as_posix() for _, p in parts]}
     return found
@@ -152,8 +154,9 @@ def save(
 
 def new_manifest(prov: dict[str, Any], config: dict[str, Any], site_list: list[dict[str, Any]]) -> dict[str, Any]:
     """A manifest with no tensor yet, marked ``running``."""
+    index = {"batches": [], "shards": [], "tensor_columns": list(COLUMNS), "tensors": []}
     return {"format": FORMAT, "version": VERSION, "status": "running", "provenance": prov, "config": config,
-            "sites": site_list, "batches": [], "shards": [], "tensors": []}  # fmt: skip
+            "sites": site_list, **index}  # fmt: skip
 
 
 def sites(cap: Mapping[str, Record]) -> list[dict[str, Any]]:
