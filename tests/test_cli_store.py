@@ -6,11 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
+import skimage.data
 import torch
+from PIL import Image
 
 import hookscope
 from hookscope.cli import main
-from hookscope.inputs import load_input
+from hookscope.inputs import Preprocess, load_input
 from hookscope.lenet import lenet
 from hookscope.store import load
 from hookscope.targets import scores
@@ -122,3 +124,24 @@ def test_the_store_commands_have_help_with_an_example(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "torchrun --nproc-per-node 2 -m hookscope extract" in capsys.readouterr().out
+
+
+def test_extract_reads_a_folder_of_images_one_at_a_time(capsys, tmp_path: Path) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    cat = Image.fromarray(skimage.data.chelsea())
+    for i, size in enumerate([(120, 90), (64, 64), (90, 120)]):
+        cat.resize(size).save(photos / f"{i}.png")
+    code, _, _ = run(capsys, "extract", "lenet", str(photos), "--batch-size", "2", "--kinds", "input",
+                     "--select", "conv1", "--out", str(tmp_path / "acts"))  # fmt: skip
+    assert code == 0
+    stored = load(tmp_path / "acts")
+    assert stored.batches == [0, 1] and stored.rows == 3
+    expected = load_input([str(photos)], lenet_preprocess()).x  # the whole folder at once, as `report` reads it
+    assert torch.equal(torch.cat(stored["conv1"].values("input")), expected)
+
+
+def lenet_preprocess() -> Preprocess:
+    from hookscope.specs import load_model
+
+    return load_model("lenet").preprocess
