@@ -68,10 +68,7 @@ class Run(Mapping[str, Record]):
         self.config: dict[str, Any] = manifest.get("config", {})
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
-        self._entries = [Entry(*row) for row in manifest.get("tensors", [])]
-        self._index: dict[str, dict[int, list[Entry]]] = {name: {} for name in self._sites}  # site -> batch ->
-        for entry in self._entries:
-            self._index.setdefault(entry.site, {}).setdefault(entry.batch, []).append(entry)
+        self._index: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
         self._mapped = Mapped(root)
         self._records: dict[str, Record] = {}
         self._tensors: dict[tuple[int, str], Tensor] = {}
@@ -131,7 +128,7 @@ class Run(Mapping[str, Record]):
         first: dict[Label, Entry] = {}
         counts: dict[Label, list[int]] = {}
         seen: set[tuple[int, str]] = set()
-        for entry in self._entries:
+        for entry in self._entries():
             label = (entry.site, entry.kind, entry.key)
             first.setdefault(label, entry)
             count = counts.setdefault(label, [0, 0])
@@ -182,7 +179,7 @@ class Run(Mapping[str, Record]):
         record = Record(site, info["type"], tuple(info["kinds"]), missing=dict(info.get("missing", {})))
         record.param_grads = {name: [] for name in info.get("params", [])}
         calls: dict[tuple[int, int], Call] = {}
-        by_batch = self._index[site]
+        by_batch = self._indexed().get(site, {})
         for entry in (e for b in ([batch] if batch is not None else by_batch) for e in by_batch.get(b, [])):
             tensor = self._tensor(entry)
             if entry.kind == "param_grad":
@@ -197,6 +194,16 @@ class Run(Mapping[str, Record]):
         for i, call in enumerate(record.calls):
             call.index = i
         return record
+
+    def _entries(self) -> Iterator[Entry]:
+        return (Entry(*row) for row in self.manifest.get("tensors", []))
+
+    def _indexed(self) -> dict[str, dict[int, list[Entry]]]:
+        if self._index is None:
+            self._index = {}
+            for entry in self._entries():
+                self._index.setdefault(entry.site, {}).setdefault(entry.batch, []).append(entry)
+        return self._index
 
     def _tensor(self, entry: Entry) -> Tensor:
         where = (entry.shard, entry.name)
