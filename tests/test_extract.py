@@ -24,9 +24,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import hookscope
 from hookscope import reducers
-from hookscope.errors import OptionError
+from hookscope.errors import OptionError, StoreError
 from hookscope.extract import extract
-from hookscope.shards import StoreError
 from hookscope.store import Run, load
 from tests.jobs import images, small_net
 

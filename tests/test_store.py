@@ -14,8 +14,7 @@ from safetensors import safe_open
 from torch import nn
 
 import hookscope
-from hookscope.errors import AmbiguousCallError, NotCapturedError
-from hookscope.shards import StoreError
+from hookscope.errors import AmbiguousCallError, NotCapturedError, StoreError
 from hookscope.store import FORMAT, VERSION, load, save, weights_hash
 from tests.models import LeNet, SharedCell
 

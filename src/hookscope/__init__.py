@@ -27,9 +27,11 @@ from .errors import (
     OptionError,
     SelectionError,
     ShapeError,
+    StoreError,
     TargetError,
 )
 from .explain import cam, pick_layer
+from .extract import extract
 from .hooks import HookInfo, find_hooks
 from .page import render_html, write_report
 from .plots import gradient_flow_plot, histogram_plot
@@ -37,8 +39,11 @@ from .policy import Policy
 from .records import KINDS, Call, Kind, Record
 from .render import feature_grid, overlay, panel
 from .report import Report, build_report
+from .run import Run
+from .running import RunningStats
 from .select import ModuleInfo, Selector, list_modules, select_modules
 from .stats import Summary, gradient_flow, summarize
+from .store import load, save
 from .tokens import spatial_maps, tokens_to_grid
 
 __version__ = "0.1.0"
@@ -60,9 +65,12 @@ __all__ = [
     "Policy",
     "Record",
     "Report",
+    "Run",
+    "RunningStats",
     "SelectionError",
     "Selector",
     "ShapeError",
+    "StoreError",
     "Summary",
     "TargetError",
     "__version__",
@@ -70,16 +78,19 @@ __all__ = [
     "build_report",
     "cam",
     "capture",
+    "extract",
     "feature_grid",
     "find_hooks",
     "gradient_flow",
     "gradient_flow_plot",
     "histogram_plot",
     "list_modules",
+    "load",
     "overlay",
     "panel",
     "pick_layer",
     "render_html",
+    "save",
     "select_modules",
     "spatial_maps",
     "summarize",

@@ -13,6 +13,7 @@
      ├── TargetError               a target that does not fit the model's output
      ├── InputError                an input spec or file that cannot be read as a model input
      ├── ModelError                a model spec or weights file that cannot be loaded
+     ├── StoreError                a store that cannot be written (full disk, unwritable) or read
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     CaptureWarning (UserWarning)   something requested could not be captured, and why
@@ -72,3 +73,7 @@ class InputError(HookscopeError, ValueError):
 
 class ModelError(HookscopeError, ValueError):
     """A model spec, or weights, that cannot be loaded."""
+
+
+class StoreError(HookscopeError):
+    """A store that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from . import store
 from .capture import capture
-from .errors import OptionError
+from .errors import OptionError, StoreError
 from .policy import Label, Reducer
 from .ranks import World, share
 from .records import Kind
@@ -47,7 +47,7 @@ from .reducers import describe
 from .run import Run, read_stats
 from .running import RunningStats, merge_tables
 from .select import Selector, select_modules
-from .shards import Mapped, StoreError, format_size, parse_size, write_json, write_stats
+from .shards import Mapped, format_size, parse_size, write_json, write_stats
 from .tree import flatten
 from .writer import Pending, ShardWriter
 

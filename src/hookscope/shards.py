@@ -32,7 +32,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from .errors import HookscopeError, OptionError
+from .errors import OptionError, StoreError
 from .optional import require
 from .running import Label, RunningStats
 
@@ -43,10 +43,6 @@ DTYPES: dict[str, torch.dtype] = {
     name: dtype for name in _NAMES.split() if isinstance(dtype := getattr(torch, name, None), torch.dtype)
 }
 META_KEY = "hookscope"
-
-
-class StoreError(HookscopeError):
-    """A store that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:

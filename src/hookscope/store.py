@@ -43,10 +43,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .errors import StoreError
 from .records import Call, Record
 from .run import COLUMNS, Run
 from .select import Selector
-from .shards import StoreError, dtype_name, parse_size, read_index, write_json, write_shard
+from .shards import dtype_name, parse_size, read_index, write_json, write_shard
 
 FORMAT = "hookscope.store"
 VERSION = 1
