@@ -177,3 +177,30 @@ def test_a_layer_changed_in_place_afterwards_gets_the_gradient_of_its_own_output
     act_last = model.features(x).detach()
     expected_last = maths.normalize_maps(maths.grad_cam(act_last, grad_last).float(), size=(8, 8))
     torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected_last)
+
+
+class TwiceConv(nn.Module):
+    """One conv applied twice (a shared layer): cam() picks a call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(torch.tanh(self.conv(x)))
+        return self.fc(h.mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize("call", [0, -1])
+def test_a_shared_layer_gets_the_gradient_of_the_chosen_call_and_no_warning(call: int) -> None:
+    torch.manual_seed(0)
+    model = TwiceConv().double().eval()
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64)
+    first = model.conv(x)
+    second = model.conv(torch.tanh(first))
+    score = model.fc(second.mean(dim=(2, 3)))[:, 1].sum()
+    grads = torch.autograd.grad(score, [first, second])
+    act, grad = ((first, grads[0]), (second, grads[1]))[call]
+    expected = maths.normalize_maps(maths.grad_cam(act.detach(), grad).float(), size=(6, 6))
+    torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="conv", call=call), expected)

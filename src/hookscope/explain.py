@@ -92,30 +92,31 @@ def _is_spatial(call: Call) -> bool:
 
 
 def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Target, layer: str, call: int) -> Tensor:
-    with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
+    with torch.inference_mode(False), torch.enable_grad(), warnings.catch_warnings():  # also under no_grad
         leaf = x.detach().clone().requires_grad_(True)
         with capture(model, layer, kinds=("output", "grad_output")) as cap:
-            with warnings.catch_warnings():  # `live` only tells whether the output changed in place
+            with warnings.catch_warnings():  # `live` only tells whether outputs changed in place
                 warnings.simplefilter("ignore", CaptureWarning)
                 with capture(model, layer, detach=False, clone=False) as live:
                     picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
-                    stop = _stop_at(live, layer)
-            if stop is not None:  # allow_unused: a layer off the score's path is reported as before
-                torch.autograd.grad(picked.sum(), stop, allow_unused=True)
-            else:
+            stop = _stop_at(live, layer, call)
+            if stop is None or torch.autograd.grad(picked.sum(), stop, allow_unused=True, retain_graph=True)[0] is None:
                 torch.autograd.grad(picked.sum(), leaf)
+            elif len(live[layer].calls) > 1:  # the layer's other calls were not meant to get a gradient
+                warnings.simplefilter("ignore", CaptureWarning)
     chosen = _one_call(cap[layer].calls, layer, call)
     return method(spatial_maps(chosen.output, tokens=True), spatial_maps(chosen.grad_output, tokens=True))
 
 
-def _stop_at(live: Capture, layer: str) -> Tensor | None:
-    """The layer's output tensor itself, where the backward pass may stop (half the work on a CNN):
-    the layer ran once and nothing changed its output in place since (else its gradient would be
-    that of the changed tensor); None: differentiate down to the input instead."""
+def _stop_at(live: Capture, layer: str, call: int) -> Tensor | None:
+    """The chosen call's output tensor itself, where the backward pass may stop (on a CNN, half the
+    work): None when it does not require grad or an in-place op changed an output of the layer after
+    the hook saw it (its gradient would be that of the changed tensor); cam() then differentiates
+    down to the input, its gradient taken by the hook registered in the forward pass."""
     calls = live[layer].calls
-    if len(calls) != 1 or live.changed_in_place() or "output" not in calls[0].tensors:
+    if not -len(calls) <= call < len(calls) or live.changed_in_place():
         return None
-    outputs = list(calls[0].tensors["output"].values())
+    outputs = list(calls[call].tensors.get("output", {}).values())
     return outputs[0] if len(outputs) == 1 and outputs[0].requires_grad else None
 
 
