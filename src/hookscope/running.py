@@ -358,13 +358,12 @@ def linear_histogram(hist: Tensor, lo: float, hi: float, bins: int) -> tuple[lis
 
 
 def _as_float64(tensor: Tensor) -> Tensor:
-    if not isinstance(tensor, Tensor):
-        raise OptionError(f"RunningStats.update expects a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.is_complex():
-        raise OptionError("RunningStats.update expects a real tensor, got a complex one; pass tensor.abs()")
-    if tensor.device.type == "mps":  # MPS has no float64
-        tensor = tensor.cpu()
-    return tensor.detach().to(torch.float64)
+    """A float64 copy on the tensor's device (the CPU for MPS, which has no float64); real tensors only."""
+    if not isinstance(tensor, Tensor) or tensor.is_complex():
+        got = "a complex tensor" if isinstance(tensor, Tensor) else type(tensor).__name__
+        raise OptionError(f"RunningStats.update expects a real torch.Tensor, got {got}; pass tensor.abs() for complex")
+    device = torch.device("cpu") if tensor.device.type == "mps" else tensor.device
+    return tensor.detach().to(device=device, dtype=torch.float64)
 
 
 def _to(m: Moments, device: torch.device) -> Moments:
