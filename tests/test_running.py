@@ -162,5 +162,5 @@ def test_errors_say_what_was_expected() -> None:
         stream(torch.randn(5), channel_dim=1)
     with pytest.raises(OptionError, match="cannot merge statistics per channel"):
         RunningStats(channel_dim=1).merge(RunningStats())
-    with pytest.raises(OptionError, match=r"expects a torch\.Tensor"):
+    with pytest.raises(OptionError, match=r"expects a real torch\.Tensor, got list"):
         RunningStats().update([1.0])  # type: ignore[arg-type]
