@@ -154,7 +154,8 @@ def test_progress_shows_throughput_on_request_and_stays_quiet_off_a_terminal(tmp
     stream = io.StringIO()
     extract(small_net(), DataLoader(dataset(), batch_size=4), out=tmp_path / "p", select="0", progress=stream)
     line = stream.getvalue()
-    assert "extract: 3/3 batches" in line and "rows/s" in line and "written (" in line and line.endswith("\n")
+    assert "extract: [########################] 3/3 batches" in line and "rows/s" in line and "written (" in line
+    assert line.endswith("\n")
     extract(small_net(), [dataset().tensors[0]], out=tmp_path / "q", select="0")  # progress=True, stderr not a TTY
     assert capsys.readouterr().err == ""
 

@@ -202,7 +202,8 @@ class Checkpoint:
 
 
 class Meter:
-    """One line of progress: batches, rows per second, bytes written and their rate."""
+    """One line of progress: a bar (when the number of batches is known), rows per second, bytes
+    written and their rate; redrawn at most five times a second."""
 
     def __init__(self, stream: TextIO | None, total: int | None) -> None:
         self.stream, self.total = stream, total
@@ -222,8 +223,12 @@ class Meter:
     def _show(self, written: int, end: str) -> None:
         self.shown = time.monotonic()
         seconds = max(self.shown - self.start, 1e-9)
+        bar = ""
+        if self.total:
+            filled = 24 * min(self.batches, self.total) // self.total
+            bar = f"[{'#' * filled}{'.' * (24 - filled)}] "
         of = f"/{self.total}" if self.total is not None else ""
-        line = f"\rextract: {self.batches}{of} batches, {self.rows / seconds:,.1f} rows/s"
+        line = f"\rextract: {bar}{self.batches}{of} batches, {self.rows / seconds:,.1f} rows/s"
         if written:
             line += f", {format_size(written)} written ({format_size(written / seconds)}/s)"
         print(line, end=end, file=self.stream or sys.stderr, flush=True)
