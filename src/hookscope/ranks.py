@@ -8,7 +8,8 @@ would have written, batch for batch. How a rank gets its share without loading t
 - a ``DataLoader`` over a map-style dataset: its batch sampler is listed once and a new
   ``DataLoader`` (same dataset, workers, collate function) loads only this rank's batches, the
   way ``DistributedSampler`` gives each rank its samples. A loader whose sampler already is a
-  ``DistributedSampler`` is taken as this rank's share: its ``k``-th batch is batch ``k * W + r``.
+  ``DistributedSampler`` is taken as this rank's share: its ``k``-th batch is batch ``k * W + r``
+  (and the samples it repeats to even out the ranks are stored as they come).
   A shuffled loader needs a seeded ``generator`` here, or every rank (and every resumed run)
   would see another order.
 - a list or tuple of batches: indexed directly.
