@@ -4,10 +4,12 @@
 
     heat = hookscope.cam(model, x, method="gradcam", target=285)   # (B, H, W) in [0, 1]
 
-Gradients are taken with ``torch.autograd.grad`` with respect to a detached copy of the input,
-so nothing accumulates into the model's ``param.grad``, frozen models work, and so does a call
-under ``torch.no_grad()`` or ``torch.inference_mode()``. Use the model in
-eval mode: in train mode, BatchNorm couples the images of a batch.
+Gradients are taken with ``torch.autograd.grad`` on a forward pass fed a detached copy of the
+input, so nothing accumulates into the model's ``param.grad``, frozen models work, and so does a
+call under ``torch.no_grad()`` or ``torch.inference_mode()``. The backward pass stops at the
+layer's output; only when an in-place op changed that output later in the forward pass does cam()
+run the model again and differentiate down to the input. Use the model in eval mode: in train
+mode, BatchNorm couples the images of a batch (and that second pass would update its statistics).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from . import cams as maths
-from .capture import Capture, capture, probe
+from .capture import capture, probe
 from .errors import CaptureWarning, OptionError, SelectionError
 from .records import Call
 from .targets import Target, scores
@@ -92,32 +94,42 @@ def _is_spatial(call: Call) -> bool:
 
 
 def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Target, layer: str, call: int) -> Tensor:
-    with torch.inference_mode(False), torch.enable_grad(), warnings.catch_warnings():  # also under no_grad
-        leaf = x.detach().clone().requires_grad_(True)
-        with capture(model, layer, kinds=("output", "grad_output")) as cap:
-            with warnings.catch_warnings():  # `live` only tells whether outputs changed in place
-                warnings.simplefilter("ignore", CaptureWarning)
-                with capture(model, layer, detach=False, clone=False) as live:
-                    picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
-            stop = _stop_at(live, layer, call)
-            if stop is None or torch.autograd.grad(picked.sum(), stop, allow_unused=True, retain_graph=True)[0] is None:
-                torch.autograd.grad(picked.sum(), leaf)
-            elif len(live[layer].calls) > 1:  # the layer's other calls were not meant to get a gradient
-                warnings.simplefilter("ignore", CaptureWarning)
-    chosen = _one_call(cap[layer].calls, layer, call)
-    return method(spatial_maps(chosen.output, tokens=True), spatial_maps(chosen.grad_output, tokens=True))
+    with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
+        found = _at_the_layer(model, x, target, layer, call) or _through_the_input(model, x, target, layer, call)
+    activations, gradients = found
+    return method(spatial_maps(activations, tokens=True), spatial_maps(gradients, tokens=True))
 
 
-def _stop_at(live: Capture, layer: str, call: int) -> Tensor | None:
-    """The chosen call's output tensor itself, where the backward pass may stop (on a CNN, half the
-    work): None when it does not require grad or an in-place op changed an output of the layer after
-    the hook saw it (its gradient would be that of the changed tensor); cam() then differentiates
-    down to the input, its gradient taken by the hook registered in the forward pass."""
+def _at_the_layer(model: nn.Module, x: Tensor, target: Target, layer: str, call: int) -> tuple[Tensor, Tensor] | None:
+    """One forward pass, the layer's outputs kept by reference (no copy), and a backward pass that
+    stops at the chosen call's output (on a CNN, half the work). None when an in-place op changed an
+    output of the layer after the hook saw it (the values and the gradient would be those of the
+    changed tensor), or the output does not require grad or reach the score: then
+    ``_through_the_input`` runs the forward pass again."""
+    leaf = x.detach().clone().requires_grad_(True)
+    with warnings.catch_warnings():  # what could go wrong is checked below, and by the second pass
+        warnings.simplefilter("ignore", CaptureWarning)
+        with capture(model, layer, detach=False, clone=False) as live:
+            picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
     calls = live[layer].calls
     if not -len(calls) <= call < len(calls) or live.changed_in_place():
         return None
     outputs = list(calls[call].tensors.get("output", {}).values())
-    return outputs[0] if len(outputs) == 1 and outputs[0].requires_grad else None
+    if len(outputs) != 1 or not outputs[0].requires_grad:
+        return None
+    (gradient,) = torch.autograd.grad(picked.sum(), outputs[0], allow_unused=True)
+    return None if gradient is None else (outputs[0].detach(), gradient)
+
+
+def _through_the_input(model: nn.Module, x: Tensor, target: Target, layer: str, call: int) -> tuple[Tensor, Tensor]:
+    """Copies of the layer's outputs, and their gradients taken by hooks on a backward pass that runs
+    down to a copy of the input."""
+    leaf = x.detach().clone().requires_grad_(True)
+    with capture(model, layer, kinds=("output", "grad_output")) as cap:
+        picked, _ = scores(model(leaf.clone()), target)
+        torch.autograd.grad(picked.sum(), leaf)
+    chosen = _one_call(cap[layer].calls, layer, call)
+    return chosen.output, chosen.grad_output
 
 
 def _activations(model: nn.Module, x: Tensor, layer: str, call: int) -> Tensor:
