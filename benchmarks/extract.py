@@ -33,8 +33,8 @@ import torchvision
 from torch import nn
 
 from hookscope import reducers
-from hookscope.extract import extract
-from hookscope.store import load
+from hookscope.store.extract import extract
+from hookscope.store.save import load
 
 SELECT = "re:layer\\d\\.\\d"  # the eight residual blocks
 BATCH, SIDE = 16, 128

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/train_lenet.py            # overwrites the shipped file (~12 s on one CPU thread)
     .venv/bin/python scripts/train_lenet.py --out /tmp/lenet.pt
 
-``hookscope.lenet.train`` is seeded, runs on one thread with ``torch.use_deterministic_algorithms(True)``
+``hookscope.zoo.lenet.train`` is seeded, runs on one thread with ``torch.use_deterministic_algorithms(True)``
 and restores those settings afterwards: on one machine two runs write the same bytes (given the same file
 name, which torch.save puts inside the archive). Prints the test accuracy of the new weights and, when
 there is one, of the file they replace.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from hookscope import lenet
+from hookscope.zoo import lenet
 
 SHIPPED = Path(__file__).resolve().parents[1] / "src" / "hookscope" / lenet.WEIGHTS
 

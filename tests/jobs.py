@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from hookscope.extract import extract
+from hookscope.store.extract import extract
 
 
 def small_net() -> nn.Module:

@@ -14,9 +14,9 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from hookscope.errors import OptionError
-from hookscope.ranks import World, share
-from hookscope.store import load
-from tests.test_extract import ROOT, assert_equal_runs
+from hookscope.store.ranks import World, share
+from hookscope.store.save import load
+from tests.store.test_extract import ROOT, assert_equal_runs
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 

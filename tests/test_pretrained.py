@@ -9,7 +9,7 @@ from captum.attr import LayerAttribution, LayerGradCam
 
 from hookscope import cams as maths
 from hookscope import zoo
-from hookscope.explain import cam, pick_layer
+from hookscope.explain.cam import cam, pick_layer
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian Mau
 ESPRESSO = 967

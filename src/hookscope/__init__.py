@@ -15,8 +15,12 @@ matplotlib when they are drawn.
 from __future__ import annotations
 
 from . import zoo
-from .attribute import attribute
-from .capture import Capture, capture
+from ._version import __version__
+from .core.capture import Capture, capture
+from .core.hooks import HookInfo, find_hooks
+from .core.policy import Policy
+from .core.records import KINDS, Call, Kind, Record
+from .core.select import ModuleInfo, Selector, list_modules, select_modules
 from .errors import (
     AmbiguousCallError,
     CaptureError,
@@ -30,23 +34,18 @@ from .errors import (
     StoreError,
     TargetError,
 )
-from .explain import cam, pick_layer
-from .extract import extract
-from .hooks import HookInfo, find_hooks
-from .page import render_html, write_report
-from .plots import gradient_flow_plot, histogram_plot
-from .policy import Policy
-from .records import KINDS, Call, Kind, Record
-from .render import feature_grid, overlay, panel
-from .report import Report, build_report
-from .run import Run
-from .running import RunningStats
-from .select import ModuleInfo, Selector, list_modules, select_modules
-from .stats import Summary, gradient_flow, summarize
-from .store import load, save
+from .explain.attribute import attribute
+from .explain.cam import cam, pick_layer
+from .report.build import Report, build_report
+from .report.html import render_html, write_report
+from .stats.streaming import RunningStats
+from .stats.summary import Summary, gradient_flow, summarize
+from .store.extract import extract
+from .store.reader import Run
+from .store.save import load, save
 from .tokens import spatial_maps, tokens_to_grid
-
-__version__ = "0.1.0"
+from .viz.charts import gradient_flow_plot, histogram_plot
+from .viz.images import feature_grid, overlay, panel
 
 __all__ = [
     "KINDS",

@@ -11,11 +11,11 @@ import torch
 from PIL import Image
 
 import hookscope
-from hookscope.cli import main
-from hookscope.inputs import Preprocess, load_input
-from hookscope.lenet import lenet
-from hookscope.store import load
-from hookscope.targets import scores
+from hookscope.cli.commands import main
+from hookscope.cli.inputs import Preprocess, load_input
+from hookscope.explain.targets import scores
+from hookscope.store.save import load
+from hookscope.zoo.lenet import lenet
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -58,7 +58,7 @@ def test_extract_writes_every_batch_and_info_describes_it(capsys, tmp_path: Path
     code, printed, _ = run(capsys, "info", str(out))
     assert code == 0
     assert "hookscope store (format 1), complete" in printed
-    assert "model     LeNet (hookscope.lenet), 61,706 parameters, weights sha256" in printed
+    assert "model     LeNet (hookscope.zoo.lenet), 61,706 parameters, weights sha256" in printed
     assert f"hookscope {hookscope.__version__}, torch {torch.__version__}" in printed
     assert "run       extract: select ['conv*', 'fc3'], kinds input, output" in printed
     assert "batches   3 (10 rows)" in printed
@@ -142,6 +142,6 @@ def test_extract_reads_a_folder_of_images_one_at_a_time(capsys, tmp_path: Path) 
 
 
 def lenet_preprocess() -> Preprocess:
-    from hookscope.specs import load_model
+    from hookscope.cli.models import load_model
 
     return load_model("lenet").preprocess

@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from hookscope.cli.inputs import IMAGENET, LITE, Preprocess, load_input
 from hookscope.errors import InputError
-from hookscope.inputs import IMAGENET, LITE, Preprocess, load_input
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from hookscope.cli.models import load_model, load_weights
 from hookscope.errors import ModelError
-from hookscope.specs import load_model, load_weights
 from tests.models import LeNet
 
 

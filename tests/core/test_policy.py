@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 import hookscope
-from hookscope import policy
-from hookscope.policy import AsyncCopier, CudaStreams, Keeper, Policy, async_copier
+from hookscope.core import policy
+from hookscope.core.policy import AsyncCopier, CudaStreams, Keeper, Policy, async_copier
 from tests.models import ConvInplaceReLU
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from hookscope.tree import flatten, flatten_call, sort_key
+from hookscope.core.tree import flatten, flatten_call, sort_key
 
 A, B, C, D = (torch.full((2,), float(i)) for i in range(4))
 

@@ -11,10 +11,9 @@ from torch import Tensor, nn
 from torchvision.transforms.functional import gaussian_blur
 
 import hookscope
-from hookscope.attribute import METHODS, attribute, gauss_legendre, make_baseline
 from hookscope.errors import OptionError, TargetError
-
-from .models import LeNet
+from hookscope.explain.attribute import METHODS, attribute, gauss_legendre, make_baseline
+from tests.models import LeNet
 
 TARGETS = [3, 7]
 

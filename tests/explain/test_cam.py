@@ -10,7 +10,7 @@ from torch import nn
 
 import hookscope
 from hookscope import cams as maths
-from hookscope.explain import METHODS, cam, pick_layer
+from hookscope.explain.cam import METHODS, cam, pick_layer
 
 
 class TinyCNN(nn.Module):

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 import hookscope
 from hookscope.errors import HookscopeError
-from hookscope.stats import PERCENTILES, Summary, forward_order, gradient_flow, summarize
+from hookscope.stats.summary import PERCENTILES, Summary, forward_order, gradient_flow, summarize
 from tests.models import SharedCell
 
 NAN, INF = float("nan"), float("inf")

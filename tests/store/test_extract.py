@@ -25,11 +25,11 @@ from torch.utils.data import DataLoader, TensorDataset
 import hookscope
 from hookscope import reducers
 from hookscope.errors import OptionError, StoreError
-from hookscope.extract import extract
-from hookscope.store import Run, load
+from hookscope.store.extract import extract
+from hookscope.store.save import Run, load
 from tests.jobs import images, small_net
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SELECT = ["0", "1", "2"]
 
 
@@ -292,7 +292,7 @@ def test_a_file_size_limit_is_reported_like_a_full_disk(tmp_path: Path) -> None:
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))\n"
-        "from hookscope.cli import main\n"
+        "from hookscope.cli.commands import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     out = tmp_path / "limited"

@@ -13,7 +13,8 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import HookscopeError
-from hookscope.plots import (
+from hookscope.stats.summary import FlowRow, gradient_flow
+from hookscope.viz.charts import (
     EXPLODING,
     NORMAL,
     VANISHING,
@@ -23,7 +24,6 @@ from hookscope.plots import (
     gradient_flow_plot,
     histogram_plot,
 )
-from hookscope.stats import FlowRow, gradient_flow
 from tests.models import LeNet, SharedCell
 
 
@@ -144,7 +144,7 @@ def test_gradient_flow_plot_errors(lenet_capture: hookscope.Capture) -> None:
 
 # -- no global state ----------------------------------------------------------------------------
 def test_importing_stats_and_plots_loads_no_matplotlib_or_pillow() -> None:
-    code = "import sys, hookscope.plots, hookscope.stats; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    code = "import sys, hookscope.viz.charts, hookscope.stats.summary; print(sorted({m.split('.')[0] for m in sys.modules}))"
     loaded = run_python(code)
     assert "matplotlib" not in loaded and "PIL" not in loaded
 
@@ -153,8 +153,8 @@ def test_plotting_leaves_the_users_backend_and_pyplot_alone() -> None:
     code = """
 import sys, matplotlib, torch
 matplotlib.use("svg")
-from hookscope.plots import histogram_plot, gradient_flow_plot
-from hookscope.stats import FlowRow
+from hookscope.viz.charts import histogram_plot, gradient_flow_plot
+from hookscope.stats.summary import FlowRow
 histogram_plot({"a": torch.randn(10)})
 gradient_flow_plot([FlowRow("a", 1.0, 2.0, 3)])
 print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)

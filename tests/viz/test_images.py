@@ -15,8 +15,8 @@ from PIL import Image
 
 import hookscope
 from hookscope.errors import OptionError, ShapeError
-from hookscope.render import PANEL_GAP, feature_grid, overlay, panel, pick_channels, to_pil
 from hookscope.tokens import tokens_to_grid
+from hookscope.viz.images import PANEL_GAP, feature_grid, overlay, panel, pick_channels, to_pil
 from tests.models import LeNet
 
 RAMP = torch.tensor([[0.0, 1.0], [2.0, 3.0]])  # min-max scaled: 0, 1/3, 2/3, 1 (clear of colormap bin edges)
@@ -282,7 +282,7 @@ def test_to_pil_layouts() -> None:
 
 def test_import_does_not_load_pil_or_matplotlib() -> None:
     code = (
-        "import sys, hookscope.render, hookscope.tokens; "
+        "import sys, hookscope.viz.images, hookscope.tokens; "
         "print(sorted(m for m in ('PIL', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

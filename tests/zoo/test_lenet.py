@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hookscope
-from hookscope import lenet
+from hookscope.zoo import lenet
 
 NAMES = ["conv1", "relu1", "pool1", "conv2", "relu2", "pool2", "fc1", "relu3", "fc2", "relu4", "fc3"]
 

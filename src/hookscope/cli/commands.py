@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from . import __version__
-from .capture import Capture, capture, probe
-from .errors import CaptureWarning, HookscopeError, OptionError
-from .explain import METHODS, cam
+from .._version import __version__
+from ..core.capture import Capture, capture, probe
+from ..core.records import KINDS, Kind
+from ..core.select import list_modules
+from ..errors import CaptureWarning, HookscopeError, OptionError
+from ..explain.cam import METHODS, cam
+from ..explain.targets import scores
 from .inputs import LoadedInput, load_input
-from .records import KINDS, Kind
-from .select import list_modules
-from .specs import BUILTINS, LoadedModel, load_model
-from .targets import scores
+from .models import BUILTINS, LoadedModel, load_model
 
 EXAMPLES = """examples:
   hookscope demo                                        EfficientNet-Lite0 on a bundled photo -> hookscope-demo/
@@ -235,8 +235,8 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from .page import write_report
-    from .report import build_report
+    from ..report.build import build_report
+    from ..report.html import write_report
 
     if args.store is not None:
         return _run_report_from_store(args)
@@ -257,7 +257,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_cam(args: argparse.Namespace) -> int:
-    from .render import overlay, panel
+    from ..viz.images import overlay, panel
 
     out = Path(args.out)
     if out.exists() and not args.force:
@@ -276,14 +276,14 @@ def _run_cam(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from .page import write_report
-    from .report import build_report
+    from ..report.build import build_report
+    from ..report.html import write_report
 
     if args.model == "lenet":
         return _run_lenet_demo(args)
     loaded = load_model("efficientnet-lite0")
     loaded.model.to(args.device)
-    photo = str(resources.files("hookscope") / "data" / "chelsea.jpg")
+    photo = str(resources.files("hookscope.zoo") / "data" / "chelsea.jpg")
     batch = load_input([photo], loaded.preprocess)
     report = build_report(
         loaded.model, batch.x.to(args.device), select=["_conv_stem", "re:_blocks\\.\\d+", "_conv_head"], grads=True,
@@ -296,9 +296,9 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_lenet_demo(args: argparse.Namespace) -> int:
-    from . import lenet
-    from .page import write_report
-    from .report import build_report
+    from ..report.build import build_report
+    from ..report.html import write_report
+    from ..zoo import lenet
 
     model = lenet.lenet().to(args.device)
     x, y = lenet.digits("test")
@@ -314,7 +314,7 @@ def _run_lenet_demo(args: argparse.Namespace) -> int:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from .store import save
+    from ..store.save import save
 
     loaded = _load(args)
     x = _inputs(args, loaded).x.to(args.device)
@@ -342,8 +342,8 @@ def _capture_once(
 def _run_extract(args: argparse.Namespace) -> int:
     from torch.utils.data import DataLoader
 
+    from ..store.extract import extract
     from .datasets import input_dataset
-    from .extract import extract
 
     if args.device.startswith("cuda") and ":" not in args.device and "LOCAL_RANK" in os.environ:
         args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # torchrun: one GPU per rank
@@ -361,7 +361,7 @@ def _run_extract(args: argparse.Namespace) -> int:
 
 
 def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
-    from . import reducers
+    from .. import reducers
 
     chosen = []
     for spec in specs:
@@ -379,16 +379,16 @@ def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from .store import load
+    from ..store.save import load
 
     print(load(args.store).describe())
     return 0
 
 
 def _run_report_from_store(args: argparse.Namespace) -> int:
-    from .page import write_report
-    from .report_store import build_report_from_store
-    from .store import load
+    from ..report.from_store import build_report_from_store
+    from ..report.html import write_report
+    from ..store.save import load
 
     if args.model is not None or args.inputs:
         args.parser.error("--from STORE reports a store: pass no MODEL or INPUT with it")

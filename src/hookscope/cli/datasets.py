@@ -16,7 +16,7 @@ from pathlib import Path
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .errors import InputError
+from ..errors import InputError
 from .inputs import TENSOR_SUFFIXES, Preprocess, _image_paths, _open_image, load_input
 
 

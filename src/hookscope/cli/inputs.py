@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import InputError
-from .optional import require
+from ..errors import InputError
+from ..optional import require
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 TENSOR_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ModelError
+from ..errors import ModelError
 from .inputs import IMAGENET, LITE, Preprocess
 
 
@@ -46,19 +46,19 @@ class LoadedModel:
 
 
 def _efficientnet() -> LoadedModel:
-    from . import zoo
+    from .. import zoo
 
     return LoadedModel(zoo.efficientnet_lite0(), "efficientnet-lite0", LITE, zoo.imagenet_labels())
 
 
 def _mobilenet() -> LoadedModel:
-    from . import zoo
+    from .. import zoo
 
     return LoadedModel(zoo.mobilenet_v2(), "mobilenet-v2", IMAGENET, zoo.imagenet_labels())
 
 
 def _lenet() -> LoadedModel:
-    from . import lenet
+    from ..zoo import lenet
 
     digits = Preprocess(size=32, channels=1, mean=(lenet.MEAN,), std=(lenet.STD,))
     note = "LeNet trained on scikit-learn's 8x8 digits (white ink on black, upscaled to 32x32)"
@@ -108,7 +108,7 @@ def _torchvision(name: str) -> LoadedModel:
         close = difflib.get_close_matches(name, available, n=3)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise ModelError(f"torchvision has no model {name!r}{hint}")
-    from . import zoo
+    from .. import zoo
 
     note = f"random init: torchvision:{name} was built without weights; pass --weights FILE to load a state dict"
     return LoadedModel(

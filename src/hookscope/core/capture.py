@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import CaptureError, CaptureWarning, NotCapturedError
+from ..errors import CaptureError, CaptureWarning, NotCapturedError
 from .hooks import HandleGroup
 from .policy import Keeper, Policy, Reducer
 from .records import GRAD_KINDS, KINDS, Call, Kind, Record

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from .errors import CaptureError
+from ..errors import CaptureError
 
 Label = tuple[str, str, str]  # (site, kind, key)
 Reducer = Callable[[str, str, str, Tensor], "Tensor | None"]

@@ -31,7 +31,7 @@ from typing import Literal, get_args, overload
 import torch
 from torch import Tensor
 
-from .errors import AmbiguousCallError, NotCapturedError
+from ..errors import AmbiguousCallError, NotCapturedError
 
 Kind = Literal["input", "output", "grad_input", "grad_output", "param_grad"]
 KINDS: tuple[Kind, ...] = get_args(Kind)

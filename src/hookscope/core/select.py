@@ -25,7 +25,7 @@ from typing import Union
 
 from torch import nn
 
-from .errors import SelectionError
+from ..errors import SelectionError
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 

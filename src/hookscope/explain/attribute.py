@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .errors import OptionError
-from .hooks import HandleGroup
+from ..core.hooks import HandleGroup
+from ..errors import OptionError
 from .targets import Target, scores
 
 Method = Literal["saliency", "input_x_gradient", "smoothgrad", "integrated_gradients", "guided_backprop"]

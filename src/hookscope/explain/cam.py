@@ -21,12 +21,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from . import cams as maths
-from .capture import capture, probe
-from .errors import CaptureWarning, OptionError, SelectionError
-from .records import Call
+from .. import cams as maths
+from ..core.capture import capture, probe
+from ..core.records import Call
+from ..errors import CaptureWarning, OptionError, SelectionError
+from ..tokens import spatial_maps
 from .targets import Target, scores
-from .tokens import spatial_maps
 
 log = logging.getLogger("hookscope")
 

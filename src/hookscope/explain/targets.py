@@ -15,8 +15,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .errors import TargetError
-from .tree import flatten
+from ..core.tree import flatten
+from ..errors import TargetError
 
 Target = Union[int, Sequence[int], Tensor, Callable[[Tensor], Tensor], None]
 

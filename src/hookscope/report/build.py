@@ -43,14 +43,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .capture import Capture, capture
-from .errors import CaptureWarning, OptionError, SelectionError, ShapeError
-from .explain import METHODS, cam, pick_layer
-from .plots import gradient_flow_plot
-from .render import feature_grid, overlay, to_pil
-from .select import Selector
-from .stats import forward_order, gradient_flow, summarize
-from .targets import Target, class_indices, logits, scores
+from ..core.capture import Capture, capture
+from ..core.select import Selector
+from ..errors import CaptureWarning, OptionError, SelectionError, ShapeError
+from ..explain.cam import METHODS, cam, pick_layer
+from ..explain.targets import Target, class_indices, logits, scores
+from ..stats.summary import forward_order, gradient_flow, summarize
+from ..viz.charts import gradient_flow_plot
+from ..viz.images import feature_grid, overlay, to_pil
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -443,7 +443,7 @@ def _quiet(stage: str, done: int, total: int) -> None:
 
 
 def _version() -> str:
-    from . import __version__  # here, not at the top: the package imports this module
+    from .._version import __version__
 
     return __version__
 

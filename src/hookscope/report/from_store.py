@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .plots import gradient_flow_plot
-from .records import Record
-from .report import LayerView, Report, TensorView, _png, _tensor_view
-from .run import Run
-from .running import RunningStats
-from .stats import forward_order, gradient_flow
+from ..core.records import Record
+from ..stats.streaming import RunningStats
+from ..stats.summary import forward_order, gradient_flow
+from ..store.reader import Run
+from ..viz.charts import gradient_flow_plot
+from .build import LayerView, Report, TensorView, _png, _tensor_view
 
 
 def build_report_from_store(

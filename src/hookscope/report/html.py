@@ -19,9 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import OptionError
-from .optional import require
-from .report import Report
+from ..errors import OptionError
+from ..optional import require
+from .build import Report
 
 TEMPLATE = "templates/report.html.j2"
 
@@ -32,7 +32,7 @@ def render_html(report: Report) -> str:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(png=_data_uri, num=_num, percent=_percent, shape=_shape)
     env.globals.update(histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite)
-    source = resources.files("hookscope").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    source = resources.files("hookscope.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
     types = sorted({layer.type for layer in report.layers})
     html: str = env.from_string(source).render(report=report, types=types)
     return html

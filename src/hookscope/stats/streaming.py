@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .errors import OptionError
+from ..errors import OptionError
 
 HALF = 2048  # bins of each sign: 256 exponents x 8 mantissa steps (the last 8, inf and NaN, stay empty)
 BINS = 2 * HALF

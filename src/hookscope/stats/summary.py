@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .errors import OptionError
-from .records import Kind, Record
+from ..core.records import Kind, Record
+from ..errors import OptionError
 
 PERCENTILES: tuple[float, ...] = (1, 5, 25, 50, 75, 95, 99)
 GRADIENT_KINDS: tuple[Kind, ...] = ("grad_input", "grad_output", "param_grad")

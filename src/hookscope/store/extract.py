@@ -37,19 +37,19 @@ from typing import Any, TextIO
 import torch
 from torch import Tensor, nn
 
-from . import store
-from .capture import capture
-from .errors import OptionError, StoreError
-from .policy import Label, Reducer
+from ..core.capture import capture
+from ..core.policy import Label, Reducer
+from ..core.records import Kind
+from ..core.select import Selector, select_modules
+from ..core.tree import flatten
+from ..errors import OptionError, StoreError
+from ..reducers import describe
+from ..stats.streaming import RunningStats, merge_tables
+from . import save as store
 from .ranks import World, share
-from .records import Kind
-from .reducers import describe
-from .run import Run, read_stats
-from .running import RunningStats, merge_tables
-from .select import Selector, select_modules
+from .reader import Run, read_stats
+from .shard_writer import Pending, ShardWriter
 from .shards import Mapped, format_size, parse_size, write_json, write_stats
-from .tree import flatten
-from .writer import Pending, ShardWriter
 
 FORWARD_KINDS: tuple[Kind, ...] = ("input", "output")
 CHECKPOINT_SECONDS = 10.0

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
-from .errors import OptionError
+from ..errors import OptionError
 
 
 @dataclass(frozen=True)

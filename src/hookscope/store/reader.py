@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 from torch import Tensor
 
-from .errors import NotCapturedError
-from .records import KINDS, Call, Kind, Record
-from .running import Label, RunningStats, merge_tables
+from ..core.records import KINDS, Call, Kind, Record
+from ..errors import NotCapturedError
+from ..stats.streaming import Label, RunningStats, merge_tables
 from .shards import Mapped, format_size, read_table
 
 

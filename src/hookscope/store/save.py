@@ -43,10 +43,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import StoreError
-from .records import Call, Record
-from .run import COLUMNS, Run
-from .select import Selector
+from ..core.records import Call, Record
+from ..core.select import Selector
+from ..errors import StoreError
+from .reader import COLUMNS, Run
 from .shards import dtype_name, parse_size, read_index, write_json, write_shard
 
 FORMAT = "hookscope.store"
@@ -170,7 +170,7 @@ def sites(cap: Mapping[str, Record]) -> list[dict[str, Any]]:
 
 def provenance(model: nn.Module | None) -> dict[str, Any]:
     """Where a store came from: versions, the model's class and size, and the hash of its weights."""
-    from . import __version__
+    from .._version import __version__
 
     found: dict[str, Any] = {
         "hookscope": __version__,

@@ -32,9 +32,9 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from .errors import OptionError, StoreError
-from .optional import require
-from .running import Label, RunningStats
+from ..errors import OptionError, StoreError
+from ..optional import require
+from ..stats.streaming import Label, RunningStats
 
 _NAMES = (
     "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 bool float8_e4m3fn float8_e5m2 uint16 uint32 uint64"

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .errors import OptionError
-from .optional import require
-from .records import Kind, Record
-from .stats import FlowRow, Summary, forward_order, gradient_flow, summarize
+from ..core.records import Kind, Record
+from ..errors import OptionError
+from ..optional import require
+from ..stats.summary import FlowRow, Summary, forward_order, gradient_flow, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import OptionError, ShapeError
-from .optional import require
-from .tokens import spatial_maps
+from ..errors import OptionError, ShapeError
+from ..optional import require
+from ..tokens import spatial_maps
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap

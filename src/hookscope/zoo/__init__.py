@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .inputs import IMAGENET, LITE
-from .optional import require
+from ..cli.inputs import IMAGENET, LITE
+from ..optional import require
 
 
 def efficientnet_lite0() -> nn.Module:

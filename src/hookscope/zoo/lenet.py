@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .optional import require
+from ..optional import require
 
 DIGIT_LABELS = [str(i) for i in range(10)]
 MEAN, STD = 0.305, 0.323  # of the upsampled training images scaled to [0, 1]
