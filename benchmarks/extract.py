@@ -34,7 +34,7 @@ from torch import nn
 
 from hookscope import reducers
 from hookscope.store.extract import extract
-from hookscope.store.save import load
+from hookscope.store.reader import load
 
 SELECT = "re:layer\\d\\.\\d"  # the eight residual blocks
 BATCH, SIDE = 16, 128

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from hookscope.errors import OptionError
 from hookscope.store.ranks import World, share
-from hookscope.store.save import load
+from hookscope.store.reader import load
 from tests.store.test_extract import ROOT, assert_equal_runs
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")

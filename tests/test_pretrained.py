@@ -7,7 +7,7 @@ import skimage.data
 import torch
 from captum.attr import LayerAttribution, LayerGradCam
 
-from hookscope import cams as maths
+from hookscope.explain import cam as maths
 from hookscope import zoo
 from hookscope.explain.cam import cam, pick_layer
 

@@ -18,8 +18,9 @@ from . import zoo
 from ._version import __version__
 from .core.capture import Capture, capture
 from .core.hooks import HookInfo, find_hooks
+from .core.kinds import KINDS, Kind
 from .core.policy import Policy
-from .core.records import KINDS, Call, Kind, Record
+from .core.records import Call, Record
 from .core.select import ModuleInfo, Selector, list_modules, select_modules
 from .errors import (
     AmbiguousCallError,

@@ -13,6 +13,7 @@
      ├── TargetError               a target that does not fit the model's output
      ├── InputError                an input spec or file that cannot be read as a model input
      ├── ModelError                a model spec or weights file that cannot be loaded
+     │    └── ForwardError         the model's own forward raised (the message names the module)
      ├── StoreError                a store that cannot be written (full disk, unwritable) or read
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
@@ -77,3 +78,7 @@ class ModelError(HookscopeError, ValueError):
 
 class StoreError(HookscopeError):
     """A store that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""
+
+
+class ForwardError(ModelError):
+    """The model's own forward raised; the message names the module it raised in."""

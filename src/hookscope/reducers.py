@@ -86,7 +86,7 @@ def chain(*reducers: Reduction) -> Reduction:
     return Reduction(" -> ".join(r.name for r in reducers), reduce)
 
 
-def describe(reduce: object) -> str | None:
+def reducer_name(reduce: object) -> str | None:
     """What a manifest records of a ``reduce=`` argument: a Reduction's name, a function's qualified name."""
     if reduce is None:
         return None

@@ -19,8 +19,9 @@ import torch
 from torch import Tensor, nn
 
 import hookscope
-from hookscope.core import policy
-from hookscope.core.policy import AsyncCopier, CudaStreams, Keeper, Policy, async_copier
+from hookscope.core import host_copy
+from hookscope.core.host_copy import AsyncCopier, CudaStreams, async_copier
+from hookscope.core.policy import Keeper, Policy
 from tests.models import ConvInplaceReLU
 
 
@@ -70,7 +71,7 @@ class DeferredStreams:
 def streams(monkeypatch: pytest.MonkeyPatch) -> DeferredStreams:
     """Every capture made in the test copies through one DeferredStreams."""
     fake = DeferredStreams()
-    monkeypatch.setattr(policy, "CudaStreams", lambda: fake)
+    monkeypatch.setattr(host_copy, "CudaStreams", lambda: fake)
     return fake
 
 

@@ -12,7 +12,7 @@ from torchvision.transforms.functional import gaussian_blur
 
 import hookscope
 from hookscope.errors import OptionError, TargetError
-from hookscope.explain.attribute import METHODS, attribute, gauss_legendre, make_baseline
+from hookscope.explain.attribute import ATTRIBUTION_METHODS, attribute, gauss_legendre, make_baseline
 from tests.models import LeNet
 
 TARGETS = [3, 7]
@@ -239,7 +239,7 @@ def test_target_forms(resnet: nn.Module, image: Tensor) -> None:
     assert torch.allclose(ours, expected, atol=1e-12)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ATTRIBUTION_METHODS)
 @pytest.mark.parametrize(("target", "match"), [(10, "not a class"), ([1, 2, 3], "3 targets for a batch of 2")])
 def test_wrong_target_raises_target_error(method: str, target: object, match: str) -> None:
     model = TwoLayer().double()
@@ -251,7 +251,7 @@ def test_wrong_target_raises_target_error(method: str, target: object, match: st
 # -- what attribute must not touch -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ATTRIBUTION_METHODS)
 def test_model_flags_grads_and_input_untouched(method: str) -> None:
     model = TwoLayer().double().train()
     model.fc1.requires_grad_(False)
@@ -266,7 +266,7 @@ def test_model_flags_grads_and_input_untouched(method: str) -> None:
     assert hookscope.find_hooks(model) == []
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ATTRIBUTION_METHODS)
 def test_model_that_changes_its_input_in_place(method: str) -> None:
     torch.manual_seed(0)
     inplace = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(4, 2)).double()
@@ -294,7 +294,7 @@ class Raises(TwoLayer):
         raise RuntimeError("boom mid-forward")
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ATTRIBUTION_METHODS)
 def test_no_hooks_left_when_the_model_raises(method: str) -> None:
     model = Raises().double()
     with pytest.raises(RuntimeError, match="boom mid-forward"):

@@ -9,8 +9,8 @@ from captum.attr import LayerAttribution, LayerGradCam
 from torch import nn
 
 import hookscope
-from hookscope import cams as maths
-from hookscope.explain.cam import METHODS, cam, pick_layer
+from hookscope.explain import cam as maths
+from hookscope.explain.cam import CAM_METHODS, cam, pick_layer
 
 
 class TinyCNN(nn.Module):
@@ -87,7 +87,7 @@ def test_no_side_effects_on_the_model(tiny) -> None:
     """No param.grad, no flag change, no hook left, for every method."""
     model, x = tiny
     model.features[0].requires_grad_(False)
-    for method in METHODS:
+    for method in CAM_METHODS:
         cam(model, x, method, 0, layer="features")
     assert all(p.grad is None for p in model.parameters())
     assert not model.training

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from hookscope import cams
+from hookscope.explain import cam as cams
 
 B, C, H, W = 2, 3, 4, 5
 

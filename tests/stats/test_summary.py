@@ -14,8 +14,9 @@ from hypothesis.extra.numpy import arrays
 from torch import Tensor, nn
 
 import hookscope
+from hookscope.core.records import forward_order
 from hookscope.errors import HookscopeError
-from hookscope.stats.summary import PERCENTILES, Summary, forward_order, gradient_flow, summarize
+from hookscope.stats.summary import PERCENTILES, Summary, gradient_flow, summarize
 from tests.models import SharedCell
 
 NAN, INF = float("nan"), float("inf")

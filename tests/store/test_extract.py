@@ -26,7 +26,7 @@ import hookscope
 from hookscope import reducers
 from hookscope.errors import OptionError, StoreError
 from hookscope.store.extract import extract
-from hookscope.store.save import Run, load
+from hookscope.store.reader import Run, load
 from tests.jobs import images, small_net
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,9 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import AmbiguousCallError, NotCapturedError, StoreError
-from hookscope.store.save import FORMAT, VERSION, load, save, weights_hash
+from hookscope.store.format import FORMAT, VERSION
+from hookscope.store.reader import load
+from hookscope.store.save import save, weights_hash
 from tests.models import LeNet, SharedCell
 
 ALL_KINDS = ("input", "output", "grad_input", "grad_output", "param_grad")

@@ -5,6 +5,11 @@ in ``__exit__``'s ``finally``, on a normal exit and on any exception (one raised
 ``backward()`` included). hookscope changes no flag of the model (``training``,
 ``requires_grad``): there is nothing to restore. Hook bodies copy and append; diagnosis
 (what could not be captured, and why) runs once, at exit.
+
+Hooks are installed by the kinds' points (``hookscope.core.kinds``): a forward pre-hook for the
+kinds taken at ``pre`` and ``input_grad``, a forward hook for ``forward`` and ``output_grad``,
+tensor hooks for the gradients, post-accumulate hooks for ``param``. Each handler takes every
+asked kind of its point, so a new kind at an existing point needs nothing here.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CaptureError, CaptureWarning, NotCapturedError
+from ..text import closest
 from .hooks import HandleGroup
+from .kinds import Kind, at, choose, names
 from .policy import Keeper, Policy, Reducer
-from .records import GRAD_KINDS, KINDS, Call, Kind, Record
+from .records import Call, Record
 from .select import Selector, select_modules
 from .tree import Leaves, flatten, flatten_call
 
@@ -86,9 +93,10 @@ class Capture(Mapping[str, Record]):
     ):
         self.model = model
         self.kinds = _check_kinds(kinds)
-        self._inputs, self._outputs = "input" in self.kinds, "output" in self.kinds
-        self._grad_inputs, self._grad_outputs = "grad_input" in self.kinds, "grad_output" in self.kinds
-        self._param_grads = "param_grad" in self.kinds
+        self._pre, self._forward = at("pre", self.kinds), at("forward", self.kinds)
+        self._input_grads, self._output_grads = at("input_grad", self.kinds), at("output_grad", self.kinds)
+        self._param_grads = bool(at("param", self.kinds))
+        self._before_call = bool(self._pre or self._input_grads)  # a pre-hook opens each call
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else select_modules(model, select)
@@ -199,7 +207,7 @@ class Capture(Mapping[str, Record]):
 
     # -- hooks -------------------------------------------------------------------------------
     def _install(self, record: Record, module: nn.Module) -> None:
-        if self._inputs or self._grad_inputs:
+        if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
         self._handles.on_forward(module, partial(self._after, record))
         if self._param_grads:
@@ -215,13 +223,13 @@ class Capture(Mapping[str, Record]):
         record.calls.append(call)
         self._open[record.name].append(call)
         leaves = flatten_call(args, kwargs)
-        if self._inputs:
-            call.tensors["input"] = self._keep_all(leaves, record.name, "input")
-        if self._grad_inputs:
-            self._watch(call, "grad_input", leaves, "input")
+        for kind in self._pre:
+            call.tensors[kind] = self._keep_all(leaves, record.name, kind)
+        for kind in self._input_grads:
+            self._watch(call, kind, leaves, "input")
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        pending = self._open.get(record.name) if self._inputs or self._grad_inputs else None  # pre-hook calls
+        pending = self._open.get(record.name) if self._before_call else None  # calls a pre-hook opened
         if pending:
             call = pending.pop()
         else:
@@ -236,17 +244,18 @@ class Capture(Mapping[str, Record]):
                 return
         if self._param_grads and not torch.is_grad_enabled():
             call.missing["param_grad"] = NO_GRAD_MODE
-        if type(output) is Tensor and self._outputs:  # the common case, without flatten and loops
-            kept = self._keeper.keep(output, (record.name, "output", "out"))
-            call.tensors["output"] = {} if kept is None else {"out": kept}
-            if self._grad_outputs:
-                self._watch(call, "grad_output", [("out", output)], "output")
+        if type(output) is Tensor:  # the common case, without flatten and its loops
+            for kind in self._forward:
+                kept = self._keeper.keep(output, (record.name, kind, "out"))
+                call.tensors[kind] = {} if kept is None else {"out": kept}
+            for kind in self._output_grads:
+                self._watch(call, kind, [("out", output)], "output")
             return
         leaves = flatten(output)
-        if self._outputs:
-            call.tensors["output"] = self._keep_all(leaves, record.name, "output")
-        if self._grad_outputs:
-            self._watch(call, "grad_output", leaves, "output")
+        for kind in self._forward:
+            call.tensors[kind] = self._keep_all(leaves, record.name, kind)
+        for kind in self._output_grads:
+            self._watch(call, kind, leaves, "output")
 
     def _keep_all(self, leaves: Leaves, site: str, kind: Kind) -> dict[str, Tensor]:
         keep, held = self._keeper.keep, {}
@@ -315,7 +324,7 @@ class Capture(Mapping[str, Record]):
             record.missing["call"] = NEVER_CALLED
             yield "call", NEVER_CALLED
             return
-        for kind in GRAD_KINDS:
+        for kind in (*self._input_grads, *self._output_grads):
             if kind in record.kinds:
                 reasons = {self._grad_problem(call, kind) for call in record.calls} - {None}
                 yield from ((kind, r) for r in sorted(r for r in reasons if r is not None))
@@ -346,18 +355,14 @@ class Capture(Mapping[str, Record]):
             cause = cause.__cause__ or cause.__context__
 
 
-def _check_kinds(kinds: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
-    chosen = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    unknown = [k for k in chosen if k not in KINDS]
+def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
+    chosen, unknown = choose(asked, names())
     if unknown or not chosen:
         got = ", ".join(repr(k) for k in unknown) or "nothing"
-        raise CaptureError(f"unknown kind {got}; kinds are {', '.join(KINDS)}")
-    return tuple(k for k in KINDS if k in chosen)
+        raise CaptureError(f"unknown kind {got}; kinds are {', '.join(names())}")
+    return chosen
 
 
 def _unknown_site(name: str, names: list[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
-    hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+    hint = closest(name, names)
     return f"{name!r} is not a site of this capture ({len(names)} sites{hint}); list them with list(cap)"

@@ -90,20 +90,20 @@ def find_hooks(model: nn.Module) -> list[HookInfo]:
     Use it to hunt leaks: after every hookscope capture this returns what was there before.
     """
     found = [
-        HookInfo("<global>", kind, describe(hook))
+        HookInfo("<global>", kind, hook_name(hook))
         for kind, attr in _GLOBAL_HOOKS
         for hook in getattr(torch.nn.modules.module, attr, {}).values()
     ]
     for name, module in model.named_modules():
         for kind, attr in _MODULE_HOOKS:
-            found += [HookInfo(name, kind, describe(h)) for h in getattr(module, attr, {}).values()]
+            found += [HookInfo(name, kind, hook_name(h)) for h in getattr(module, attr, {}).values()]
     for name, param in model.named_parameters():
         hooks = getattr(param, "_post_accumulate_grad_hooks", None) or {}
-        found += [HookInfo(name, "post_accumulate_grad", describe(h)) for h in hooks.values()]
+        found += [HookInfo(name, "post_accumulate_grad", hook_name(h)) for h in hooks.values()]
     return found
 
 
-def describe(hook: object) -> str:
+def hook_name(hook: object) -> str:
     """``module.qualname (file.py:line)`` for a function; its repr for anything else."""
     func = getattr(hook, "func", hook)  # unwrap functools.partial
     func = getattr(func, "__func__", func)  # unwrap bound methods

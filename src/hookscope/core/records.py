@@ -1,16 +1,8 @@
 """What a capture holds: one ``Record`` per site (module or tap), one ``Call`` per call.
 
-The five kinds, one vocabulary everywhere (API, keys, CLI flags, report headings):
-
-=============  ==============================================  ==========================
-kind           what                                            keys
-=============  ==============================================  ==========================
-input          what the module received (pre-hook)             ``args[0]``, ``kwargs.mask``
-output         what it returned (forward hook)                 ``out``, ``out[0]``, ``out.logits``
-grad_input     d loss / d each input tensor                    same keys as ``input``
-grad_output    d loss / d each output tensor                   same keys as ``output``
-param_grad     ``param.grad`` after each backward pass         ``weight``, ``0.conv1.bias``
-=============  ==============================================  ==========================
+A call holds its tensors by kind and key (``call.tensors[kind][key]``); the kinds are the rows of
+``hookscope.core.kinds`` (``input``, ``output``, ``grad_input``, ``grad_output`` per call;
+``param_grad`` per site, in ``Record.param_grads``).
 
 A tap (``Capture.tap``) is a site whose ``output`` is the tapped tensor (key ``value``) and
 whose ``grad_output`` is its gradient; ``.value`` and ``.grad`` are the same two things.
@@ -25,17 +17,19 @@ passes through the same call is summed, as ``Tensor.grad`` would be.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args, overload
+from typing import overload
 
 import torch
 from torch import Tensor
 
 from ..errors import AmbiguousCallError, NotCapturedError
+from . import kinds
+from .kinds import Kind
 
-Kind = Literal["input", "output", "grad_input", "grad_output", "param_grad"]
-KINDS: tuple[Kind, ...] = get_args(Kind)
-GRAD_KINDS: tuple[Kind, ...] = ("grad_input", "grad_output")
+Label = tuple[str, str, str]  # (site, kind, key): where a kept tensor came from
 
 
 class _Shortcut:
@@ -109,7 +103,7 @@ class Call(_Shortcuts):
         held = self.tensors.get(kind)
         if held is not None and key is not None:
             return f"no {kind} for {where}; keys held: {', '.join(held) or 'none'}"
-        if kind in GRAD_KINDS and kind in self.watched:
+        if kinds.is_gradient(kind) and kind in self.watched:
             return f"no {kind} for {where} yet: no backward pass has reached it"
         return f"no {kind} for {where}: it was not captured; pass kinds=(..., {kind!r}) to hookscope.capture"
 
@@ -170,6 +164,12 @@ class Record(_Shortcuts):
                 f"use cap[{self.name!r}].param_grads[name][k]"
             )
         return {name: grads[0] for name, grads in self.param_grads.items() if grads}
+
+
+def forward_order(sites: Mapping[str, Record]) -> list[Record]:
+    """The sites in the order their first call returned; sites never called last, in capture order."""
+    # the sort is stable: ties (never called) keep the capture's site order
+    return sorted(sites.values(), key=lambda r: r.calls[0].order if r.calls else math.inf)
 
 
 def _describe(tensors: dict[str, Tensor]) -> str:

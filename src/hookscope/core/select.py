@@ -153,3 +153,22 @@ def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[st
 def _check_model(model: object) -> None:
     if not isinstance(model, nn.Module):
         raise SelectionError(f"expected a torch.nn.Module, got {type(model).__name__}")
+
+
+def selector_text(select: Selector | None) -> list[str] | None:
+    """Selectors as text (what a store's manifest records): names and globs as they are, types and functions
+    by name."""
+    if select is None:
+        return None
+    items = select if isinstance(select, (list, tuple)) else [select]
+    return [_one_selector_text(s) for s in items]
+
+
+def _one_selector_text(select: object) -> str:
+    if isinstance(select, str):
+        return select
+    if isinstance(select, type):
+        return f"type:{select.__module__}.{select.__qualname__}"
+    if isinstance(select, nn.Module):
+        return f"module:{type(select).__name__}"
+    return f"callable:{getattr(select, '__qualname__', type(select).__name__)}"

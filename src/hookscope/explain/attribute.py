@@ -43,7 +43,7 @@ from ..errors import OptionError
 from .targets import Target, scores
 
 Method = Literal["saliency", "input_x_gradient", "smoothgrad", "integrated_gradients", "guided_backprop"]
-METHODS: tuple[str, ...] = get_args(Method)
+ATTRIBUTION_METHODS: tuple[str, ...] = get_args(Method)
 Baseline = Union[Literal["zeros", "blur", "uniform"], Tensor, None]
 BLUR_SIGMA = 0.05  # the "blur" baseline's Gaussian std, as a fraction of the image's larger side
 UNIFORM_SEED = 0  # the "uniform" baseline is the same on every call
@@ -295,8 +295,8 @@ def _row_shape(x: Tensor) -> tuple[int, ...]:
 
 
 def _check_options(x: Tensor, method: str, steps: int, samples: int, noise: float, batch_size: int | None) -> None:
-    if method not in METHODS:
-        raise OptionError(f"unknown method {method!r}; methods are {', '.join(METHODS)}")
+    if method not in ATTRIBUTION_METHODS:
+        raise OptionError(f"unknown method {method!r}; methods are {', '.join(ATTRIBUTION_METHODS)}")
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 1:
         got = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
         raise OptionError(f"x must be a floating-point tensor with a batch dimension, got {got}")

@@ -1,15 +1,24 @@
-"""The CAM driver: capture what a CAM method needs through ``hookscope.capture``, then do the maths.
+"""Class activation maps: the maths, the registry of methods, and the driver ``cam()``, in one place.
 
 ::
 
     heat = hookscope.cam(model, x, method="gradcam", target=285)   # (B, H, W) in [0, 1]
 
-Gradients are taken with ``torch.autograd.grad`` on a forward pass fed a detached copy of the
-input, so nothing accumulates into the model's ``param.grad``, frozen models work, and so does a
-call under ``torch.no_grad()`` or ``torch.inference_mode()``. The backward pass stops at the
-layer's output; only when an in-place op changed that output later in the forward pass does cam()
-run the model again and differentiate down to the input. Use the model in eval mode: in train
-mode, BatchNorm couples the images of a batch (and that second pass would update its statistics).
+The maths are pure functions on a layer's activations and gradients, each (B, C, h, w) (use
+``hookscope.tokens.spatial_maps`` for token activations), returning raw maps (B, h, w) at the
+layer's resolution, ReLU applied; ``normalize_maps`` resizes them to the input and scales each to
+[0, 1]. ``GRAD_METHODS`` maps a gradient method's name to its function; ``CAM_METHODS`` adds the
+forward-only ones (Score-CAM, Eigen-CAM), which have drivers of their own below. A new gradient
+method is a function and a ``GRAD_METHODS`` entry; a new forward-only one also gets a branch in
+``cam()``.
+
+The driver captures what the maths need through ``hookscope.capture``. Gradients are taken with
+``torch.autograd.grad`` on a forward pass fed a detached copy of the input, so nothing accumulates
+into the model's ``param.grad``, frozen models work, and so does a call under ``torch.no_grad()`` or
+``torch.inference_mode()``. The backward pass stops at the layer's output; only when an in-place op
+changed that output later in the forward pass does cam() run the model again and differentiate
+down to the input. Use the model in eval mode: in train mode, BatchNorm couples the images of a
+batch (and that second pass would update its statistics).
 """
 
 from __future__ import annotations
@@ -19,9 +28,9 @@ import warnings
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import cams as maths
 from ..core.capture import capture, probe
 from ..core.records import Call
 from ..errors import CaptureWarning, OptionError, SelectionError
@@ -30,14 +39,91 @@ from .targets import Target, scores
 
 log = logging.getLogger("hookscope")
 
+# -- the maths ------------------------------------------------------------------------------------
+_EPS = 1e-7
+
+
+def grad_cam(activations: Tensor, gradients: Tensor) -> Tensor:
+    """Grad-CAM (Selvaraju et al. 2017): ReLU(sum_k w_k A_k), w_k the spatial mean of dY/dA_k."""
+    weights = gradients.mean(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+    return (weights * activations).sum(dim=1).relu()  # (B, h, w)
+
+
+def grad_cam_pp(activations: Tensor, gradients: Tensor) -> Tensor:
+    """Grad-CAM++ (Chattopadhay et al. 2018), with the exponential-score closed form for alpha."""
+    g2, g3 = gradients.pow(2), gradients.pow(3)
+    total = activations.sum(dim=(2, 3), keepdim=True)  # (B, C, 1, 1): sum_ab A_ab
+    alpha = g2 / (2 * g2 + total * g3 + _EPS)  # (B, C, h, w)
+    alpha = torch.where(gradients != 0, alpha, torch.zeros_like(alpha))
+    weights = (alpha * gradients.relu()).sum(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+    return (weights * activations).sum(dim=1).relu()
+
+
+def xgrad_cam(activations: Tensor, gradients: Tensor) -> Tensor:
+    """XGrad-CAM (Fu et al. 2020): w_k = sum_ij (A_ij / sum_ab A_ab) dY/dA_ij."""
+    total = activations.sum(dim=(2, 3), keepdim=True)  # (B, C, 1, 1)
+    weights = (gradients * activations / (total + _EPS)).sum(dim=(2, 3), keepdim=True)
+    return (weights * activations).sum(dim=1).relu()
+
+
+def layer_cam(activations: Tensor, gradients: Tensor) -> Tensor:
+    """LayerCAM (Jiang et al. 2021): ReLU(sum_k ReLU(dY/dA_k) * A_k), weights per position."""
+    return (gradients.relu() * activations).sum(dim=1).relu()
+
+
+def eigen_cam(activations: Tensor) -> Tensor:
+    """Eigen-CAM (Muhammad & Yeasin 2020): activations projected on their first principal component.
+
+    Not class-discriminative (no gradient). The sign of a principal component is arbitrary; we
+    orient it to agree with the mean activation map, so strong activations stay bright.
+    """
+    batch, channels, h, w = activations.shape
+    flat = activations.reshape(batch, channels, h * w).transpose(1, 2)  # (B, hw, C)
+    centred = flat - flat.mean(dim=1, keepdim=True)
+    vh: Tensor = torch.linalg.svd(centred.double(), full_matrices=False).Vh  # (B, C, C)
+    projection = (centred.double() @ vh[:, 0, :, None]).squeeze(2)  # (B, hw)
+    mean_map = flat.double().mean(dim=2)  # (B, hw)
+    sign = torch.sign((projection * (mean_map - mean_map.mean(1, keepdim=True))).sum(1, keepdim=True))
+    sign = torch.where(sign == 0, torch.ones_like(sign), sign)
+    return (projection * sign).reshape(batch, h, w).to(activations.dtype).relu()
+
+
+def score_cam_masks(activations: Tensor, size: tuple[int, int]) -> Tensor:
+    """Score-CAM masks: each channel upsampled to ``size`` and scaled to [0, 1]. (B, C, H, W)."""
+    masks = F.interpolate(activations, size=size, mode="bilinear", align_corners=False)
+    low = masks.amin(dim=(2, 3), keepdim=True)
+    high = masks.amax(dim=(2, 3), keepdim=True)
+    return (masks - low) / (high - low).clamp_min(_EPS)
+
+
+def score_cam(activations: Tensor, channel_scores: Tensor) -> Tensor:
+    """Score-CAM (Wang et al. 2020): ReLU(sum_k softmax_k(score of x * mask_k) A_k).
+
+    ``channel_scores`` (B, C) is the target score of the input masked by each channel's mask.
+    """
+    weights = channel_scores.softmax(dim=1)[:, :, None, None]  # (B, C, 1, 1)
+    return (weights * activations).sum(dim=1).relu()
+
+
+def normalize_maps(maps: Tensor, size: tuple[int, int] | None = None) -> Tensor:
+    """(B, h, w) maps resized (bilinear) to ``size`` and scaled per image to [0, 1]; flat maps are 0."""
+    if size is not None and tuple(maps.shape[-2:]) != tuple(size):
+        maps = F.interpolate(maps[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
+    low = maps.amin(dim=(1, 2), keepdim=True)
+    span = maps.amax(dim=(1, 2), keepdim=True) - low
+    return torch.where(span > 0, (maps - low) / span.clamp_min(1e-12), torch.zeros_like(maps))
+
+
+# -- the registry and the driver ------------------------------------------------------------------
+
 GradMethod = Callable[[Tensor, Tensor], Tensor]
 GRAD_METHODS: dict[str, GradMethod] = {
-    "gradcam": maths.grad_cam,
-    "gradcam++": maths.grad_cam_pp,
-    "xgradcam": maths.xgrad_cam,
-    "layercam": maths.layer_cam,
+    "gradcam": grad_cam,
+    "gradcam++": grad_cam_pp,
+    "xgradcam": xgrad_cam,
+    "layercam": layer_cam,
 }
-METHODS = (*GRAD_METHODS, "scorecam", "eigencam")
+CAM_METHODS = (*GRAD_METHODS, "scorecam", "eigencam")
 
 
 def cam(
@@ -57,8 +143,8 @@ def cam(
     layer's call when it runs several times (the last by default). ``batch_size`` bounds the
     masked copies Score-CAM runs at once.
     """
-    if method not in METHODS:
-        raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(METHODS)}")
+    if method not in CAM_METHODS:
+        raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
     if layer is None:
@@ -66,10 +152,10 @@ def cam(
     if method in GRAD_METHODS:
         raw = _gradient_cam(model, x, GRAD_METHODS[method], target, layer, call)
     elif method == "eigencam":
-        raw = maths.eigen_cam(_activations(model, x, layer, call))
+        raw = eigen_cam(_activations(model, x, layer, call))
     else:
         raw = _score_cam(model, x, target, layer, call, batch_size)
-    return maths.normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
+    return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
 
 
 def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
@@ -142,10 +228,10 @@ def _score_cam(model: nn.Module, x: Tensor, target: Target, layer: str, call: in
     with capture(model, layer) as cap, torch.no_grad():
         _, classes = scores(model(x), target)
     activations = spatial_maps(_one_call(cap[layer].calls, layer, call).output, tokens=True)
-    masks = maths.score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
+    masks = score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
     per_image = [int(c) for c in classes] if classes is not None else [target] * len(x)
     channel_scores = [_masked_scores(model, x[i], masks[i], per_image[i], batch_size) for i in range(len(x))]
-    return maths.score_cam(activations, torch.stack(channel_scores))
+    return score_cam(activations, torch.stack(channel_scores))
 
 
 def _masked_scores(model: nn.Module, image: Tensor, masks: Tensor, target: Target, batch_size: int) -> Tensor:

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..core.records import Label
 from ..errors import OptionError
 
 HALF = 2048  # bins of each sign: 256 exponents x 8 mantissa steps (the last 8, inf and NaN, stay empty)
@@ -50,7 +51,6 @@ _exponent, _step = torch.div(_rank, 8, rounding_mode="floor"), _rank % 8
 _MAGNITUDES = torch.where(_exponent > 0, 2.0 ** (_exponent - 127) * (1 + _step / 8), 2.0**-126 * _step / 8)
 EDGES: Tensor = torch.cat([-_MAGNITUDES.flip(0), _MAGNITUDES[1:]])  # (BINS + 1,) ascending; bin i: EDGES[i]..EDGES[i+1]
 FLOAT32_MAX = torch.finfo(torch.float32).max
-Label = tuple[str, str, str]  # (site, kind, key), as hookscope.policy has it
 
 
 @dataclass(frozen=True)

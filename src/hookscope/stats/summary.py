@@ -30,11 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.records import Kind, Record
+from ..core.kinds import Kind, gradient_kinds, is_gradient, per_call
+from ..core.records import Record, forward_order
 from ..errors import OptionError
 
 PERCENTILES: tuple[float, ...] = (1, 5, 25, 50, 75, 95, 99)
-GRADIENT_KINDS: tuple[Kind, ...] = ("grad_input", "grad_output", "param_grad")
 NAN = float("nan")
 
 
@@ -131,8 +131,8 @@ def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") 
     ``param_grad``: the latest backward pass's gradient of each of the site's parameters.
     NaN and Inf gradients are not filtered: they show up in the row, as they should.
     """
-    if kind not in GRADIENT_KINDS:
-        raise OptionError(f"gradient_flow needs a gradient kind ({', '.join(GRADIENT_KINDS)}), got {kind!r}")
+    if not is_gradient(kind):
+        raise OptionError(f"gradient_flow needs a gradient kind ({', '.join(gradient_kinds())}), got {kind!r}")
     rows = []
     for record in forward_order(capture):
         grads = [g for g in _gradients(record, kind) if g.numel()]
@@ -141,14 +141,8 @@ def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") 
     return rows
 
 
-def forward_order(capture: Mapping[str, Record]) -> list[Record]:
-    """The sites in the order their first call returned; sites never called last, in capture order."""
-    # the sort is stable: ties (never called) keep the capture's site order
-    return sorted(capture.values(), key=lambda r: r.calls[0].order if r.calls else math.inf)
-
-
 def _gradients(record: Record, kind: Kind) -> list[Tensor]:
-    if kind == "param_grad":
+    if not per_call(kind):  # param_grad: held per site
         return [grads[-1] for grads in record.param_grads.values() if grads]
     return [t for call in record.calls for t in call.tensors.get(kind, {}).values()]
 

@@ -8,17 +8,19 @@
 
 One capture stays open for the whole run (hooks registered once); each batch runs under
 ``torch.no_grad()``, its kept tensors are handed to a background writer
-(``hookscope.writer``) and the capture is cleared, so memory stays flat: what hookscope holds
+(``hookscope.store.shard_writer``) and the capture is cleared, so memory stays flat: what hookscope holds
 never exceeds ``max_memory`` plus the batch being computed. ``reduce=`` shrinks each tensor
-in the hook (``hookscope.reducers``). Only forward kinds (``input``, ``output``) are extracted.
+in the hook (``hookscope.reducers``). Only the kinds that are not gradients are extracted
+(``hookscope.core.kinds.forward_kinds()``: ``input``, ``output``).
 
 ``stats_only=True`` keeps nothing but a ``RunningStats`` per (site, kind, key), updated in the
 hook and merged batch by batch (``per_channel=True``: also per channel, along dim 1, or the
 dim given). Statistics are checkpointed every ``CHECKPOINT_SECONDS`` and when the run ends.
 
-Crash safety: a shard is complete or absent (``hookscope.shards``); a killed run leaves a
+Crash safety: a shard is complete or absent (``hookscope.store.shards``); a killed run leaves a
 store that ``load`` opens with every completed batch, and ``resume=True`` runs only the
-batches that are missing (``hookscope.ranks`` says how they are skipped). Under ``torchrun``
+batches that are missing (``hookscope.store.ranks`` says how they are skipped; how a store is
+opened, resumed and finished is in ``hookscope.store.format``). Under ``torchrun``
 each rank extracts its share into its own shards and rank 0 writes the manifest at the end.
 """
 
@@ -27,7 +29,6 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -37,21 +38,25 @@ from typing import Any, TextIO
 import torch
 from torch import Tensor, nn
 
+from ..core import kinds
 from ..core.capture import capture
-from ..core.policy import Label, Reducer
-from ..core.records import Kind
-from ..core.select import Selector, select_modules
+from ..core.kinds import Kind
+from ..core.policy import Reducer
+from ..core.records import Label
+from ..core.select import Selector, select_modules, selector_text
 from ..core.tree import flatten
 from ..errors import OptionError, StoreError
-from ..reducers import describe
+from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
-from . import save as store
+from ..text import bar, format_size, parse_size
+from . import format as store_format
+from .format import SHARDS, STATS_PARTS, shard_name
 from .ranks import World, share
-from .reader import Run, read_stats
+from .reader import Run, load
+from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter
-from .shards import Mapped, format_size, parse_size, write_json, write_stats
+from .shards import write_stats
 
-FORWARD_KINDS: tuple[Kind, ...] = ("input", "output")
 CHECKPOINT_SECONDS = 10.0
 Forward = Callable[[nn.Module, Any], Any]
 
@@ -79,7 +84,7 @@ def extract(
     input), or a dict of keyword arguments; ``forward(model, batch)`` handles anything else.
     Tensors go to the model's device. ``progress``: a line with throughput on stderr when it is
     a terminal (``True``), on the given stream, or none (``False``). An existing store is
-    refused unless ``resume`` (continue it) or ``force`` (replace it). Returns ``store.load(out)``.
+    refused unless ``resume`` (continue it) or ``force`` (replace it). Returns ``load(out)``.
     """
     chosen = _check_kinds(kinds)
     limit = parse_size(max_memory)
@@ -89,8 +94,8 @@ def extract(
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world)
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
-    meter = Meter(_stream(progress) if world.rank == 0 else None, total)
-    job = Job(root, model, select, chosen, reduce, world, meter, run_forward)
+    meter = _Meter(_stream(progress) if world.rank == 0 else None, total)
+    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward)
     todo = _unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
     if todo is not None and stats_only:
         job.statistics(todo, _channel_dim(per_channel))
@@ -98,28 +103,28 @@ def extract(
         job.tensors(todo, limit, parse_size(shard_size))
     world.barrier()
     if world.rank == 0:
-        _finish(root)
+        store_format.finish(root)
     world.barrier()
-    return store.load(root)
+    return load(root)
 
 
-class Job:
+class _Job:
     """One rank's extraction loop, in its two flavours: tensors to shards, or statistics."""
 
     def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
-                 reduce: Reducer | None, world: World, meter: Meter, forward: Forward) -> None:  # fmt: skip
+                 reduce: Reducer | None, world: World, meter: _Meter, forward: Forward) -> None:  # fmt: skip
         self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
         self.world, self.meter, self.forward = world, meter, forward
         self.token = f"r{world.rank}-{secrets.token_hex(4)}"  # this rank, this run: file names never collide
 
     def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
-        folder = self.root / store.SHARDS
+        folder = self.root / SHARDS
         writer = ShardWriter(folder, self.token, rank=self.world.rank, limit=limit, shard_size=shard_size)
         try:
             with capture(self.model, self.select, kinds=self.kinds, device="cpu", reduce=self.reduce) as cap:
                 for index, batch in batches:
                     self._run(batch)
-                    listed, tensors = store.entries(cap, index, prefix=f"b{index}.")
+                    listed, tensors = entries(cap, index, prefix=f"b{index}.")
                     cap.clear()
                     rows, nbytes = _rows(batch), sum(t.nbytes for t in tensors.values())
                     writer.put(Pending(index, rows, listed, tensors, nbytes))
@@ -139,10 +144,10 @@ class Job:
             self.meter.close(writer.written)
 
     def statistics(self, batches: Iterator[tuple[int, Any]], channel_dim: int | None) -> None:
-        accumulate = Accumulate(self.reduce, channel_dim)
+        accumulate = _StatsAccumulator(self.reduce, channel_dim)
         table: dict[Label, RunningStats] = {}
         covered: list[dict[str, Any]] = []
-        checkpoint = Checkpoint(self.root / store.STATS_PARTS, self.token, self.world.rank)
+        checkpoint = _Checkpoint(self.root / STATS_PARTS, self.token, self.world.rank)
         try:
             with capture(self.model, self.select, kinds=self.kinds, reduce=accumulate) as cap:
                 for index, batch in batches:
@@ -162,7 +167,7 @@ class Job:
             self.forward(self.model, batch)
 
 
-class Accumulate:
+class _StatsAccumulator:
     """The ``reduce=`` of a statistics run: updates this batch's ``RunningStats`` and keeps nothing."""
 
     def __init__(self, reduce: Reducer | None, channel_dim: int | None) -> None:
@@ -178,7 +183,7 @@ class Accumulate:
             self.table[label].update(kept)
 
 
-class Checkpoint:
+class _Checkpoint:
     """A rank's statistics so far, written every ``CHECKPOINT_SECONDS``; each replaces the previous one."""
 
     def __init__(self, folder: Path, token: str, rank: int) -> None:
@@ -194,14 +199,14 @@ class Checkpoint:
     def write(self, table: Mapping[Label, RunningStats], covered: list[dict[str, Any]]) -> None:
         if not covered:
             return
-        path = self.folder / f"{self.token}-{self.count:06d}.safetensors"
+        path = self.folder / shard_name(self.token, self.count)
         write_stats(path, table, {"rank": self.rank, "batches": covered})
         if self.previous is not None:
             self.previous.unlink(missing_ok=True)
         self.previous, self.count, self.last = path, self.count + 1, time.monotonic()
 
 
-class Meter:
+class _Meter:
     """One line of progress: a bar (when the number of batches is known), rows per second, bytes
     written and their rate; redrawn at most five times a second."""
 
@@ -223,69 +228,21 @@ class Meter:
     def _show(self, written: int, end: str) -> None:
         self.shown = time.monotonic()
         seconds = max(self.shown - self.start, 1e-9)
-        bar = ""
-        if self.total:
-            filled = 24 * min(self.batches, self.total) // self.total
-            bar = f"[{'#' * filled}{'.' * (24 - filled)}] "
+        drawn = f"{bar(self.batches, self.total)} " if self.total else ""
         of = f"/{self.total}" if self.total is not None else ""
-        line = f"\rextract: {bar}{self.batches}{of} batches, {self.rows / seconds:,.1f} rows/s"
+        line = f"\rextract: {drawn}{self.batches}{of} batches, {self.rows / seconds:,.1f} rows/s"
         if written:
             line += f", {format_size(written)} written ({format_size(written / seconds)}/s)"
         print(line, end=end, file=self.stream or sys.stderr, flush=True)
 
 
-# -- the store: opened, checked, finished ------------------------------------------------------
+# -- the store: opened by rank 0, then read by every rank -------------------------------------------
 def _prepare(root: Path, header: dict[str, Any], world: World, *, resume: bool, force: bool) -> set[int]:
     """Rank 0 makes (or reopens) the store; then every rank learns which batches are already in it."""
     if world.rank == 0:
-        _open(root, header, resume=resume, force=force)
+        store_format.open_for_extract(root, header, resume=resume, force=force)
     world.barrier()
-    return {b["index"] for b in store.index_parts(root)["batches"]} if resume else set()
-
-
-def _open(root: Path, header: dict[str, Any], *, resume: bool, force: bool) -> None:
-    if resume and (root / store.MANIFEST).is_file():
-        old = store.read_manifest(root)
-        _check_same(root, old, header)
-        if old.get("status") == "complete" and (root / store.STATS).is_file():  # its merged statistics become a part
-            (root / store.STATS_PARTS).mkdir(exist_ok=True)
-            os.replace(root / store.STATS, root / store.STATS_PARTS / "r0-previous-000000.safetensors")
-        elif (root / store.STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
-            (root / store.STATS).unlink()
-        _remove_leftovers(root)
-        fresh = store.new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", []))
-        write_json(root / store.MANIFEST, fresh)
-        return
-    if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
-        if not force:
-            raise StoreError(f"{root} already exists; pass resume=True to continue it or force=True to replace it")
-        shutil.rmtree(root) if root.is_dir() else root.unlink()
-    store.make_folder(root / store.SHARDS, root)
-    (root / store.STATS_PARTS).mkdir(exist_ok=True)
-    write_json(root / store.MANIFEST, header)
-
-
-def _check_same(root: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
-    """A store is resumed only by the run that made it: same weights, selectors, kinds, reduction, mode."""
-    settings = ("select", "kinds", "reduce", "stats_only", "per_channel")
-    pairs = [(k, old.get("config", {}).get(k), new["config"][k]) for k in settings]
-    weights = old.get("provenance", {}).get("weights_sha256"), new["provenance"]["weights_sha256"]
-    pairs.append(("weights", *weights))
-    differ = [f"{name} {was!r} (now {now!r})" for name, was, now in pairs if was != now]
-    if differ:
-        raise StoreError(f"cannot resume {root}: it was made with {'; '.join(differ)}; use the same settings")
-
-
-def _finish(root: Path) -> None:
-    """Index every shard and merge every statistics part into the final manifest, marked complete."""
-    manifest = {**store.read_manifest(root), **store.index_parts(root), "status": "complete"}
-    if "stats" in manifest:
-        table = read_stats(Mapped(root), manifest["stats"])
-        write_stats(root / store.STATS, table, {"batches": manifest["batches"]})
-        manifest["stats"] = {"file": store.STATS}
-    write_json(root / store.MANIFEST, manifest)
-    shutil.rmtree(root / store.STATS_PARTS, ignore_errors=True)
-    _remove_leftovers(root)
+    return store_format.done_batches(root) if resume else set()
 
 
 def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
@@ -293,34 +250,27 @@ def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
                       "(or fix the folder) and rerun with resume=True to continue")  # fmt: skip
 
 
-def _remove_leftovers(root: Path) -> None:
-    """Temporary files of shards a killed run was writing."""
-    for folder in (root / store.SHARDS, root / store.STATS_PARTS, root):
-        for tmp in folder.glob(".*.tmp") if folder.is_dir() else []:
-            tmp.unlink(missing_ok=True)
-
-
 # -- small parts ---------------------------------------------------------------------------------
-def _header(model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...], reduce: Reducer | None,
+def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...], reduce: Reducer | None,
             stats_only: bool, channel_dim: int | None, world: World) -> dict[str, Any]:  # fmt: skip
-    sites = [{"name": name, "type": type(m).__name__, "kinds": list(kinds), "params": [], "missing": {}}
+    sites = [{"name": name, "type": type(m).__name__, "kinds": list(chosen), "params": [], "missing": {}}
              for name, m in select_modules(model, select)]  # fmt: skip
-    config = {"source": "extract", "select": store.describe_selector(select), "kinds": list(kinds),
-              "reduce": describe(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
+    config = {"source": "extract", "select": selector_text(select), "kinds": list(chosen),
+              "reduce": reducer_name(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
               "world_size": world.size}  # fmt: skip
-    return store.new_manifest(store.provenance(model), config, sites)
+    return store_format.new_manifest(provenance(model), config, sites)
 
 
-def _check_kinds(kinds: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
-    chosen = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    wrong = [k for k in chosen if k not in FORWARD_KINDS]
+def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
+    forward = kinds.forward_kinds()
+    chosen, wrong = kinds.choose(asked, forward)
     if wrong or not chosen:
         raise OptionError(
-            f"extract captures forward kinds ({', '.join(FORWARD_KINDS)}), "
+            f"extract captures forward kinds ({', '.join(forward)}), "
             f"got {', '.join(map(repr, wrong)) or 'none'}; "
             "for gradients, capture one batch with hookscope.capture and hookscope.save it"
         )
-    return tuple(k for k in FORWARD_KINDS if k in chosen)
+    return chosen
 
 
 def _channel_dim(per_channel: bool | int) -> int | None:

@@ -1,8 +1,8 @@
-"""A store opened: ``Run``, a mapping ``site -> Record`` like a ``Capture``, its tensors read on use.
+"""A store opened: ``load(path) -> Run``, a mapping ``site -> Record`` like a ``Capture``, tensors read on use.
 
-``hookscope.load(path)`` returns one (``hookscope.store`` has the format). Records are built
+``hookscope.load(path)`` reads the manifest only (``hookscope.store.format`` describes it). Records are built
 from the manifest's index when a site is first asked for; every tensor is a view of a
-memory-mapped shard (``hookscope.shards.Mapped``), read from disk when it is used. An alias
+memory-mapped shard (``hookscope.store.shards.MappedShards``), read from disk when it is used. An alias
 (one tensor stored under several names) comes back as one tensor object, as in the capture.
 
 A store written by ``extract`` holds many batches: ``run[site].calls`` holds every call of
@@ -12,17 +12,22 @@ batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from torch import Tensor
 
-from ..core.records import KINDS, Call, Kind, Record
-from ..errors import NotCapturedError
-from ..stats.streaming import Label, RunningStats, merge_tables
-from .shards import Mapped, format_size, read_table
+from ..core import kinds
+from ..core.kinds import Kind
+from ..core.records import Call, Label, Record
+from ..errors import NotCapturedError, StoreError
+from ..stats.streaming import RunningStats
+from ..text import closest, columns, format_size
+from .format import MANIFEST, Entry, index_parts, read_manifest
+from .shards import MappedShards, read_stats
 
 
 @dataclass(frozen=True)
@@ -39,23 +44,17 @@ class Contents:
     nbytes: int  # 0 for statistics
 
 
-class Entry(NamedTuple):
-    """One row of the manifest's ``tensors`` table (its ``tensor_columns``): a tensor and where it lies."""
-
-    site: str
-    kind: str
-    key: str
-    batch: int
-    call: int
-    order: int
-    shard: int  # index into the manifest's shards
-    name: str  # the tensor's name inside the shard (aliases share one)
-    dtype: str
-    shape: list[int]
-    offsets: list[int]  # [begin, end) in the shard's data
-
-
-COLUMNS: tuple[str, ...] = Entry._fields
+def load(path: str | os.PathLike[str]) -> Run:
+    """Open the store at ``path``: reads its manifest only (see ``hookscope.store.format``)."""
+    root = Path(path)
+    manifest_path = root / MANIFEST
+    if not manifest_path.is_file():
+        what = "does not exist" if not root.exists() else "is not a hookscope store (no manifest.json)"
+        raise StoreError(f"{root} {what}; make one with hookscope.save(cap, path) or hookscope.extract(...)")
+    manifest = read_manifest(root)
+    if manifest.get("status") != "complete":
+        manifest = {**manifest, **index_parts(root)}
+    return Run(root, manifest)
 
 
 class Run(Mapping[str, Record]):
@@ -69,7 +68,7 @@ class Run(Mapping[str, Record]):
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
         self._index: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
-        self._mapped = Mapped(root)
+        self._mapped = MappedShards(root)
         self._records: dict[str, Record] = {}
         self._tensors: dict[tuple[int, str], Tensor] = {}
         self._stats: dict[Label, RunningStats] | None = None
@@ -143,7 +142,7 @@ class Run(Mapping[str, Record]):
         for (site, kind, key), s in self.statistics().items():
             rows.append(Contents(site, self._type(site), kind, key, s.shape or (), s.dtype or "?", s.updates, 0))
         place = {site: i for i, site in enumerate(self._sites)}
-        return sorted(rows, key=lambda r: (place.get(r.site, len(place)), KINDS.index(r.kind)))
+        return sorted(rows, key=lambda r: (place.get(r.site, len(place)), kinds.order(r.kind)))
 
     def describe(self) -> str:
         """What ``hookscope info`` prints: the store, its provenance, then one row per (site, kind, key)."""
@@ -166,7 +165,7 @@ class Run(Mapping[str, Record]):
             f"size      {size}",
             "",
         ]
-        return "\n".join(head + _columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))
+        return "\n".join(head + columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))
 
     def _type(self, site: str) -> str:
         return str(self._sites.get(site, {}).get("type", "?"))
@@ -182,7 +181,7 @@ class Run(Mapping[str, Record]):
         by_batch = self._indexed().get(site, {})
         for entry in (e for b in ([batch] if batch is not None else by_batch) for e in by_batch.get(b, [])):
             tensor = self._tensor(entry)
-            if entry.kind == "param_grad":
+            if not kinds.per_call(entry.kind):
                 record.param_grads.setdefault(entry.key, []).append(tensor)
                 continue
             call = calls.setdefault((entry.batch, entry.call), Call(site, 0, order=entry.order))
@@ -215,13 +214,6 @@ class Run(Mapping[str, Record]):
         return self._tensors[where]
 
 
-def read_stats(mapped: Mapped, section: Mapping[str, Any]) -> dict[Label, RunningStats]:
-    """The merged table of a store's ``stats`` section (one file, or the parts of an interrupted run)."""
-    files = section["parts"] if "parts" in section else [section["file"]]
-    tables = [read_table(mapped, f) for f in files]
-    return merge_tables(tables)
-
-
 def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
     call.order, call.error = meta.get("order", call.order), meta.get("error")
     call.missing.update(meta.get("missing", {}))
@@ -229,10 +221,7 @@ def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
 
 
 def _unknown(site: str, names: list[str], root: Path) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(site, names, n=3, cutoff=0.4)
-    hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+    hint = closest(site, names)
     return f"{site!r} is not a site of the store {root} ({len(names)} sites{hint}); list them with list(run)"
 
 
@@ -255,14 +244,3 @@ def _contents_rows(run: Run) -> list[Sequence[str]]:
             rows.append([*row, format_size(c.nbytes)])
     last = ["values", "mean", "std", "min", "max"] if stats else ["size"]
     return [["site", "type", "kind", "key", "shape", "dtype", "calls" if stats else "tensors", *last], *rows]
-
-
-def _columns(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
-    """Rows as aligned columns (two spaces apart); the columns in ``right`` aligned right."""
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.rjust(w) if c in right else cell.ljust(w) for c, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]

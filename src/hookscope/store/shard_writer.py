@@ -2,7 +2,7 @@
 
 The model's thread hands each finished batch (its kept tensors) to ``ShardWriter.put`` and
 goes on with the next one; a writer thread gathers batches into shards of about
-``shard_size`` bytes and writes each one (``hookscope.shards.write_shard``: temporary name,
+``shard_size`` bytes and writes each one (``hookscope.store.shards.write_shard``: temporary name,
 fsync, rename). A shard holds whole batches only, so a batch is either in the store or not.
 
 Memory: ``pending`` counts the bytes handed over and not yet on disk. ``put`` waits while
@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
+from .format import shard_name
 from .shards import write_shard
 
 
@@ -101,7 +102,7 @@ class ShardWriter:
             "batches": [{"index": b.index, "rows": b.rows} for b in group],
             "tensors": [e for b in group for e in b.entries],
         }
-        path = self.folder / f"{self.prefix}-{self._shards:06d}.safetensors"
+        path = self.folder / shard_name(self.prefix, self._shards)
         try:
             write_shard(path, tensors, meta)
         except BaseException as err:

@@ -1,11 +1,10 @@
-"""The files of a store: safetensors shards and JSON, written atomically; tensors memory-mapped back.
+"""The shards of a store: safetensors files written atomically, tensors memory-mapped back, statistics tables.
 
 A shard is a standard ``.safetensors`` file (``safetensors.safe_open`` reads it) whose header
 metadata holds, under ``"hookscope"``, what its tensors are (site, kind, key, batch, call): a
 shard describes itself, so a store whose manifest was never completed (a killed run) can be
-indexed from its shards' headers alone. Every file is written to a hidden temporary name in
-the same folder, flushed to disk (``fsync``) and renamed into place with ``os.replace``: a
-reader sees the old file or the new one, never half of one.
+indexed from its shards' headers alone. Every shard is written whole or not at all
+(``hookscope.files.write_atomically``: a temporary name, fsync, rename).
 
 Reading needs torch only: a shard is memory-mapped (``torch.UntypedStorage.from_file``, a
 private copy-on-write mapping: the file is never changed) and each tensor is a view into it,
@@ -18,12 +17,10 @@ statistics' own, its metadata lists the labels (``write_stats``, ``read_table``)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
 import os
-import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
@@ -32,9 +29,11 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from ..errors import OptionError, StoreError
+from ..core.records import Label
+from ..errors import StoreError
+from ..files import write_atomically
 from ..optional import require
-from ..stats.streaming import Label, RunningStats
+from ..stats.streaming import RunningStats, merge_tables
 
 _NAMES = (
     "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 bool float8_e4m3fn float8_e5m2 uint16 uint32 uint64"
@@ -57,15 +56,15 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
     """Write ``tensors`` to the shard ``path`` atomically; return its index (``read_index``'s form)."""
     save_file = require("safetensors.torch").save_file
     owned = _owning(tensors)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+
+    def write(tmp: Path) -> None:
         save_file(owned, str(tmp), metadata={META_KEY: json.dumps(meta)})
         os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates files 0600; shards follow the umask as JSON does
-        _sync(tmp)
-        os.replace(tmp, path)
+
+    try:
+        write_atomically(path, write)
     except Exception as err:
-        _remove(tmp)
-        raise StoreError(f"cannot write {path}: {_one_line(err)}") from err
+        raise StoreError(f"cannot write {path}: {one_line(err)}") from err
     return read_index(path)
 
 
@@ -79,7 +78,7 @@ def read_index(path: Path) -> dict[str, Any]:
                 raise StoreError(f"{path} is not a safetensors file (header of {length} bytes)")
             header = json.loads(f.read(length))
     except (OSError, ValueError, struct.error) as err:
-        raise StoreError(f"cannot read shard {path}: {_one_line(err)}") from err
+        raise StoreError(f"cannot read shard {path}: {one_line(err)}") from err
     meta = json.loads(header.pop("__metadata__", {}).get(META_KEY, "{}"))
     safetensors_names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                          "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
@@ -92,18 +91,6 @@ def read_index(path: Path) -> dict[str, Any]:
     return {"bytes": size, "data_start": 8 + length, "meta": meta, "tensors": tensors}
 
 
-def write_json(path: Path, value: object) -> None:
-    """Write ``value`` as JSON to ``path`` atomically (temporary name, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(_dumps(value), encoding="utf-8")
-        _sync(tmp)
-        os.replace(tmp, path)
-    except OSError as err:
-        _remove(tmp)
-        raise StoreError(f"cannot write {path}: {_one_line(err)}") from err
-
-
 def inside(root: Path, relative: str) -> Path:
     """``root / relative``, refusing names that would leave the store (absolute, ``..``)."""
     parts = PurePosixPath(relative).parts
@@ -112,7 +99,7 @@ def inside(root: Path, relative: str) -> Path:
     return root.joinpath(*parts)
 
 
-class Mapped:
+class MappedShards:
     """The shards of one store, memory-mapped on first use; tensors are views into them."""
 
     def __init__(self, root: Path) -> None:
@@ -162,7 +149,7 @@ def write_stats(path: Path, table: Mapping[Label, RunningStats], meta: Mapping[s
     write_shard(path, tensors, {**meta, "labels": labels})
 
 
-def read_table(mapped: Mapped, relative: str) -> dict[Label, RunningStats]:
+def read_table(mapped: MappedShards, relative: str) -> dict[Label, RunningStats]:
     """The statistics table of the file ``relative`` (inside the store), as ``write_stats`` wrote it."""
     index = read_index(inside(mapped.root, relative))
     table = {}
@@ -177,41 +164,6 @@ def read_table(mapped: Mapped, relative: str) -> dict[Label, RunningStats]:
         stats.shape, stats.dtype = tuple(label["shape"]), label["dtype"]
         table[(label["site"], label["kind"], label["key"])] = stats
     return table
-
-
-# -- sizes ---------------------------------------------------------------------------------
-def format_size(nbytes: float) -> str:
-    """``1234567`` -> ``"1.2 MB"`` (powers of 1000)."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(nbytes) < 1000:
-            return f"{nbytes:.0f} B" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1000
-    return f"{nbytes:.1f} TB"
-
-
-def parse_size(size: int | str) -> int:
-    """``"2GB"``, ``"512 MiB"``, ``"1.5G"`` or a number of bytes -> bytes; a one-line error otherwise."""
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-        return size
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", str(size))
-    if not match or float(match.group(1)) <= 0:
-        raise OptionError(f"a size must be a positive number of bytes or a string like '2GB' or '512MiB', got {size!r}")
-    base = 1024 if match.group(3) else 1000
-    return int(float(match.group(1)) * base ** " KMGT".index(match.group(2).upper() or " "))
-
-
-def _dumps(value: object) -> str:
-    """JSON with one line per top-level key, and one line per item of a top-level list (a row, a site)."""
-    if not isinstance(value, dict):
-        return json.dumps(value, allow_nan=False)
-    lines = []
-    for key, item in value.items():
-        if isinstance(item, list) and item:
-            item_text = "[\n  " + ",\n  ".join(json.dumps(v, allow_nan=False) for v in item) + "\n ]"
-        else:
-            item_text = json.dumps(item, allow_nan=False)
-        lines.append(f" {json.dumps(key)}: {item_text}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _strides(shape: list[int]) -> list[int]:
@@ -249,20 +201,14 @@ def _umask() -> int:
     return 0o022
 
 
-def _sync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
+    """An error as one line: an OSError's reason and file, anything else's message."""
     if isinstance(err, OSError) and err.strerror:
         return err.strerror + (f" ({err.filename})" if err.filename else "")
     return " ".join(str(err).split()) or type(err).__name__
+
+
+def read_stats(mapped: MappedShards, section: Mapping[str, Any]) -> dict[Label, RunningStats]:
+    """The merged table of a store's ``stats`` section (one file, or the parts of an interrupted run)."""
+    files = section["parts"] if "parts" in section else [section["file"]]
+    return merge_tables([read_table(mapped, f) for f in files])

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..core.records import Kind, Record
+from ..core.kinds import Kind, per_call
+from ..core.records import Record, forward_order
 from ..errors import OptionError
 from ..optional import require
-from ..stats.summary import FlowRow, Summary, forward_order, gradient_flow, summarize
+from ..stats.summary import FlowRow, Summary, gradient_flow, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -88,7 +89,7 @@ def _panels(source: Mapping[str, Tensor] | Mapping[str, Record], kind: Kind) -> 
 
 def _site_panels(records: Mapping[str, Record], kind: Kind) -> dict[str, Tensor]:
     ordered = forward_order(records)
-    if kind == "param_grad":
+    if not per_call(kind):  # param_grad: held per site
         return {f"{r.name}.{p}": g[-1] for r in ordered for p, g in r.param_grads.items() if g}
     pooled = {r.name: [c.get(kind).flatten() for c in r.calls if c.tensors.get(kind)] for r in ordered}
     return {name: _cat(ts) for name, ts in pooled.items() if ts}

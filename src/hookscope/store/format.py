@@ -1,0 +1,224 @@
+"""The store on disk, in one file: its names, its manifest, how it is opened, resumed and finished.
+
+A store is a folder::
+
+    acts.hookscope/
+      manifest.json                           format, version, status, provenance, config, sites, index
+      shards/r0-1a2b3c4d-000000.safetensors   whole batches: rank 0, run 1a2b3c4d, shard 0
+      stats.safetensors                       statistics-only stores: the merged RunningStats
+      stats/r0-1a2b3c4d-000003.safetensors    while a statistics run is going: each rank's latest checkpoint
+
+The manifest (``"format": "hookscope.store"``, ``"version": 1``) holds ``status`` (``running``
+until the run finishes, then ``complete``), ``provenance`` (hookscope, torch and Python versions,
+the model's class, parameter count and the SHA-256 of its state dict), ``config`` (selectors as
+text, kinds, the reduction's name, statistics mode, processes), ``sites`` (name, type, kinds,
+parameters, why something is missing), ``batches``, ``shards``, and ``tensors``: one row per
+stored tensor, its columns named by ``tensor_columns`` (``Entry``'s fields), one line per row, so
+a million tensors stay a quick read. Tensors stored under several names (aliases) are written
+once and listed under each name. Nothing is pickled: opening a store runs no code.
+
+Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
+tensors (``hookscope.store.shards``). So a store whose run was killed, its manifest still marked
+``running``, is indexed from its shards (``index_parts``) and opens with every completed batch;
+``open_for_extract(..., resume=True)`` keeps what is there and clears what a killed run left half
+done; ``finish`` indexes every shard, merges the statistics parts and marks the store complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import StoreError
+from ..files import TEMPORARY, write_atomically
+from .shards import MappedShards, read_index, read_stats, write_stats
+
+FORMAT = "hookscope.store"
+VERSION = 1
+MANIFEST = "manifest.json"
+SHARDS = "shards"  # folder of tensor shards
+STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
+STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
+RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel")  # what a resumed run must repeat
+
+
+class Entry(NamedTuple):
+    """One row of the manifest's ``tensors`` table (its ``tensor_columns``): a tensor and where it lies."""
+
+    site: str
+    kind: str
+    key: str
+    batch: int
+    call: int
+    order: int
+    shard: int  # index into the manifest's shards
+    name: str  # the tensor's name inside the shard (aliases share one)
+    dtype: str
+    shape: list[int]
+    offsets: list[int]  # [begin, end) in the shard's data
+
+
+COLUMNS: tuple[str, ...] = Entry._fields
+
+
+def shard_name(token: str, number: int) -> str:
+    """``r0-1a2b3c4d-000012.safetensors``: the rank and run (``token``), then a sequence number."""
+    return f"{token}-{number:06d}.safetensors"
+
+
+# -- the manifest -------------------------------------------------------------------------------
+def new_manifest(prov: dict[str, Any], config: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, Any]:
+    """A manifest with no tensor yet, marked ``running``."""
+    index = {"batches": [], "shards": [], "tensor_columns": list(COLUMNS), "tensors": []}
+    return {"format": FORMAT, "version": VERSION, "status": "running", "provenance": prov, "config": config,
+            "sites": sites, **index}  # fmt: skip
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of the store at ``root``, checked for format and version."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise StoreError(f"cannot read {root / MANIFEST}: {err}") from err
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StoreError(f"{root / MANIFEST} is not a hookscope store manifest")
+    if manifest.get("version", 0) > VERSION:
+        raise StoreError(
+            f"{root} was written by a newer hookscope (store version {manifest['version']}, this one reads "
+            f"{VERSION}); upgrade hookscope"
+        )
+    return manifest
+
+
+def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest.json`` atomically: one line per top-level key, one per row of a top-level list."""
+    path = root / MANIFEST
+    try:
+        write_atomically(path, lambda tmp: tmp.write_text(_dumps(manifest), encoding="utf-8"))
+    except OSError as err:
+        reason = err.strerror + (f" ({err.filename})" if err.filename else "") if err.strerror else str(err)
+        raise StoreError(f"cannot write {path}: {reason}") from err
+
+
+def index_parts(root: Path) -> dict[str, Any]:
+    """``batches``, ``shards``, ``tensors`` and ``stats`` from the shards and statistics parts on disk."""
+    shards: list[dict[str, Any]] = []
+    batches: dict[int, dict[str, Any]] = {}
+    tensors: list[list[Any]] = []
+    files = sorted((root / SHARDS).glob("*.safetensors")) if (root / SHARDS).is_dir() else []
+    for path in files:
+        index = read_index(path)
+        meta = index["meta"]
+        number = len(shards)
+        shards.append({"file": f"{SHARDS}/{path.name}", "bytes": index["bytes"], "data_start": index["data_start"]})
+        batches.update({b["index"]: {**b, "rank": meta.get("rank", 0)} for b in meta.get("batches", [])})
+        for entry in meta.get("tensors", []):
+            where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
+            tensors.append([{**entry, **where, "shard": number}[column] for column in COLUMNS])
+    tensors.sort(key=lambda row: (row[COLUMNS.index("batch")], row[COLUMNS.index("order")]))
+    parts = _stats_parts(root)
+    for meta, _ in parts:
+        batches.update({b["index"]: b for b in meta.get("batches", [])})
+    found: dict[str, Any] = {"batches": [batches[b] for b in sorted(batches)], "shards": shards,
+                             "tensor_columns": list(COLUMNS), "tensors": tensors}  # fmt: skip
+    if (root / STATS).is_file() or parts:
+        found["stats"] = {"file": STATS} if not parts else {"parts": [p.relative_to(root).as_posix() for _, p in parts]}
+    return found
+
+
+def _stats_parts(root: Path) -> list[tuple[dict[str, Any], Path]]:
+    """The newest checkpoint of every (rank, run) under ``stats/``, in the order of their first batch."""
+    folder = root / STATS_PARTS
+    newest: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        newest[path.name.rsplit("-", 1)[0]] = path  # r0-1a2b3c4d-000012: the sequence number sorts last
+    parts = [(read_index(p)["meta"], p) for p in newest.values()]
+    return sorted(parts, key=lambda part: min((b["index"] for b in part[0].get("batches", [])), default=-1))
+
+
+# -- the life of an extracted store -------------------------------------------------------------
+def open_for_extract(root: Path, header: dict[str, Any], *, resume: bool, force: bool) -> None:
+    """Make the store ``root`` with the manifest ``header``, or reopen it to be continued (``resume``)."""
+    if resume and (root / MANIFEST).is_file():
+        old = read_manifest(root)
+        _check_same(root, old, header)
+        if old.get("status") == "complete" and (root / STATS).is_file():  # its merged statistics become a part
+            (root / STATS_PARTS).mkdir(exist_ok=True)
+            os.replace(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
+        elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
+            (root / STATS).unlink()
+        remove_leftovers(root)
+        write_manifest(root, new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", [])))
+        return
+    if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
+        if not force:
+            raise StoreError(f"{root} already exists; pass resume=True to continue it or force=True to replace it")
+        shutil.rmtree(root) if root.is_dir() else root.unlink()
+    make_folder(root / SHARDS, root)
+    (root / STATS_PARTS).mkdir(exist_ok=True)
+    write_manifest(root, header)
+
+
+def done_batches(root: Path) -> set[int]:
+    """The batches a store already holds (a resumed run skips them)."""
+    return {b["index"] for b in index_parts(root)["batches"]}
+
+
+def finish(root: Path) -> None:
+    """Index every shard and merge every statistics part into the final manifest, marked complete."""
+    manifest = {**read_manifest(root), **index_parts(root), "status": "complete"}
+    if "stats" in manifest:
+        table = read_stats(MappedShards(root), manifest["stats"])
+        write_stats(root / STATS, table, {"batches": manifest["batches"]})
+        manifest["stats"] = {"file": STATS}
+    write_manifest(root, manifest)
+    shutil.rmtree(root / STATS_PARTS, ignore_errors=True)
+    remove_leftovers(root)
+
+
+def remove_leftovers(root: Path) -> None:
+    """Temporary files of shards a killed run was writing."""
+    for folder in (root / SHARDS, root / STATS_PARTS, root):
+        for tmp in folder.glob(f".*{TEMPORARY}") if folder.is_dir() else []:
+            tmp.unlink(missing_ok=True)
+
+
+def make_folder(path: Path, target: Path) -> Path:
+    """``mkdir`` with a one-line ``StoreError`` naming the store that could not be written."""
+    try:
+        path.mkdir(parents=True)
+    except OSError as err:
+        raise cannot_write(err, path.parent, target) from err
+    return path
+
+
+def cannot_write(err: OSError, folder: Path, target: Path) -> StoreError:
+    """The error for a store that cannot be made: ``cannot write the store X: reason (folder)``."""
+    return StoreError(f"cannot write the store {target}: {err.strerror or err} ({folder})")
+
+
+def _check_same(root: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A store is resumed only by the run that made it: same weights, selectors, kinds, reduction, mode."""
+    pairs = [(k, old.get("config", {}).get(k), new["config"][k]) for k in RESUME_SETTINGS]
+    weights = old.get("provenance", {}).get("weights_sha256"), new["provenance"]["weights_sha256"]
+    pairs.append(("weights", *weights))
+    differ = [f"{name} {was!r} (now {now!r})" for name, was, now in pairs if was != now]
+    if differ:
+        raise StoreError(f"cannot resume {root}: it was made with {'; '.join(differ)}; use the same settings")
+
+
+def _dumps(value: object) -> str:
+    """JSON with one line per top-level key, and one line per item of a top-level list (a row, a site)."""
+    if not isinstance(value, dict):
+        return json.dumps(value, allow_nan=False)
+    lines = []
+    for key, item in value.items():
+        if isinstance(item, list) and item:
+            item_text = "[\n  " + ",\n  ".join(json.dumps(v, allow_nan=False) for v in item) + "\n ]"
+        else:
+            item_text = json.dumps(item, allow_nan=False)
+        lines.append(f" {json.dumps(key)}: {item_text}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
