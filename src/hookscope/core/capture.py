@@ -8,7 +8,8 @@ in ``__exit__``'s ``finally``, on a normal exit and on any exception (one raised
 
 Hooks are installed by the kinds' points (``hookscope.core.kinds``): a forward pre-hook for the
 kinds taken at ``pre`` and ``input_grad``, a forward hook for ``forward`` and ``output_grad``,
-tensor hooks for the gradients, post-accumulate hooks for ``param``. Each handler takes every
+tensor hooks for the gradients, post-accumulate hooks for ``param``. What could not be captured, and
+why, is worked out in ``hookscope.core.diagnosis``. Each handler takes every
 asked kind of its point, so a new kind at an existing point needs nothing here.
 """
 
@@ -27,22 +28,13 @@ from torch import Tensor, nn
 
 from ..errors import CaptureError, CaptureWarning, NotCapturedError
 from ..text import closest
+from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, does_not_require_grad, site_problems
 from .hooks import HandleGroup
 from .kinds import Kind, at, choose, names
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
 from .tree import Leaves, flatten, flatten_call
-
-NO_GRAD_MODE = "the forward pass ran under torch.no_grad() or torch.inference_mode(); run it with gradients enabled"
-NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or torch.autograd.grad() before it ends"
-NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
-NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
-NO_TRAINABLE = "it has no parameter that requires grad"
-
-
-def _does_not_require_grad(what: str) -> str:
-    return f"its {what} does not require grad (nothing before it does; call x.requires_grad_() or unfreeze parameters)"
 
 
 def capture(
@@ -272,7 +264,7 @@ class Capture(Mapping[str, Record]):
             return
         watched = [(key, t) for key, t in leaves if t.requires_grad]
         if not watched:
-            call.missing[kind] = _does_not_require_grad(what)
+            call.missing[kind] = does_not_require_grad(what)
             return
         call.watched[kind] = [key for key, _ in watched]
         for key, tensor in watched:
@@ -302,7 +294,14 @@ class Capture(Mapping[str, Record]):
     def _diagnose(self) -> None:
         problems: dict[tuple[str, str], list[str]] = {}
         for record in self._records.values():
-            for kind, reason in self._site_problems(record):
+            found = site_problems(
+                record,
+                (*self._input_grads, *self._output_grads),
+                cleared=record.name in self._cleared,
+                params_reached=record.name in self._params_reached,
+                grads_seen=self._grads_seen,
+            )
+            for kind, reason in found:
                 problems.setdefault((kind, reason), []).append(record.name)
         for (kind, reason), sites in problems.items():
             names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
@@ -316,33 +315,6 @@ class Capture(Mapping[str, Record]):
                 CaptureWarning,
                 stacklevel=3,
             )
-
-    def _site_problems(self, record: Record) -> Iterator[tuple[str, str]]:
-        if not record.calls:
-            if record.name in self._cleared:
-                return
-            record.missing["call"] = NEVER_CALLED
-            yield "call", NEVER_CALLED
-            return
-        for kind in (*self._input_grads, *self._output_grads):
-            if kind in record.kinds:
-                reasons = {self._grad_problem(call, kind) for call in record.calls} - {None}
-                yield from ((kind, r) for r in sorted(r for r in reasons if r is not None))
-        if "param_grad" in record.kinds and record.name not in self._params_reached:
-            no_grad = all(call.missing.get("param_grad") == NO_GRAD_MODE for call in record.calls)
-            reason = record.missing.get("param_grad") or (NO_GRAD_MODE if no_grad else self._no_grad_reason())
-            record.missing["param_grad"] = reason
-            yield "param_grad", reason
-
-    def _grad_problem(self, call: Call, kind: Kind) -> str | None:
-        if call.error is not None:
-            return None
-        if kind not in call.missing and kind not in call.reached and call.watched.get(kind):
-            call.missing[kind] = self._no_grad_reason()
-        return call.missing.get(kind)
-
-    def _no_grad_reason(self) -> str:
-        return NOT_REACHED if self._grads_seen else NO_BACKWARD
 
     def _annotate(self, exc: BaseException) -> None:
         """Name the selected module an escaping exception came from (or the one it was raised from)."""

@@ -16,7 +16,6 @@ Matches come back in the order of ``model.named_modules()``, each module once.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Union
 from torch import nn
 
 from ..errors import SelectionError
+from ..text import closest
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -132,9 +132,7 @@ def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[st
     model_name = f"{type(model).__name__} ({len(named)} modules)"
     if isinstance(selector, str):
         names = [n for n, _ in named if n]
-        probe = selector.removeprefix("re:").replace("*", "").replace("?", "")
-        close = difflib.get_close_matches(probe, names, n=3, cutoff=0.4)
-        hint = f"; closest: {', '.join(repr(c) for c in close)}" if close else ""
+        hint = closest(selector.removeprefix("re:").replace("*", "").replace("?", ""), names)
         what = repr(selector)
     elif isinstance(selector, nn.Module):
         hint, what = "", f"module {type(selector).__name__} (not a submodule of this model)"

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields
 from typing import Any
 
 import torch
@@ -43,6 +43,7 @@ from torch import Tensor
 
 from ..core.records import Label
 from ..errors import OptionError
+from .moments import Moments, empty_moments, merge_moments, moments, moments_to
 
 HALF = 2048  # bins of each sign: 256 exponents x 8 mantissa steps (the last 8, inf and NaN, stay empty)
 BINS = 2 * HALF
@@ -51,81 +52,6 @@ _exponent, _step = torch.div(_rank, 8, rounding_mode="floor"), _rank % 8
 _MAGNITUDES = torch.where(_exponent > 0, 2.0 ** (_exponent - 127) * (1 + _step / 8), 2.0**-126 * _step / 8)
 EDGES: Tensor = torch.cat([-_MAGNITUDES.flip(0), _MAGNITUDES[1:]])  # (BINS + 1,) ascending; bin i: EDGES[i]..EDGES[i+1]
 FLOAT32_MAX = torch.finfo(torch.float32).max
-
-
-@dataclass(frozen=True)
-class Moments:
-    """Moments of the finite values of ``C`` groups (one per channel, or ``C == 1`` for all)."""
-
-    n: Tensor  # (C,) int64, finite values
-    mean: Tensor  # (C,) float64
-    m2: Tensor  # (C,) float64, sum of squared deviations from the mean
-    mean_abs: Tensor  # (C,) float64
-    min: Tensor  # (C,) float64, +inf where n == 0
-    max: Tensor  # (C,) float64, -inf where n == 0
-
-    @property
-    def var(self) -> Tensor:
-        """Population variance (ddof=0), NaN where a group has no finite value."""
-        return self.m2 / self.n.to(torch.float64)
-
-
-def moments(values: Tensor, dim: int | None = None, *, finite: bool | None = None) -> Moments:
-    """Moments of float64 ``values``: of all of them (C == 1), or of each slice along ``dim`` (C slices).
-
-    Two passes: the mean, then the squared deviations from it. Non-finite values are left out;
-    when there is none (``finite``, or seen from the sum), no mask is built.
-    """
-    if dim is None:
-        values, dim = values.reshape(1, -1), 0
-    dim %= values.dim()
-    if values.dim() == 1:  # one value per group
-        values = values[:, None]
-    dims = [d for d in range(values.dim()) if d != dim]  # never empty: torch would read [] as every dim
-    groups = values.shape[dim]
-    if not values.numel():
-        return empty_moments(groups, values.device)
-    total = values.sum(dims)  # (C,)
-    if finite or (finite is None and bool(total.isfinite().all())):  # NaN or inf would show in the sum
-        n = torch.full((groups,), values.numel() // groups, dtype=torch.int64, device=values.device)
-        mean = total / n
-        m2 = torch.linalg.vector_norm(values - _along(mean, dim, values.dim()), dim=dims).square()
-        mean_abs = torch.linalg.vector_norm(values, ord=1, dim=dims) / n
-        return Moments(n, mean, m2, mean_abs, values.amin(dims), values.amax(dims))
-    return _masked_moments(values, dim, dims)
-
-
-def _masked_moments(values: Tensor, dim: int, dims: list[int]) -> Moments:
-    """``moments`` when some values are NaN or infinite: two passes over the finite ones."""
-    finite = values.isfinite()
-    n = finite.sum(dims)
-    kept = torch.where(finite, values, 0.0)
-    mean = kept.sum(dims) / n.clamp(min=1)  # 0 for a group with no finite value
-    centred = torch.where(finite, values - _along(mean, dim, values.dim()), 0.0)
-    lo = torch.where(finite, values, math.inf).amin(dims)
-    hi = torch.where(finite, values, -math.inf).amax(dims)
-    return Moments(n, mean, centred.square().sum(dims), kept.abs().sum(dims) / n.clamp(min=1), lo, hi)
-
-
-def merge_moments(a: Moments, b: Moments) -> Moments:
-    """The moments of both groups of values (Chan, Golub & LeVeque 1979)."""
-    n = a.n + b.n
-    weight = b.n.to(torch.float64) / n.clamp(min=1)  # (C,): b's share
-    delta = b.mean - a.mean
-    return Moments(
-        n=n,
-        mean=a.mean + delta * weight,
-        m2=a.m2 + b.m2 + delta.square() * a.n * weight,
-        mean_abs=a.mean_abs + (b.mean_abs - a.mean_abs) * weight,
-        min=torch.minimum(a.min, b.min),
-        max=torch.maximum(a.max, b.max),
-    )
-
-
-def empty_moments(groups: int, device: torch.device | None = None) -> Moments:
-    """The moments of no value at all, for ``groups`` groups."""
-    zero = torch.zeros(groups, dtype=torch.float64, device=device)
-    return Moments(zero.long(), zero, zero, zero, zero + math.inf, zero - math.inf)
 
 
 def histogram(values: Tensor) -> Tensor:
@@ -148,13 +74,6 @@ def _ascending(by_key: Tensor) -> Tensor:
     counts[:8] = 0  # -inf and NaN with the sign bit
     counts[-8:] = 0  # +inf and NaN
     return counts
-
-
-def _along(vector: Tensor, dim: int, ndim: int) -> Tensor:
-    """``vector`` (C,) shaped to broadcast along ``dim`` of an ``ndim``-D tensor."""
-    shape = [1] * ndim
-    shape[dim] = -1
-    return vector.reshape(shape)
 
 
 class RunningStats:
@@ -220,7 +139,7 @@ class RunningStats:
     def _add(self, counts: Tensor, all_: Moments, hist: Tensor, channels: Moments | None) -> None:
         device = counts.device
         self.counts = self.counts.to(device) + counts
-        self.all = merge_moments(_to(self.all, device), all_)
+        self.all = merge_moments(moments_to(self.all, device), all_)
         self.hist = self.hist.to(device) + hist.to(device)
         if channels is not None:
             mine = self.channels if self.channels is not None else empty_moments(len(channels.n), device)
@@ -229,7 +148,7 @@ class RunningStats:
                     f"a tensor with {len(channels.n)} channels along dim {self.channel_dim} came after "
                     f"{len(mine.n)} channels; per-channel statistics need the same channels every time"
                 )
-            self.channels = merge_moments(_to(mine, device), _to(channels, device))
+            self.channels = merge_moments(moments_to(mine, device), moments_to(channels, device))
 
     def _channel_moments(self, values: Tensor, finite: bool) -> Moments | None:
         if self.channel_dim is None:
@@ -364,7 +283,3 @@ def _as_float64(tensor: Tensor) -> Tensor:
         raise OptionError(f"RunningStats.update expects a real torch.Tensor, got {got}; pass tensor.abs() for complex")
     device = torch.device("cpu") if tensor.device.type == "mps" else tensor.device
     return tensor.detach().to(device=device, dtype=torch.float64)
-
-
-def _to(m: Moments, device: torch.device) -> Moments:
-    return replace(m, **{f.name: getattr(m, f.name).to(device) for f in fields(Moments)})

@@ -134,5 +134,3 @@ def _config(cap: Mapping[str, Record]) -> dict[str, Any]:
 def _call_meta(site: str, call: Call) -> dict[str, Any]:
     return {"site": site, "batch": 0, "call": call.index, "order": call.order, "missing": call.missing,
             "error": call.error, "watched": call.watched}  # fmt: skip
-
-

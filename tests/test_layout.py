@@ -1,0 +1,152 @@
+"""The house: sub-packages import one way, never in a circle, never a private name, and re-export nothing."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+import hookscope
+
+SRC = Path(hookscope.__file__).parent
+# A module of a sub-package may import from its own sub-package, from a lower one, and from the leaves.
+RANKS = {"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3, "report": 4, "cli": 5}
+LEAVES = {"errors", "_version", "optional", "files", "text", "tokens", "reducers"}
+TOP = {"__init__", "__main__", "cams", "lenet"}  # the curated API, the entry point, two forwarding names
+CODE_INITS = {"cli", "zoo"}  # hookscope.cli:main and the public hookscope.zoo live in their __init__
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name under hookscope (``core.capture``, ``errors``, ``zoo``) -> file."""
+    found = {}
+    for path in sorted(SRC.rglob("*.py")):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported module under hookscope, names, line) for every import of a hookscope module in ``path``."""
+    package = name.split(".") if path.name == "__init__.py" and name != "__init__" else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            elif node.module and node.module.split(".")[0] == "hookscope":
+                target = node.module.removeprefix("hookscope").lstrip(".")
+            else:
+                continue
+            found.append((target, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            found += [(a.name.removeprefix("hookscope.").removeprefix("hookscope"), [], node.lineno)
+                      for a in node.names if a.name.split(".")[0] == "hookscope"]  # fmt: skip
+    return found
+
+
+def _home(module: str) -> str:
+    """The sub-package or leaf a dotted module name belongs to."""
+    return module.split(".")[0]
+
+
+MODULES = _modules()
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_run_down_the_house(name: str) -> None:
+    here = _home(name)
+    wrong = []
+    for target, names, line in _imports(name, MODULES[name]):
+        for imported in _resolved(target, names):
+            there = _home(imported)
+            if name in TOP or there == here or there in LEAVES:
+                continue
+            if here in RANKS and there in RANKS and RANKS[there] < RANKS[here]:
+                continue
+            wrong.append(f"line {line}: {name} imports {imported}")
+    assert wrong == []
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_name_crosses_a_module(name: str) -> None:
+    private = [
+        f"line {line}: {n} from {target or 'hookscope'}"
+        for target, names, line in _imports(name, MODULES[name])
+        for n in names
+        if n.startswith("_") and n != "__version__"
+    ]
+    assert private == []
+
+
+def test_nothing_imports_the_command_line() -> None:
+    importers = [
+        name
+        for name, path in MODULES.items()
+        if _home(name) != "cli" and name != "__main__"
+        for target, names, _ in _imports(name, path)
+        if _home(target) == "cli" or (not target and "cli" in names)
+    ]
+    assert importers == []
+
+
+@pytest.mark.parametrize("package", sorted(set(RANKS) - CODE_INITS))
+def test_sub_packages_re_export_nothing(package: str) -> None:
+    """Their __init__ is a docstring: ``hookscope.core.capture`` is always the module, never a function."""
+    tree = ast.parse((SRC / package / "__init__.py").read_text(encoding="utf-8"))
+    assert len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant)
+
+
+def test_no_import_circle() -> None:
+    graph = {
+        name: {t for target, names, _ in _imports(name, path) for t in _resolved(target, names)} & MODULES.keys()
+        for name, path in MODULES.items()
+    }
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str]:
+        state[node] = 1
+        for nxt in sorted(graph[node] - {node}):
+            if state.get(nxt) == 1:
+                return [*trail, node, nxt]
+            if nxt not in state and (cycle := visit(nxt, [*trail, node])):
+                return cycle
+        state[node] = 2
+        return []
+
+    for start in sorted(graph):
+        if start not in state:
+            assert visit(start, []) == []
+
+
+def _resolved(target: str, names: list[str]) -> list[str]:
+    """What ``from target import names`` imports: the modules among the names, else ``target`` itself."""
+    joined = [".".join(filter(None, [target, n])) for n in names]
+    return [j if j in MODULES else target for j in joined] or [target]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [("hookscope.cams", "hookscope.explain.cam", "grad_cam"), ("hookscope.lenet", "hookscope.zoo.lenet", "lenet")],
+)
+def test_moved_modules_forward_with_a_warning_that_names_the_new_path(old: str, new: str, name: str) -> None:
+    moved, target = importlib.import_module(old), importlib.import_module(new)
+    with pytest.warns(DeprecationWarning, match=rf"{re.escape(old)} moved to {re.escape(new)}"):
+        assert getattr(moved, name) is getattr(target, name)
+    with pytest.warns(DeprecationWarning, match=re.escape(new)), pytest.raises(AttributeError):
+        moved.not_a_name
+
+
+def test_public_modules_the_readme_shows_are_modules() -> None:
+    """No function shadows a module: ``hookscope.zoo`` and ``hookscope.reducers`` are modules, and each
+    sub-package's modules are reachable by their dotted names."""
+    assert isinstance(hookscope.zoo, types.ModuleType)
+    assert isinstance(importlib.import_module("hookscope.reducers"), types.ModuleType)
+    assert isinstance(importlib.import_module("hookscope.core.capture"), types.ModuleType)
+    assert importlib.import_module("hookscope.core.capture").Capture is hookscope.Capture
