@@ -1,4 +1,4 @@
-"""Reproduce ``src/hookscope/data/lenet_digits.pt``: train LeNet-5 on the digits, save its state dict.
+"""Reproduce ``src/hookscope/zoo/data/lenet_digits.pt``: train LeNet-5 on the digits, save its state dict.
 
     .venv/bin/python scripts/train_lenet.py            # overwrites the shipped file (~12 s on one CPU thread)
     .venv/bin/python scripts/train_lenet.py --out /tmp/lenet.pt

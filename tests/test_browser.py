@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hookscope.cli.commands import main
+from hookscope.cli import main
 from tests.browser import check_sort_and_lightbox, open_page, undecoded_images, visible_rows
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

@@ -7,8 +7,8 @@ import skimage.data
 import torch
 from captum.attr import LayerAttribution, LayerGradCam
 
-from hookscope.explain import cam as maths
 from hookscope import zoo
+from hookscope.explain import cam as maths
 from hookscope.explain.cam import cam, pick_layer
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian Mau

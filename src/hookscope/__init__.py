@@ -37,13 +37,14 @@ from .errors import (
 )
 from .explain.attribute import attribute
 from .explain.cam import cam, pick_layer
-from .report.build import Report, build_report
+from .report.build import build_report
 from .report.html import render_html, write_report
+from .report.views import Report
 from .stats.streaming import RunningStats
 from .stats.summary import Summary, gradient_flow, summarize
 from .store.extract import extract
-from .store.reader import Run
-from .store.save import load, save
+from .store.reader import Run, load
+from .store.save import save
 from .tokens import spatial_maps, tokens_to_grid
 from .viz.charts import gradient_flow_plot, histogram_plot
 from .viz.images import feature_grid, overlay, panel

@@ -1,7 +1,7 @@
-"""``python -m hookscope``: the same as the ``hookscope`` command."""
+"""``python -m hookscope``: the same as the ``hookscope`` command (``hookscope.cli.main``)."""
 
 import sys
 
-from .cli.commands import main
+from .cli import main
 
 sys.exit(main())

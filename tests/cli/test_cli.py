@@ -8,7 +8,7 @@ import pytest
 import skimage.data
 from PIL import Image
 
-from hookscope.cli.commands import main
+from hookscope.cli import main
 
 
 @pytest.fixture

@@ -11,11 +11,12 @@ import torch
 from PIL import Image
 
 import hookscope
-from hookscope.cli.commands import main
-from hookscope.cli.inputs import Preprocess, load_input
+from hookscope.cli import main
+from hookscope.cli.inputs import load_input
 from hookscope.explain.targets import scores
-from hookscope.store.save import load
+from hookscope.store.reader import load
 from hookscope.zoo.lenet import lenet
+from hookscope.zoo.preprocess import Preprocess
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

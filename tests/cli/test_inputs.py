@@ -11,8 +11,9 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from hookscope.cli.inputs import IMAGENET, LITE, Preprocess, load_input
+from hookscope.cli.inputs import load_input
 from hookscope.errors import InputError
+from hookscope.zoo.preprocess import IMAGENET, LITE, Preprocess
 
 
 @pytest.fixture

@@ -14,17 +14,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import hookscope.report.html
 import pytest
 import skimage.data
 import torch
 from PIL import Image
 from torch import nn
 
+import hookscope.report.html
 from hookscope import zoo
 from hookscope.errors import OptionError
-from hookscope.report.build import MAX_VALUES, Report, build_report
+from hookscope.report.build import build_report
 from hookscope.report.html import TEMPLATE, render_html, write_report
+from hookscope.report.views import MAX_VALUES, Report
 from hookscope.stats.summary import summarize
 from tests.browser import check_sort_and_lightbox, open_page, undecoded_images, visible_rows
 from tests.models import SharedCell
@@ -344,7 +345,10 @@ def test_pictures_given_are_what_the_cams_are_drawn_over(batch: torch.Tensor) ->
 
 
 def test_import_does_not_pull_in_jinja_pillow_or_matplotlib() -> None:
-    code = "import sys, hookscope.report.build; print(sorted(m for m in ('jinja2', 'PIL', 'matplotlib') if m in sys.modules))"
+    code = (
+        "import sys, hookscope.report.build; "
+        "print(sorted(m for m in ('jinja2', 'PIL', 'matplotlib') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -292,7 +292,7 @@ def test_a_file_size_limit_is_reported_like_a_full_disk(tmp_path: Path) -> None:
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))\n"
-        "from hookscope.cli.commands import main\n"
+        "from hookscope.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     out = tmp_path / "limited"

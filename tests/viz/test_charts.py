@@ -144,7 +144,10 @@ def test_gradient_flow_plot_errors(lenet_capture: hookscope.Capture) -> None:
 
 # -- no global state ----------------------------------------------------------------------------
 def test_importing_stats_and_plots_loads_no_matplotlib_or_pillow() -> None:
-    code = "import sys, hookscope.viz.charts, hookscope.stats.summary; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    code = (
+        "import sys, hookscope.viz.charts, hookscope.stats.summary; "
+        "print(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
     loaded = run_python(code)
     assert "matplotlib" not in loaded and "PIL" not in loaded
 

@@ -5,7 +5,9 @@
 ``batch.pt`` / ``.npy`` / ...     the rows of the tensor (its first dimension)
 ``random:64x3x224x224``           64 rows of ``torch.randn``, seed 0
 
-Items are ``(C, H, W)`` tensors; a ``DataLoader`` stacks them into batches.
+Items are ``(C, H, W)`` tensors; a ``DataLoader`` stacks them into batches. The specs are those of
+``hookscope.cli.inputs`` (whose ``image_paths`` / ``open_image`` read the files), prepared by a
+``hookscope.zoo.preprocess.Preprocess``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..errors import InputError
-from .inputs import TENSOR_SUFFIXES, Preprocess, _image_paths, _open_image, load_input
+from ..zoo.preprocess import Preprocess
+from .inputs import TENSOR_SUFFIXES, image_paths, load_input, open_image
 
 
 class ImageFiles(Dataset[Tensor]):
@@ -30,7 +33,7 @@ class ImageFiles(Dataset[Tensor]):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> Tensor:
-        return self.preprocess.prepare(_open_image(self.paths[index]))[0]  # (C, size, size)
+        return self.preprocess.prepare(open_image(self.paths[index]))[0]  # (C, size, size)
 
 
 class Rows(Dataset[Tensor]):
@@ -54,4 +57,4 @@ def input_dataset(specs: Sequence[str], preprocess: Preprocess) -> Dataset[Tenso
         return Rows(load_input(specs, preprocess).x)
     if not specs:
         raise InputError("no input given; pass images, a folder, a tensor file or random:64x3x224x224")
-    return ImageFiles([path for spec in specs for path in _image_paths(Path(spec))], preprocess)
+    return ImageFiles([path for spec in specs for path in image_paths(Path(spec))], preprocess)

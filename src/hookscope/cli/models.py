@@ -14,6 +14,9 @@ spec                               model
 ``weights`` is a state dict read with ``torch.load(weights_only=True)``: loading it runs no code.
 A checkpoint that holds pickled objects needs ``trust=True`` (``--trust-weights``), which
 unpickles it and so runs whatever code it carries.
+
+The built-in networks come from ``hookscope.zoo`` (and ``hookscope.zoo.lenet``), each with the
+``hookscope.zoo.preprocess.Preprocess`` its inputs need; ``hookscope.cli.inputs`` applies it.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import zoo
 from ..errors import ModelError
-from .inputs import IMAGENET, LITE, Preprocess
+from ..zoo import lenet
+from ..zoo.preprocess import IMAGENET, LITE, Preprocess
 
 
 @dataclass(frozen=True)
@@ -46,20 +51,14 @@ class LoadedModel:
 
 
 def _efficientnet() -> LoadedModel:
-    from .. import zoo
-
     return LoadedModel(zoo.efficientnet_lite0(), "efficientnet-lite0", LITE, zoo.imagenet_labels())
 
 
 def _mobilenet() -> LoadedModel:
-    from .. import zoo
-
     return LoadedModel(zoo.mobilenet_v2(), "mobilenet-v2", IMAGENET, zoo.imagenet_labels())
 
 
 def _lenet() -> LoadedModel:
-    from ..zoo import lenet
-
     digits = Preprocess(size=32, channels=1, mean=(lenet.MEAN,), std=(lenet.STD,))
     note = "LeNet trained on scikit-learn's 8x8 digits (white ink on black, upscaled to 32x32)"
     return LoadedModel(lenet.lenet(), "lenet", digits, list(lenet.DIGIT_LABELS), (note,))
@@ -108,8 +107,6 @@ def _torchvision(name: str) -> LoadedModel:
         close = difflib.get_close_matches(name, available, n=3)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise ModelError(f"torchvision has no model {name!r}{hint}")
-    from .. import zoo
-
     note = f"random init: torchvision:{name} was built without weights; pass --weights FILE to load a state dict"
     return LoadedModel(
         models.get_model(name, weights=None), f"torchvision:{name}", IMAGENET, zoo.imagenet_labels(), (note,)

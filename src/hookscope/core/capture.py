@@ -52,7 +52,7 @@ def capture(
 
     ``select=None`` picks every leaf module. ``kinds`` are ``input``, ``output``,
     ``grad_input``, ``grad_output`` and ``param_grad``. ``detach``, ``clone``, ``device`` and
-    ``dtype`` decide what is stored (see ``hookscope.policy``); ``reduce(site, kind, key, tensor)``
+    ``dtype`` decide what is stored (see ``hookscope.core.policy``); ``reduce(site, kind, key, tensor)``
     runs in the hook and returns what to keep instead (or None for nothing). With no model, the
     capture only records taps (``cap.tap(tensor, name)``).
     """

@@ -15,7 +15,7 @@ Methods, each checked against Captum in the tests (its class in brackets):
     guided_backprop       d score / d x with only positive gradients let back through every
                           ``nn.ReLU`` module (``GuidedBackprop``)
 
-The target is what ``hookscope.targets.scores`` takes (None = each image's top-1 class). For
+The target is what ``hookscope.explain.targets.scores`` takes (None = each image's top-1 class). For
 smoothgrad and integrated gradients a class target is fixed on the clean x and kept for every
 noisy copy and every step.
 

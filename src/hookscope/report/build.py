@@ -1,25 +1,20 @@
-"""What a report shows, built from one model and one input: ``build_report`` -> ``Report``.
+"""A report of one model on one input: ``build_report(model, x) -> Report``.
 
 ::
 
     report = build_report(model, x, select="layer*", grads=True, labels=labels, notes=["random init"])
-    write_report(report, "report")     # hookscope.page: report/index.html, one self-contained file
+    write_report(report, "report")     # hookscope.report.html: report/index.html, one self-contained file
 
 ``build_report`` does the work (one captured forward pass, one backward pass with ``grads``, the
-CAMs) and returns a ``Report``: plain values and PNG bytes, no tensors. ``hookscope.page`` turns
-it into one page and writes it.
+predictions, the CAMs, the remarks) and returns a ``Report`` of ``hookscope.report.views``, which
+also draws the layers (the same way for ``from_store``'s report of a store); ``html`` turns it
+into one page and writes it.
 
-What the page shows, and the choices behind it:
+What it adds to the layers, and the choices behind it:
 
-- Layers in forward order (each site's first call), at most ``max_layers``; the page names the
-  rest. A site called several times (a shared activation) shows its first call and says how
-  many calls there were. Sites never called are listed in the remarks, not drawn.
-- Numbers are ``summarize`` of the first tensor of the first call, the whole batch; pictures
-  show image 0: a grid of its first ``GRID_CHANNELS`` maps for 4-D outputs, bars of its first
-  ``MAX_VALUES`` values for 2-D outputs (and 4-D ones with 1x1 maps), nothing for 3-D (tokens
-  or sequences: the shape cannot say which) and other ranks. Maps wider than ``MAX_TILE`` are
-  shrunk (area) before drawing, to keep the page small.
-- Gradients (``grads=True``): d score / d output of each layer, where the score is the sum of
+- The kinds drawn on each card are asked for: ``kinds=`` (per-call kinds of
+  ``hookscope.core.kinds``), by default ``output``, and ``grad_output`` with ``grads``.
+- Gradients (``grads=True``): d score / d tensor at each layer, where the score is the sum of
   the target logits (each image's top-1 when ``target`` is None), taken with
   ``torch.autograd.grad`` on a copy of ``x``: nothing lands in ``param.grad``.
 - Predictions, pictures and CAMs cover the first ``MAX_IMAGES`` images of the batch.
@@ -32,111 +27,31 @@ Jinja2, Pillow and matplotlib are imported when a report is built or rendered
 from __future__ import annotations
 
 import datetime
-import io
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._version import __version__
 from ..core.capture import Capture, capture
+from ..core.kinds import Kind, choose, is_gradient, names, per_call
 from ..core.select import Selector
-from ..errors import CaptureWarning, OptionError, SelectionError, ShapeError
-from ..explain.cam import METHODS, cam, pick_layer
+from ..errors import CaptureWarning, OptionError, SelectionError
+from ..explain.cam import CAM_METHODS, cam, pick_layer
 from ..explain.targets import Target, class_indices, logits, scores
-from ..stats.summary import forward_order, gradient_flow, summarize
-from ..viz.charts import gradient_flow_plot
-from ..viz.images import feature_grid, overlay, to_pil
+from ..viz.images import overlay, to_pil
+from .views import CamView, Guess, Prediction, Report, flow_chart, layer_views, png
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-GRID_CHANNELS = 16  # channels drawn in a layer's feature grid
-MAX_TILE = 64  # maps larger than this (pixels a side) are shrunk before drawing
-MAX_VALUES = 256  # values drawn as bars for a 2-D output
 MAX_IMAGES = 8  # images of the batch that get a prediction, a picture and CAMs
 PICTURE_SIDE = (192, 448)  # pictures are enlarged (nearest) or shrunk to fit these sides
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class Guess:
-    """One of an image's top-k classes."""
-
-    index: int
-    name: str
-    probability: float
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The top-k classes of one image of the batch, most probable first."""
-
-    image: int
-    guesses: tuple[Guess, ...]
-
-
-@dataclass(frozen=True)
-class CamView:
-    """The heatmaps of one image: one overlay PNG per method, for one class."""
-
-    image: int
-    target: str  # "Egyptian Mau #285", "class 285" without labels, "custom target" for a callable
-    overlays: tuple[tuple[str, bytes], ...]  # (method, PNG)
-
-
-@dataclass(frozen=True)
-class TensorView:
-    """One tensor of a layer (its output or gradient): numbers for the batch, a picture of image 0."""
-
-    key: str  # which tensor of the call: "out", "out[0]", ...
-    others: int  # how many more tensors of this kind the call held
-    shape: tuple[int, ...]
-    dtype: str
-    stats: Mapping[str, Any]  # summarize(tensor).as_dict()
-    grid: bytes | None  # PNG of image 0's maps
-    values: tuple[float, ...]  # image 0's first values, for 2-D outputs
-    note: str  # what the picture shows, or why there is none
-
-
-@dataclass(frozen=True)
-class LayerView:
-    """One site, from its first call."""
-
-    index: int  # position in forward order
-    name: str
-    type: str
-    calls: int
-    output: TensorView | None
-    grad: TensorView | None
-    missing: str  # why output or grad is None
-
-
-@dataclass(frozen=True)
-class Report:
-    """Everything the page shows. PNGs are bytes; ``render_html`` inlines them as data: URIs."""
-
-    title: str
-    model: str
-    parameters: int
-    input: str  # "(1, 3, 224, 224) float32 on cpu"
-    created: str
-    version: str
-    notes: tuple[str, ...]  # the caller's
-    remarks: tuple[str, ...]  # hookscope's: what was left out or could not be captured
-    pictures: tuple[bytes, ...]  # the first MAX_IMAGES images of x (or the pictures given), PNG
-    predictions: tuple[Prediction, ...]
-    cam_layer: str  # "" without CAMs
-    cams: tuple[CamView, ...]
-    flow: bytes | None  # the gradient-flow chart, PNG
-    layers: tuple[LayerView, ...]
-    selected: int  # sites the selector picked (shown, left out, never called)
-    grads: bool
 
 
 def build_report(
@@ -145,6 +60,7 @@ def build_report(
     *,
     select: Selector | None = None,
     grads: bool = False,
+    kinds: Sequence[str] | None = None,
     pictures: Sequence[Image] | None = None,
     labels: Sequence[str] | None = None,
     target: Target = None,
@@ -157,21 +73,26 @@ def build_report(
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
-    ``pictures`` (one per image of ``x``) are what the CAMs are drawn over; by default ``x``
-    itself, min-max scaled. ``labels`` name the classes. ``target`` is what gradients and CAMs
-    explain (see ``hookscope.targets``; None: each image's top-1). ``progress(stage, done,
-    total)`` is called at the start of each stage that runs (``forward``, ``layers``, then
-    ``cam`` with CAMs and ``flow`` with ``grads``) with ``done=0``, and after each of its steps.
+    ``kinds`` are drawn on each layer's card (None: ``output``, and ``grad_output`` with
+    ``grads``; a gradient kind needs ``grads``). ``pictures`` (one per image of ``x``) are what
+    the CAMs are drawn over; by default ``x`` itself, min-max scaled. ``labels`` name the classes.
+    ``target`` is what gradients and CAMs explain (see ``hookscope.explain.targets``; None: each
+    image's top-1). ``progress(stage, done, total)`` is called at the start of each stage that runs
+    (``forward``, ``layers``, then ``cam`` with CAMs and ``flow`` with ``grads``) with ``done=0``,
+    and after each of its steps.
     """
     _check_options(x, pictures, cam_methods, top_k, max_layers)
+    drawn = _drawn_kinds(kinds, grads)
     if grads and not x.is_floating_point():
         raise OptionError(f"grads=True differentiates with respect to x, which must be floating point, got {x.dtype}")
     step = progress or _quiet
     step("forward", 0, 1)
-    cap, output, remarks = _run(model, x, select, grads, target)
+    cap, output, remarks = _run(model, x, select, drawn, grads, target)
     step("forward", 1, 1)
     scores_2d = _class_scores(output, labels)
-    layers, left_out = _layers(cap, max_layers, grads, step)
+    layers, left_out = layer_views(
+        cap, drawn, max_layers=max_layers, absent=_not_held, progress=lambda done, total: step("layers", done, total)
+    )
     shown = min(len(x), MAX_IMAGES)
     images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)
     cam_layer, cams = _cams(model, x[:shown], images, cam_methods, target, scores_2d, labels, step, remarks)
@@ -181,23 +102,23 @@ def build_report(
         parameters=sum(p.numel() for p in model.parameters()),
         input=f"{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')} on {x.device}",
         created=datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-        version=_version(),
+        version=__version__,
         notes=tuple(notes),
         remarks=tuple(_general_remarks(model, x, scores_2d, left_out) + remarks),
-        pictures=tuple(_png(image) for image in images),
+        pictures=tuple(png(image) for image in images),
         predictions=_predictions(scores_2d[:shown], labels, top_k) if scores_2d is not None else (),
         cam_layer=cam_layer,
         cams=cams,
         flow=_flow(cap, step) if grads else None,
+        kinds=drawn,
         layers=tuple(layers),
         selected=len(cap),
-        grads=grads,
     )
 
 
 # -- the captured pass ------------------------------------------------------------------------
 def _run(
-    model: nn.Module, x: Tensor, select: Selector | None, grads: bool, target: Target
+    model: nn.Module, x: Tensor, select: Selector | None, kinds: tuple[Kind, ...], grads: bool, target: Target
 ) -> tuple[Capture, Any, list[str]]:
     """One forward pass under the capture (and a backward one with ``grads``); its CaptureWarnings as text."""
     with warnings.catch_warnings(record=True) as caught:
@@ -205,12 +126,12 @@ def _run(
         if grads:
             with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
                 leaf = x.detach().clone().requires_grad_(True)
-                with capture(model, select, kinds=("output", "grad_output")) as cap:
+                with capture(model, select, kinds=kinds) as cap:
                     output = model(leaf.clone())  # a copy: the model may change its input in place
                     picked, _ = scores(output, target)
                     torch.autograd.grad(picked.sum(), leaf)  # nothing lands in param.grad
         else:
-            with capture(model, select) as cap, torch.no_grad():
+            with capture(model, select, kinds=kinds) as cap, torch.no_grad():
                 output = model(x)
     remarks = []
     for warning in caught:
@@ -219,6 +140,20 @@ def _run(
         else:  # not ours to swallow
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return cap, output, remarks
+
+
+def _not_held(kind: str) -> str:
+    """Why a call holds none of ``kind`` when the capture left no reason."""
+    if is_gradient(kind):
+        return "no gradient reached it"
+    return {"input": "it received no tensor", "output": "it returned no tensor"}.get(kind, f"it held no {kind}")
+
+
+def _flow(cap: Capture, step: Progress) -> bytes | None:
+    step("flow", 0, 1)
+    chart = flow_chart(cap)
+    step("flow", 1, 1)
+    return chart
 
 
 def _class_scores(output: Any, labels: Sequence[str] | None) -> Tensor | None:
@@ -255,78 +190,6 @@ def _general_remarks(model: nn.Module, x: Tensor, scores_2d: Tensor | None, left
         named = ", ".join(left_out[:5]) + (", ..." if len(left_out) > 5 else "")
         remarks.append(f"{len(left_out)} more layers were captured but left out (max_layers): {named}")
     return remarks
-
-
-# -- layers -----------------------------------------------------------------------------------
-def _layers(cap: Capture, max_layers: int, grads: bool, step: Progress) -> tuple[list[LayerView], list[str]]:
-    """The called sites in forward order, at most ``max_layers``, and the names of the rest."""
-    called = [record for record in forward_order(cap) if record.calls]
-    shown = called[:max_layers]
-    views = []
-    step("layers", 0, len(shown))
-    for i, record in enumerate(shown):
-        call = record.calls[0]
-        output = _tensor_view(call.tensors.get("output", {}), call.keys("output"), diverging=False)
-        grad = _tensor_view(call.tensors.get("grad_output", {}), call.keys("grad_output"), diverging=True)
-        missing = "it returned no tensor" if output is None else ""
-        if grads and grad is None and output is not None:
-            missing = call.missing.get("grad_output", "no gradient reached it")
-        views.append(LayerView(i, record.name, record.type, len(record.calls), output, grad, missing))
-        step("layers", i + 1, len(shown))
-    return views, [record.name for record in called[max_layers:]]
-
-
-def _tensor_view(held: Mapping[str, Tensor], keys: list[str], *, diverging: bool) -> TensorView | None:
-    if not keys:
-        return None
-    tensor = held[keys[0]]
-    grid, values, note = _picture_of(tensor, diverging=diverging)
-    return TensorView(
-        key=keys[0],
-        others=len(keys) - 1,
-        shape=tuple(tensor.shape),
-        dtype=str(tensor.dtype).removeprefix("torch."),
-        stats=summarize(tensor).as_dict(),
-        grid=grid,
-        values=values,
-        note=note,
-    )
-
-
-def _picture_of(tensor: Tensor, *, diverging: bool) -> tuple[bytes | None, tuple[float, ...], str]:
-    """Image 0 of a layer's tensor as a feature grid (4-D), value bars (2-D) or nothing, and a caption."""
-    if tensor.dim() == 4 and tensor.shape[2] * tensor.shape[3] == 1:
-        tensor = tensor.flatten(1)  # (B, C, 1, 1): one number per channel reads better as bars
-    if tensor.dim() == 2 and tensor.shape[0] and tensor.shape[1]:
-        first = tensor[0, :MAX_VALUES].detach().double().cpu()
-        values = tuple(float(v) if math.isfinite(v) else 0.0 for v in first.tolist())
-        return None, values, f"image 0, values 0-{len(values) - 1} of {tensor.shape[1]}"
-    if tensor.dim() != 4:
-        kind = "tokens or a sequence" if tensor.dim() == 3 else "not maps"
-        return None, (), f"{tensor.dim()}-D output ({kind}): no picture"
-    maps = tensor[:1, :GRID_CHANNELS].detach().cpu().double()  # (1, k, H, W)
-    side = max(maps.shape[2:])
-    if side > MAX_TILE:
-        size = tuple(max(1, round(s * MAX_TILE / side)) for s in maps.shape[2:])
-        maps = F.interpolate(maps, size=size, mode="area")
-    try:
-        grid = feature_grid(maps[0], channels=None, diverging=diverging)
-    except ShapeError as err:
-        return None, (), f"no picture: {err}"
-    shrunk = (
-        f", {tensor.shape[2]}x{tensor.shape[3]} maps drawn at {maps.shape[2]}x{maps.shape[3]}"
-        if side > MAX_TILE
-        else ""
-    )
-    return _png(grid), (), f"image 0, channels 0-{maps.shape[1] - 1} of {tensor.shape[1]}{shrunk}"
-
-
-def _flow(cap: Capture, step: Progress) -> bytes | None:
-    step("flow", 0, 1)
-    rows = gradient_flow(cap)
-    chart = _png(gradient_flow_plot(rows)) if rows else None
-    step("flow", 1, 1)
-    return chart
 
 
 # -- pictures and CAMs ------------------------------------------------------------------------
@@ -396,7 +259,7 @@ def _cams(
         CamView(
             image=i,
             target="custom target" if classes is None else _class_title(classes[i], labels),
-            overlays=tuple((m, _png(overlay(picture, heat[i]))) for m, heat in zip(methods, heats, strict=True)),
+            overlays=tuple((m, png(overlay(picture, heat[i]))) for m, heat in zip(methods, heats, strict=True)),
         )
         for i, picture in enumerate(pictures)
     )
@@ -428,9 +291,11 @@ def _check_options(
         raise OptionError(f"x must be a batch tensor (B, ...), got {type(x).__name__} {getattr(x, 'shape', '')}")
     if isinstance(methods, str):
         raise OptionError(f"cam_methods must be a list of method names, got the string {methods!r}; pass [{methods!r}]")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in CAM_METHODS]
     if unknown:
-        raise OptionError(f"unknown CAM method(s) {', '.join(map(repr, unknown))}; methods are {', '.join(METHODS)}")
+        raise OptionError(
+            f"unknown CAM method(s) {', '.join(map(repr, unknown))}; methods are {', '.join(CAM_METHODS)}"
+        )
     if pictures is not None and len(pictures) != len(x):
         raise OptionError(f"got {len(pictures)} pictures for a batch of {len(x)}; pass one per image, or None")
     for name, value in (("top_k", top_k), ("max_layers", max_layers)):
@@ -438,17 +303,20 @@ def _check_options(
             raise OptionError(f"{name} must be a positive int, got {value!r}")
 
 
+def _drawn_kinds(kinds: Sequence[str] | None, grads: bool) -> tuple[Kind, ...]:
+    """The kinds each card draws, in table order: those asked for, or output (and grad_output with grads)."""
+    if kinds is None:
+        return ("output", "grad_output") if grads else ("output",)
+    drawable = tuple(k for k in names() if per_call(k))
+    chosen, wrong = choose(kinds, drawable)
+    if wrong or not chosen:
+        got = ", ".join(map(repr, wrong)) or "none"
+        raise OptionError(f"a report draws the kinds {', '.join(drawable)}, got {got}; pass some of them as kinds=")
+    needing = [k for k in chosen if is_gradient(k)]
+    if needing and not grads:
+        raise OptionError(f"kinds {', '.join(needing)}: gradients need a backward pass; pass grads=True")
+    return chosen
+
+
 def _quiet(stage: str, done: int, total: int) -> None:
     pass
-
-
-def _version() -> str:
-    from .._version import __version__
-
-    return __version__
-
-
-def _png(image: Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()

@@ -1,11 +1,13 @@
-"""The report of a store, built from disk without the model: ``build_report_from_store(run) -> Report``.
+"""A report of a store, built from disk without the model: ``build_report_from_store(run) -> Report``.
 
 ::
 
     report = build_report_from_store(hookscope.load("acts.hookscope"))
-    write_report(report, "report")       # the same page as build_report's (hookscope.page)
+    write_report(report, "report")       # hookscope.report.html: the same page as build_report's
 
-What it shows, and what it cannot:
+Its neighbours: ``views`` (the page's data, and how a layer is drawn: the same as for
+``build``'s report of a model), ``build`` (``build_report``: a model and an input) and ``html``
+(the page). What it shows, and what it cannot:
 
 - A statistics-only store: every layer's numbers over the whole data set (``RunningStats``:
   count, mean, std, min, max, mean |x|, L2, zeros, NaN/Inf, and the histogram redrawn on equal
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..core.kinds import Kind, is_gradient
 from ..core.records import Record
 from ..stats.streaming import RunningStats
-from ..stats.summary import forward_order, gradient_flow
 from ..store.reader import Run
-from ..viz.charts import gradient_flow_plot
-from .build import LayerView, Report, TensorView, _png, _tensor_view
+from .views import LayerView, Report, TensorView, flow_chart, layer_views
+
+STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
 
 def build_report_from_store(
@@ -35,17 +38,18 @@ def build_report_from_store(
     """What the page shows of ``run`` (see the module docstring)."""
     prov = run.provenance
     table = run.statistics()
+    kinds: tuple[Kind, ...]
     if table:
-        layers, remark = _stats_layers(run, table), _stats_remark(run)
-        flow, grads, selected = None, False, len(run)
+        every = _stats_layers(run, table)
+        layers, left_out = every[:max_layers], [layer.name for layer in every[max_layers:]]
+        kinds, flow, remark, selected = (STATS_KIND,), None, _stats_remark(run), len(run)
     else:
         chosen = run.batches[0] if batch is None and run.batches else batch
         records = run.batch(chosen) if chosen is not None else {}
-        grads = any("grad_output" in r.kinds for r in records.values())
-        layers, flow = _tensor_layers(records, grads), _flow(records) if grads else None
+        kinds = _stored_kinds(records)
+        layers, left_out = layer_views(records, kinds, max_layers=max_layers, absent=_not_stored)
+        flow = flow_chart(records) if "grad_output" in kinds else None
         remark, selected = f"numbers and pictures of batch {chosen} ({_batches(run)} in the store)", len(records)
-    shown = layers[:max_layers]
-    left_out = [layer.name for layer in layers[max_layers:]]
     remarks = [remark, *_incomplete(run)] + ([f"{len(left_out)} more layers left out (max_layers)"] if left_out else [])
     return Report(
         title=title or f"{prov.get('model', 'model')} from {run.path.name}",
@@ -58,43 +62,45 @@ def build_report_from_store(
         remarks=tuple(remarks),
         pictures=(), predictions=(), cam_layer="", cams=(),
         flow=flow,
-        layers=tuple(shown),
+        kinds=kinds,
+        layers=tuple(layers),
         selected=selected,
-        grads=grads,
     )  # fmt: skip
 
 
+def _stored_kinds(records: Mapping[str, Record]) -> tuple[Kind, ...]:
+    """What a batch's cards draw: output, and grad_output when the store holds it."""
+    grads = any("grad_output" in r.kinds for r in records.values())
+    return ("output", "grad_output") if grads else ("output",)
+
+
+def _not_stored(kind: str) -> str:
+    return f"no {'gradient' if is_gradient(kind) else kind} in the store"
+
+
 def _stats_layers(run: Run, table: Mapping[tuple[str, str, str], RunningStats]) -> list[LayerView]:
-    """One layer per site with output statistics, in the order the run first saw them."""
+    """One layer per site with statistics of ``STATS_KIND``, in the order the run first saw them."""
     firsts: dict[str, tuple[str, RunningStats, int]] = {}
     for (site, kind, key), stats in table.items():
-        if kind == "output":
+        if kind == STATS_KIND:
             count = sum(1 for s, k, _ in table if (s, k) == (site, kind))
             firsts.setdefault(site, (key, stats, count - 1))
     views = []
     for i, (site, (key, stats, others)) in enumerate(firsts.items()):
-        note = f"statistics over {stats.count:,} values from {stats.updates:,} calls; no pictures in a statistics store"
-        view = TensorView(key, others, stats.shape or (), stats.dtype or "?", stats.as_dict(), None, (), note)
-        views.append(LayerView(i, site, run[site].type, 1, view, None, ""))  # one card covers every call
+        counted = f"statistics over {stats.count:,} values from {stats.updates:,} calls"
+        view = TensorView(
+            kind=STATS_KIND,
+            key=key,
+            others=others,
+            shape=stats.shape or (),
+            dtype=stats.dtype or "?",
+            stats=stats.as_dict(),
+            grid=None,
+            values=(),
+            note=f"{counted}; no pictures in a statistics store",
+        )
+        views.append(LayerView(i, site, run[site].type, 1, (view,), {}))  # one card covers every call
     return views
-
-
-def _tensor_layers(records: Mapping[str, Record], grads: bool) -> list[LayerView]:
-    views = []
-    for i, record in enumerate(r for r in forward_order(records) if r.calls):
-        call = record.calls[0]
-        output = _tensor_view(call.tensors.get("output", {}), call.keys("output"), diverging=False)
-        grad = _tensor_view(call.tensors.get("grad_output", {}), call.keys("grad_output"), diverging=True)
-        missing = "no output in the store" if output is None else ""
-        if grads and grad is None:
-            missing = call.missing.get("grad_output", "no gradient in the store")
-        views.append(LayerView(i, record.name, record.type, len(record.calls), output, grad, missing))
-    return views
-
-
-def _flow(records: Mapping[str, Record]) -> bytes | None:
-    rows = gradient_flow(records)
-    return _png(gradient_flow_plot(rows)) if rows else None
 
 
 def _batches(run: Run) -> str:

@@ -1,10 +1,17 @@
-"""The report as a page: ``render_html`` (jinja2, autoescaped, everything inline) and ``write_report``.
+"""The page: ``render_html(report) -> str`` (jinja2, autoescaped, everything inline) and ``write_report``.
+
+Its neighbours make the ``Report`` it draws: ``views`` (the page's data), ``build`` (a report of
+a model and an input) and ``from_store`` (a report of a store).
 
 ``render_html`` turns a ``Report`` into one self-contained page with the template
-``templates/report.html.j2``: every layer name and user string is escaped, images are inline
-``data:`` URIs, CSS and JS are inline, nothing is fetched when the page is opened.
-``write_report`` writes it into a hidden folder next to ``out`` and renames that into place only
-when complete, so an interrupted run never leaves a half-written report.
+``templates/report.html.j2`` (package data, ``TEMPLATE`` inside ``hookscope``): every layer name
+and user string is escaped, images are inline ``data:`` URIs, CSS and JS are inline, nothing is
+fetched when the page is opened. Each layer's card draws the report's kinds in order, each
+headed by its name (but an output that opens the card); a gradient kind (``is_gradient``) is
+drawn diverging, with a log-count histogram.
+
+``write_report`` fills a staged folder next to ``out`` (``hookscope.files.staged_folder``) that
+is renamed into place only when complete, so an interrupted run never leaves a half-written report.
 """
 
 from __future__ import annotations
@@ -12,18 +19,18 @@ from __future__ import annotations
 import base64
 import math
 import os
-import secrets
-import shutil
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..core.kinds import is_gradient
 from ..errors import OptionError
+from ..files import staged_folder
 from ..optional import require
-from .build import Report
+from .views import Report
 
-TEMPLATE = "templates/report.html.j2"
+TEMPLATE = "report/templates/report.html.j2"  # the page's template, a file of the hookscope package
 
 
 def render_html(report: Report) -> str:
@@ -31,8 +38,10 @@ def render_html(report: Report) -> str:
     jinja2 = require("jinja2")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(png=_data_uri, num=_num, percent=_percent, shape=_shape)
-    env.globals.update(histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite)
-    source = resources.files("hookscope.report").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    env.globals.update(
+        histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite, is_gradient=is_gradient
+    )
+    source = resources.files("hookscope").joinpath(TEMPLATE).read_text(encoding="utf-8")
     types = sorted({layer.type for layer in report.layers})
     html: str = env.from_string(source).render(report=report, types=types)
     return html
@@ -50,38 +59,13 @@ def write_report(report: Report, out: str | Path, *, force: bool = False) -> Pat
         raise OptionError(f"{out} is a file, not a folder; pick another output folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise OptionError(f"{out} already exists and is not empty; pass --force (force=True) to replace it")
-    staging = _make_folder(out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}", out)
-    try:
+
+    def cannot(err: OSError, folder: Path) -> OptionError:
+        return OptionError(f"cannot write the report to {out}: {err.strerror} ({folder})")
+
+    with staged_folder(out, cannot) as staging:
         (staging / "index.html").write_text(render_html(report), encoding="utf-8")
-        _move_into_place(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out / "index.html"
-
-
-# -- writing ----------------------------------------------------------------------------------
-def _make_folder(path: Path, out: Path) -> Path:
-    try:
-        path.mkdir()  # the umask decides its mode, as for any folder the user makes
-    except OSError as err:
-        raise OptionError(f"cannot write the report to {out}: {err.strerror} ({path.parent})") from err
-    return path
-
-
-def _move_into_place(staging: Path, out: Path) -> None:
-    """Rename ``staging`` to ``out``; an existing ``out`` is set aside first and removed after."""
-    if not out.exists():
-        os.replace(staging, out)
-        return
-    old = out.parent / f".{out.name}.old-{secrets.token_hex(4)}"
-    os.replace(out, old)
-    try:
-        os.replace(staging, out)
-    except BaseException:
-        os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # -- template helpers -------------------------------------------------------------------------

@@ -7,7 +7,7 @@
     overlay(image, cam[0]), panel(image, cam[0])        a [0, 1] heatmap over a picture
 
 Pillow, matplotlib (its colormaps) and numpy are imported inside the functions that draw
-(``pip install 'hookscope[viz]'``); ``import hookscope.render`` needs torch alone.
+(``pip install 'hookscope[viz]'``); ``import hookscope.viz.images`` needs torch alone.
 
 Colours: a value ``v`` in [0, 1] is drawn as matplotlib's ``colormaps[cmap](v, bytes=True)``.
 Non-finite values (NaN, +-Inf) are left out of every min / max and drawn in the ``background``

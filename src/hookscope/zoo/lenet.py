@@ -3,8 +3,13 @@
 The data is ``sklearn.datasets.load_digits()`` (1,797 8x8 images, 0..16 ink, bundled with
 scikit-learn, nothing is downloaded), upsampled bilinearly to 32x32 and normalised as
 ``(ink / 16 - MEAN) / STD``. The split is fixed: the first 1,437 images (80%, in the given order)
-train, the last 360 test. ``lenet()`` loads the shipped weights (``data/lenet_digits.pt``), which
-``scripts/train_lenet.py`` reproduces with ``train()``.
+train, the last 360 test. ``lenet()`` loads the shipped weights (``hookscope/zoo/data/lenet_digits.pt``,
+``WEIGHTS``), which ``scripts/train_lenet.py`` reproduces with ``train()``.
+
+This is ``hookscope.zoo.lenet`` (the old ``hookscope.lenet`` forwards here for one release). The
+CLI's ``lenet`` model (``hookscope.cli.models``) feeds it pictures with a one-channel
+``hookscope.zoo.preprocess.Preprocess`` of ``MEAN`` and ``STD``; ``hookscope demo --model lenet``
+reports it on ``digits("test")``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ..optional import require
 DIGIT_LABELS = [str(i) for i in range(10)]
 MEAN, STD = 0.305, 0.323  # of the upsampled training images scaled to [0, 1]
 TRAIN_SIZE = 1437  # the first 80% of load_digits(); the last 360 images are the test split
-WEIGHTS = "data/lenet_digits.pt"
+WEIGHTS = "zoo/data/lenet_digits.pt"  # inside the hookscope package, as scripts/train_lenet.py writes it
 
 
 class LeNet(nn.Module):
@@ -55,7 +60,7 @@ class LeNet(nn.Module):
 def lenet() -> nn.Module:
     """LeNet-5 trained on the digits' training split, in eval mode; weights loaded strictly, ``weights_only=True``."""
     model = LeNet()
-    with resources.files(__package__).joinpath(WEIGHTS).open("rb") as file:
+    with resources.files("hookscope").joinpath(WEIGHTS).open("rb") as file:
         model.load_state_dict(torch.load(file, map_location="cpu", weights_only=True), strict=True)
     return model.eval()
 

@@ -1,0 +1,37 @@
+"""The ``hookscope`` command: ``list``, ``report``, ``cam``, ``demo``, and for stores ``capture``, ``extract``,
+``info``, ``report --from``.
+
+``main(argv) -> int`` is the console script (``hookscope = "hookscope.cli:main"``) and
+``python -m hookscope``: 0 on success, 1 for a hookscope error (one line on stderr), 2 for a
+usage error; ``--debug`` shows the traceback instead. Beside it: ``parser`` (the argparse
+definition), ``commands`` (the subcommands' bodies), ``demo``, and the readers of specs,
+``models``, ``inputs`` and ``datasets``. Nothing else in hookscope imports this package.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+
+from ..errors import HookscopeError
+from .parser import parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit status."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        result: int = args.run(args)
+        return result
+    except (HookscopeError, OSError) as err:
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(f"hookscope: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hookscope: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,184 @@
+"""The ``hookscope`` command line as argparse sees it: every subcommand, its arguments and its help.
+
+``parser()`` builds it afresh on each call, so the ``--kinds`` choices are the rows of
+``hookscope.core.kinds`` at that moment (a row added at run time is among them). Each subcommand
+sets ``run`` to its body in ``hookscope.cli.commands`` (``demo``'s lives in ``hookscope.cli.demo``);
+``hookscope.cli.main`` parses and calls it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Literal, TypeAlias
+
+from .._version import __version__
+from ..core import kinds
+from ..explain.cam import CAM_METHODS
+from .commands import run_cam, run_capture, run_extract, run_info, run_list, run_report
+from .demo import DEMO_MODELS, run_demo
+from .models import BUILTINS
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Group = Literal["model", "select", "preprocess"]  # the argument groups _shared adds
+
+EXAMPLES = """examples:
+  hookscope demo                                        EfficientNet-Lite0 on a bundled photo -> hookscope-demo/
+  hookscope demo --model lenet                          LeNet on handwritten digits
+  hookscope list torchvision:resnet18                   every layer: name, type, params, output shape
+  hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/
+  hookscope report my_model.py:build batch.pt --select 'encoder.*' --out report/
+  hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png
+  hookscope capture lenet random:8x1x32x32 --select 'conv*' --kinds output grad_output --out run.hookscope
+  hookscope extract efficientnet-lite0 photos/ --select '_blocks.*' --batch-size 32 --out acts.hookscope
+  torchrun --nproc-per-node 2 -m hookscope extract lenet random:512x1x32x32 --out acts.hookscope
+  hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
+  hookscope report --from acts.hookscope --out report/  the report of a store, without the model
+"""
+MODEL_HELP = f"{', '.join(BUILTINS)}, torchvision:NAME, file.py:fn, pkg.mod:fn"
+INPUT_HELP = "image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: the options every command takes, then one subparser per command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    common.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps (default: cpu)")
+    top = argparse.ArgumentParser(
+        prog="hookscope", description="See inside PyTorch networks.", epilog=EXAMPLES, parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    top.add_argument("--version", action="version", version=f"hookscope {__version__}")
+    sub = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    for add in (_add_list, _add_report, _add_cam, _add_demo, _add_capture, _add_extract, _add_info):
+        add(sub, common)
+    return top
+
+
+def _command(sub: Subcommands, name: str, common: argparse.ArgumentParser,
+             help_: str, example: str) -> argparse.ArgumentParser:  # fmt: skip
+    return sub.add_parser(
+        name, help=help_, description=help_, parents=[common], epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+
+
+def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False) -> None:
+    """Add one group of the arguments several commands share: ``model`` (MODEL and its weights;
+    ``optional`` for ``report``, which can read a store instead), ``select`` (--select), or
+    ``preprocess`` (--size, --mean, --std)."""
+    if group == "model":
+        p.add_argument("model", nargs="?" if optional else None, metavar="MODEL", help=MODEL_HELP)
+        p.add_argument("--weights", metavar="FILE", help="a state dict to load (torch.load with weights_only=True)")
+        p.add_argument(
+            "--trust-weights", action="store_true", help="unpickle a checkpoint that holds objects (runs code)"
+        )
+    elif group == "select":
+        p.add_argument(
+            "--select", nargs="+", metavar="SELECTOR", help="names, globs ('layer*'), re:REGEX (default: leaves)"
+        )
+    else:
+        p.add_argument("--size", type=int, help="the side of the square the model sees (default: the model's)")
+        p.add_argument("--mean", type=float, nargs="+", help="normalisation mean per channel, in [0, 1] units")
+        p.add_argument("--std", type=float, nargs="+", help="normalisation std per channel, in [0, 1] units")
+
+
+def _add_list(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "list", common, "list every module: name, type, parameters, output shape",
+                 "hookscope list torchvision:resnet18 --input random:1x3x64x64")  # fmt: skip
+    _shared(p, "model")
+    p.add_argument("--input", metavar="SPEC", help="the input whose output shapes are shown (default: random)")
+    p.set_defaults(run=run_list)
+
+
+def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "report", common, "write a self-contained HTML report of what the layers saw",
+                 "hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/\n"
+                 "  hookscope report --from acts.hookscope --out report/")  # fmt: skip
+    _shared(p, "model", optional=True)
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
+    p.add_argument("--from", dest="store", metavar="STORE", help="report a store (hookscope capture/extract) instead")
+    p.add_argument("--batch", type=int, help="with --from: the batch whose tensors are shown (default: the first)")
+    _shared(p, "select")
+    p.add_argument("--grads", action="store_true", help="also capture gradients (of the target score)")
+    p.add_argument("--cam", nargs="+", default=["gradcam"], choices=CAM_METHODS, metavar="METHOD", help="CAM methods")
+    p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
+    p.add_argument("--top-k", type=int, default=5, help="predictions shown (default: 5)")
+    p.add_argument("--out", default="hookscope-report", help="output folder (default: hookscope-report)")
+    p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    _shared(p, "preprocess")
+    p.set_defaults(run=run_report, parser=p)
+
+
+def _add_cam(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    example = "hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png"
+    p = _command(sub, "cam", common, "draw a CAM heatmap over an image", example)
+    _shared(p, "model")
+    p.add_argument("image", metavar="IMAGE", help="an image file")
+    p.add_argument("--method", default="gradcam", choices=CAM_METHODS, help="CAM method (default: gradcam)")
+    p.add_argument("--target", type=int, help="class to explain (default: the top-1)")
+    p.add_argument("--layer", help="module name (default: the last layer with a spatial map)")
+    p.add_argument("--panel", action="store_true", help="image | heatmap | overlay side by side")
+    p.add_argument("--alpha", type=float, default=0.5, help="heatmap opacity (default: 0.5)")
+    p.add_argument("--cmap", default="jet", help="matplotlib colormap (default: jet)")
+    p.add_argument("--out", default="cam.png", help="output image (default: cam.png)")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    _shared(p, "preprocess")
+    p.set_defaults(run=run_cam)
+
+
+def _add_demo(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "demo", common, "the full report of a pretrained network on a bundled photo",
+                 "hookscope demo --model lenet --out lenet-demo/")  # fmt: skip
+    p.add_argument("--model", default="efficientnet-lite0", choices=list(DEMO_MODELS))
+    p.add_argument("--out", default="hookscope-demo", help="output folder (default: hookscope-demo)")
+    p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    p.set_defaults(run=run_demo)
+
+
+def _add_capture(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "capture", common, "capture the layers of one run of a model and save them as a store",
+                 "hookscope capture efficientnet-lite0 photos/ --select 'features.*' --out run.hookscope")  # fmt: skip
+    _shared(p, "model")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=INPUT_HELP)
+    _shared(p, "select")
+    p.add_argument("--kinds", nargs="+", default=["output"], choices=kinds.names(), metavar="KIND",
+                   help=f"what to capture: {', '.join(kinds.names())} (default: output)")  # fmt: skip
+    p.add_argument("--target", type=int, help="with gradient kinds: the class whose score is differentiated")
+    p.add_argument("--out", required=True, help="the store to write (a folder)")
+    p.add_argument("--force", action="store_true", help="replace the store if it exists")
+    _shared(p, "preprocess")
+    p.set_defaults(run=run_capture)
+
+
+def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    example = "hookscope extract efficientnet-lite0 photos/ --select '_blocks.*' --batch-size 32 --out acts.hookscope"
+    p = _command(sub, "extract", common, "stream what the layers produce over a whole data set to a store", example)
+    _shared(p, "model")
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="images, folders, a tensor file (its rows), random:NxCxHxW"
+    )
+    _shared(p, "select")
+    p.add_argument("--kinds", nargs="+", default=["output"], choices=kinds.forward_kinds(), metavar="KIND",
+                   help=f"{', '.join(kinds.forward_kinds())} (default: output)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    p.add_argument("--out", required=True, help="the store to write (a folder)")
+    p.add_argument("--max-memory", default="2GB", help="tensors held before the writer catches up (default: 2GB)")
+    p.add_argument("--shard-size", default="256MB", help="bytes per shard file (default: 256MB)")
+    p.add_argument("--reduce", nargs="+", default=[], metavar="REDUCTION",
+                   help="spatial_mean, first_rows:N, top_channels:K, applied in order")  # fmt: skip
+    p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast what is written")
+    p.add_argument("--stats-only", action="store_true", help="write running statistics only, not tensors")
+    p.add_argument("--per-channel", action="store_true", help="with --stats-only: also per channel (dim 1)")
+    p.add_argument("--resume", action="store_true", help="continue a store an interrupted run left")
+    p.add_argument("--force", action="store_true", help="replace the store if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    _shared(p, "preprocess")
+    p.set_defaults(run=run_extract)
+
+
+def _add_info(sub: Subcommands, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "info", common, "what a store holds: layers, kinds, shapes, sizes, batches, provenance",
+                 "hookscope info acts.hookscope")  # fmt: skip
+    p.add_argument("store", metavar="STORE", help="a folder written by hookscope capture or extract")
+    p.set_defaults(run=run_info)
