@@ -4,7 +4,7 @@
 ``run_capture``, ``run_extract``, ``run_info``. They call the public API only; the model and
 input specs are read by ``hookscope.cli.models``, ``hookscope.cli.inputs`` and (for
 ``extract``) ``hookscope.cli.datasets``. ``hookscope.cli.parser`` wires them to the command
-line, ``hookscope.cli.demo`` holds ``demo``, and ``hookscope.cli.main`` turns their errors into
+line, ``hookscope.cli.demo`` holds ``demo``, and ``hookscope.cli.main()`` turns their errors into
 one line on stderr.
 
 An exception from the model's own forward becomes a ``ForwardError`` that names the module it
