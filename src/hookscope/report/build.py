@@ -81,10 +81,8 @@ def build_report(
     (``forward``, ``layers``, then ``cam`` with CAMs and ``flow`` with ``grads``) with ``done=0``,
     and after each of its steps.
     """
-    _check_options(x, pictures, cam_methods, top_k, max_layers)
+    _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
     drawn = _drawn_kinds(kinds, grads)
-    if grads and not x.is_floating_point():
-        raise OptionError(f"grads=True differentiates with respect to x, which must be floating point, got {x.dtype}")
     step = progress or _quiet
     step("forward", 0, 1)
     cap, output, remarks = _run(model, x, select, drawn, grads, target)
@@ -285,10 +283,12 @@ def _class_title(index: int, labels: Sequence[str] | None) -> str:
 
 # -- checks and small helpers -------------------------------------------------------------------
 def _check_options(
-    x: Tensor, pictures: Sequence[Image] | None, methods: Sequence[str], top_k: int, max_layers: int
+    x: Tensor, grads: bool, pictures: Sequence[Image] | None, methods: Sequence[str], top_k: int, max_layers: int
 ) -> None:
     if not isinstance(x, Tensor) or x.dim() == 0:
         raise OptionError(f"x must be a batch tensor (B, ...), got {type(x).__name__} {getattr(x, 'shape', '')}")
+    if grads and not x.is_floating_point():
+        raise OptionError(f"grads=True differentiates with respect to x, which must be floating point, got {x.dtype}")
     if isinstance(methods, str):
         raise OptionError(f"cam_methods must be a list of method names, got the string {methods!r}; pass [{methods!r}]")
     unknown = [m for m in methods if m not in CAM_METHODS]
