@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from ..errors import StoreError
 from ..files import TEMPORARY, write_atomically
-from .shards import MappedShards, read_index, read_stats, write_stats
+from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
 FORMAT = "hookscope.store"
 VERSION = 1
@@ -99,8 +99,7 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
     try:
         write_atomically(path, lambda tmp: tmp.write_text(_dumps(manifest), encoding="utf-8"))
     except OSError as err:
-        reason = err.strerror + (f" ({err.filename})" if err.filename else "") if err.strerror else str(err)
-        raise StoreError(f"cannot write {path}: {reason}") from err
+        raise StoreError(f"cannot write {path}: {one_line(err)}") from err
 
 
 def index_parts(root: Path) -> dict[str, Any]:
