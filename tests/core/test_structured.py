@@ -164,10 +164,10 @@ def test_grad_output_per_leaf_matches_autograd(name):
         torch.testing.assert_close(call.get("grad_output", key), grad)
 
 
-def test_first_output_shortcut_on_structured():
-    """.output is the first tensor in layout order, skipping non-tensor leaves."""
-    assert torch.equal(captured(CASES["dict"]).output, H)
-    assert torch.equal(captured(CASES["dataclass"]).output, H.tanh())
+def test_output_shortcut_on_structured_is_the_first_tensor_by_get():
+    """get(kind) without a key is the first tensor in layout order, skipping non-tensor leaves."""
+    assert torch.equal(captured(CASES["dict"]).get("output"), H)
+    assert torch.equal(captured(CASES["dataclass"]).get("output"), H.tanh())
 
 
 def test_integer_leaf_has_output_but_no_grad():
@@ -253,12 +253,14 @@ def test_bert_root_keys_are_model_output_fields(bert_capture):
 
 
 def test_bert_root_values_and_shortcut(bert_capture, bert_oracle):
-    """.output is last_hidden_state; both captured fields equal a plain run."""
+    """.output is the ModelOutput itself; both captured fields equal a plain run."""
     values, _ = bert_oracle
     root = bert_capture[""]
-    torch.testing.assert_close(root.output, values["last"])
+    assert type(root.output).__name__ == "BaseModelOutputWithPoolingAndCrossAttentions"
+    torch.testing.assert_close(root.output.last_hidden_state, values["last"])
+    torch.testing.assert_close(root.output["pooler_output"], values["pooled"])
     torch.testing.assert_close(root.calls[0].get("output", "out.pooler_output"), values["pooled"])
-    assert root.output.shape == (2, 7, 32)
+    assert root.output.hidden_states is None
 
 
 def test_bert_root_grads_match_autograd(bert_capture, bert_oracle):
@@ -283,7 +285,10 @@ def test_bert_embeddings_called_with_kwargs(bert_capture, bert_inputs):
     """BertModel calls embeddings by keyword; only the tensor kwarg input_ids is held (the rest are None/int)."""
     call = bert_capture["embeddings"].calls[0]
     assert call.keys("input") == ["kwargs.input_ids"]
-    assert torch.equal(call.input, bert_inputs["input_ids"])
+    args, kwargs = call.input  # called by keyword only: Arguments((), {...}), None and ints as passed
+    assert args == ()
+    assert torch.equal(kwargs["input_ids"], bert_inputs["input_ids"])
+    assert kwargs["token_type_ids"] is None
 
 
 def test_bert_root_inputs_as_passed(bert_capture, bert_inputs):
@@ -297,5 +302,6 @@ def test_bert_layer0_input_is_embeddings_output(bert_capture):
     """encoder.layer.0 gets hidden states and a mask positionally; args[0] is the embeddings' output."""
     call = bert_capture["encoder.layer.0"].calls[0]
     assert call.keys("input") == ["args[0]", "args[1]"]
-    torch.testing.assert_close(call.input, bert_capture["embeddings"].output)
+    torch.testing.assert_close(call.input.args[0], bert_capture["embeddings"].output)
+    torch.testing.assert_close(call.get("input"), bert_capture["embeddings"].output)
     assert call.get("input", "args[1]").dtype == torch.bool

@@ -34,7 +34,7 @@ from .kinds import Kind, at, choose, names
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
-from .tree import Leaves, flatten, flatten_call
+from .tree import Layout, Leaf, Leaves, flatten_call_layout, flatten_layout
 
 
 def capture(
@@ -214,7 +214,11 @@ class Capture(Mapping[str, Record]):
         call = Call(record.name, len(record.calls))
         record.calls.append(call)
         self._open[record.name].append(call)
-        leaves = flatten_call(args, kwargs)
+        if not kwargs and len(args) == 1 and type(args[0]) is Tensor:  # one tensor: no layout to keep
+            leaves: Leaves = [("args[0]", args[0])]
+        else:
+            leaves, layout = flatten_call_layout(args, kwargs)
+            _set_layout(call, (*self._pre, *self._input_grads), layout)
         for kind in self._pre:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._input_grads:
@@ -243,7 +247,8 @@ class Capture(Mapping[str, Record]):
             for kind in self._output_grads:
                 self._watch(call, kind, [("out", output)], "output")
             return
-        leaves = flatten(output)
+        leaves, layout = flatten_layout(output)
+        _set_layout(call, (*self._forward, *self._output_grads), layout)
         for kind in self._forward:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._output_grads:
@@ -325,6 +330,12 @@ class Capture(Mapping[str, Record]):
                 exc.add_note(f"hookscope: raised inside module {call.site!r} (call {call.index})")
                 return
             cause = cause.__cause__ or cause.__context__
+
+
+def _set_layout(call: Call, kinds: tuple[Kind, ...], layout: Layout) -> None:
+    """Remember the structure the tensors of ``kinds`` sat in, so the shortcuts can rebuild it."""
+    if kinds and not isinstance(layout, Leaf):  # a bare tensor needs no layout
+        call.layouts = {**(call.layouts or {}), **dict.fromkeys(kinds, layout)}
 
 
 def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:

@@ -8,9 +8,17 @@ A tap (``Capture.tap``) is a site whose ``output`` is the tapped tensor (key ``v
 whose ``grad_output`` is its gradient; ``.value`` and ``.grad`` are the same two things.
 
 Shortcuts (``.input``, ``.output``, ``.grad_input``, ``.grad_output``, ``.value``, ``.grad``)
-return the *first* tensor of the kind (the first positional output, the first argument).
-On a ``Record`` they are defined only when the site ran exactly once; a site called several
-times raises ``AmbiguousCallError`` instead of silently picking a call: use ``.calls[k]``,
+return the value *in the module's own structure* (``value_of``): a tensor for a module that
+returned a tensor, the same tuple, dict, namedtuple, dataclass or ``ModelOutput`` for one that
+returned that (``hookscope.core.tree.rebuild`` says what happens to a class that cannot be
+rebuilt), with its non-tensor leaves as returned. ``.input`` is the one argument when the module
+was called with one positional argument and no keyword, else ``Arguments(args, kwargs)``.
+A gradient kind has the same structure, with None where a tensor received no gradient.
+The flat, keyed access stays: ``call.keys(kind)``, ``call.get(kind, key)`` (the first tensor
+without a key), ``record.values(kind, key)`` and ``record.stack(kind, key)``.
+
+On a ``Record`` the shortcuts are defined only when the site ran exactly once; a site called
+several times raises ``AmbiguousCallError`` instead of silently picking a call: use ``.calls[k]``,
 ``.values(kind)`` or ``.stack(kind)``. A gradient that reached a tensor in several backward
 passes through the same call is summed, as ``Tensor.grad`` would be.
 """
@@ -20,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, overload
 
 import torch
 from torch import Tensor
@@ -28,12 +36,13 @@ from torch import Tensor
 from ..errors import AmbiguousCallError, NotCapturedError
 from . import kinds
 from .kinds import Kind
+from .tree import Arguments, Layout, Leaf, Node, rebuild
 
 Label = tuple[str, str, str]  # (site, kind, key): where a kept tensor came from
 
 
 class _Shortcut:
-    """``site.output`` and friends: ``site.first(kind)``, typed as a tensor."""
+    """``site.output`` and friends: ``site.value_of(kind)``."""
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
@@ -41,13 +50,13 @@ class _Shortcut:
     @overload
     def __get__(self, obj: None, owner: type) -> _Shortcut: ...
     @overload
-    def __get__(self, obj: _Shortcuts, owner: type) -> Tensor: ...
-    def __get__(self, obj: _Shortcuts | None, owner: type) -> Tensor | _Shortcut:
-        return self if obj is None else obj.first(self.kind)
+    def __get__(self, obj: _Shortcuts, owner: type) -> Any: ...
+    def __get__(self, obj: _Shortcuts | None, owner: type) -> Any:
+        return self if obj is None else obj.value_of(self.kind)
 
 
 class _Shortcuts:
-    """The single-tensor shortcuts shared by ``Call`` and ``Record``."""
+    """The shortcuts shared by ``Call`` and ``Record``: each kind's value, in its structure."""
 
     input = _Shortcut("input")
     output = _Shortcut("output")
@@ -56,7 +65,7 @@ class _Shortcuts:
     value = output  # a tap's tensor
     grad = grad_output  # a tap's gradient
 
-    def first(self, kind: Kind) -> Tensor:
+    def value_of(self, kind: Kind) -> Any:
         raise NotImplementedError
 
 
@@ -72,6 +81,7 @@ class Call(_Shortcuts):
     reached: set[str] = field(default_factory=set)  # grad kinds a backward pass delivered
     order: int = -1  # position among all calls of the capture, in the order they returned
     error: str | None = None  # the exception the module's forward raised, if it did
+    layouts: dict[str, Layout] | None = None  # kind -> the structure its tensors sat in; None: one tensor
 
     def __repr__(self) -> str:
         held = "; ".join(f"{kind} {_describe(tensors)}" for kind, tensors in self.tensors.items())
@@ -108,7 +118,28 @@ class Call(_Shortcuts):
         return f"no {kind} for {where}: it was not captured; pass kinds=(..., {kind!r}) to hookscope.capture"
 
     def first(self, kind: Kind) -> Tensor:
-        """The first tensor of ``kind`` (what the shortcuts return)."""
+        """The first tensor of ``kind``, in layout order (``get(kind)``)."""
+        return self.get(kind)
+
+    def value_of(self, kind: Kind) -> Any:
+        """``kind`` as the module had it: its tensors put back in their structure (see module doc)."""
+        layout = self.layouts.get(kind) if self.layouts else None
+        held = self.tensors.get(kind)
+        if layout is None or (not held and _has_tensors(layout)):
+            return self.get(kind)  # a plain tensor, or the error that says why there is none
+        value = rebuild(layout, held or {})
+        if type(value) is Arguments and len(value.args) == 1 and not value.kwargs:
+            return value.args[0]  # one positional argument: the friendly answer is the argument itself
+        return value
+
+    def sole(self, kind: Kind) -> Tensor:
+        """The one tensor of ``kind``; a clear error when the value holds several (pass a key)."""
+        keys = self.keys(kind)
+        if len(keys) > 1:
+            raise AmbiguousCallError(
+                f"{kind} of {self.site!r} (call {self.index}) holds {len(keys)} tensors ({', '.join(keys[:4])}"
+                f"{', ...' if len(keys) > 4 else ''}); pass key=, e.g. key={keys[0]!r}"
+            )
         return self.get(kind)
 
 
@@ -126,13 +157,16 @@ class Record(_Shortcuts):
     def __repr__(self) -> str:
         return f"<Record {self.name!r} ({self.type}): {len(self.calls)} call(s), kinds={self.kinds}>"
 
-    def values(self, kind: Kind = "output", key: str | None = None) -> list[Tensor]:
-        """The tensor of ``kind`` (at ``key``, or the first) from every call, in call order."""
-        return [call.get(kind, key) for call in self.calls]
+    def values(self, kind: Kind = "output", key: str | None = None) -> list[Any]:
+        """``kind`` from every call, in call order: the tensor at ``key``, or without one the value in
+        its structure (``call.value_of(kind)``)."""
+        return [call.get(kind, key) if key is not None else call.value_of(kind) for call in self.calls]
 
     def stack(self, kind: Kind = "output", key: str | None = None, dim: int = 0) -> Tensor:
-        """``values(kind, key)`` stacked along a new dimension ``dim``."""
-        return torch.stack(self.values(kind, key), dim=dim)
+        """The tensor of ``kind`` at ``key`` from every call, stacked along a new dimension ``dim``;
+        without a key, the kind must hold one tensor per call."""
+        tensors = [call.get(kind, key) if key is not None else call.sole(kind) for call in self.calls]
+        return torch.stack(tensors, dim=dim)
 
     def only_call(self, what: str) -> Call:
         """The single call of this site, or a clear error when there are none or several."""
@@ -148,8 +182,12 @@ class Record(_Shortcuts):
         )
 
     def first(self, kind: Kind) -> Tensor:
-        """The first tensor of ``kind`` of the only call (what the shortcuts return)."""
+        """The first tensor of ``kind`` of the only call."""
         return self.only_call(kind).get(kind)
+
+    def value_of(self, kind: Kind) -> Any:
+        """``kind`` of the only call, in the module's structure (what the shortcuts return)."""
+        return self.only_call(kind).value_of(kind)
 
     @property
     def param_grad(self) -> dict[str, Tensor]:
@@ -170,6 +208,12 @@ def forward_order(sites: Mapping[str, Record]) -> list[Record]:
     """The sites in the order their first call returned; sites never called last, in capture order."""
     # the sort is stable: ties (never called) keep the capture's site order
     return sorted(sites.values(), key=lambda r: r.calls[0].order if r.calls else math.inf)
+
+
+def _has_tensors(layout: Layout) -> bool:
+    if isinstance(layout, Leaf):
+        return True
+    return isinstance(layout, Node) and any(_has_tensors(child) for child in layout.children)
 
 
 def _describe(tensors: dict[str, Tensor]) -> str:
