@@ -14,7 +14,9 @@ the model's class, parameter count and the SHA-256 of its state dict), ``config`
 text, kinds, the reduction's name, statistics mode, processes), ``sites`` (name, type, kinds,
 parameters, why something is missing), ``batches``, ``shards``, and ``tensors``: one row per
 stored tensor, its columns named by ``tensor_columns`` (``Entry``'s fields), one line per row, so
-a million tensors stay a quick read. Tensors stored under several names (aliases) are written
+a million tensors stay a quick read. ``layouts`` holds each distinct structure a call's value had
+(a tuple, a dict, a ``ModelOutput``: ``hookscope.core.layout``), once, by id; a row's ``layout``
+names it, so a store rebuilds ``.output`` as the capture did (a row of a plain tensor names none). Tensors stored under several names (aliases) are written
 once and listed under each name. Nothing is pickled: opening a store runs no code.
 
 Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
@@ -59,6 +61,7 @@ class Entry(NamedTuple):
     dtype: str
     shape: list[int]
     offsets: list[int]  # [begin, end) in the shard's data
+    layout: str = ""  # the id of the structure the call's value had (manifest ``layouts``); "" for one tensor
 
 
 COLUMNS: tuple[str, ...] = Entry._fields
@@ -72,7 +75,7 @@ def shard_name(token: str, number: int) -> str:
 # -- the manifest -------------------------------------------------------------------------------
 def new_manifest(prov: dict[str, Any], config: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, Any]:
     """A manifest with no tensor yet, marked ``running``."""
-    index = {"batches": [], "shards": [], "tensor_columns": list(COLUMNS), "tensors": []}
+    index = {"batches": [], "shards": [], "tensor_columns": list(COLUMNS), "tensors": [], "layouts": {}}
     return {"format": FORMAT, "version": VERSION, "status": "running", "provenance": prov, "config": config,
             "sites": sites, **index}  # fmt: skip
 
@@ -103,10 +106,11 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
 
 
 def index_parts(root: Path) -> dict[str, Any]:
-    """``batches``, ``shards``, ``tensors`` and ``stats`` from the shards and statistics parts on disk."""
+    """``batches``, ``shards``, ``tensors``, ``layouts`` and ``stats`` from the shards and statistics parts on disk."""
     shards: list[dict[str, Any]] = []
     batches: dict[int, dict[str, Any]] = {}
     tensors: list[list[Any]] = []
+    layouts: dict[str, Any] = {}
     files = sorted((root / SHARDS).glob("*.safetensors")) if (root / SHARDS).is_dir() else []
     for path in files:
         index = read_index(path)
@@ -114,15 +118,16 @@ def index_parts(root: Path) -> dict[str, Any]:
         number = len(shards)
         shards.append({"file": f"{SHARDS}/{path.name}", "bytes": index["bytes"], "data_start": index["data_start"]})
         batches.update({b["index"]: {**b, "rank": meta.get("rank", 0)} for b in meta.get("batches", [])})
+        layouts.update(meta.get("layouts", {}))
         for entry in meta.get("tensors", []):
             where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
-            tensors.append([{**entry, **where, "shard": number}[column] for column in COLUMNS])
+            tensors.append([{"layout": "", **entry, **where, "shard": number}[column] for column in COLUMNS])
     tensors.sort(key=lambda row: (row[COLUMNS.index("batch")], row[COLUMNS.index("order")]))
     parts = _stats_parts(root)
     for meta, _ in parts:
         batches.update({b["index"]: b for b in meta.get("batches", [])})
     found: dict[str, Any] = {"batches": [batches[b] for b in sorted(batches)], "shards": shards,
-                             "tensor_columns": list(COLUMNS), "tensors": tensors}  # fmt: skip
+                             "tensor_columns": list(COLUMNS), "tensors": tensors, "layouts": layouts}  # fmt: skip
     if (root / STATS).is_file() or parts:
         found["stats"] = {"file": STATS} if not parts else {"parts": [p.relative_to(root).as_posix() for _, p in parts]}
     return found
