@@ -13,7 +13,9 @@ spec                               model
 
 ``weights`` is a state dict read with ``torch.load(weights_only=True)``: loading it runs no code.
 A checkpoint that holds pickled objects needs ``trust=True`` (``--trust-weights``), which
-unpickles it and so runs whatever code it carries.
+unpickles it and so runs whatever code it carries. A function may return a compiled model
+(``torch.compile(model)``); weights saved from one (``_orig_mod.`` keys) fit the eager model, and
+the other way round.
 
 The built-in networks come from ``hookscope.zoo`` (and ``hookscope.zoo.lenet``), each with the
 ``hookscope.zoo.preprocess.Preprocess`` its inputs need; ``hookscope.cli.inputs`` applies it.
@@ -34,6 +36,7 @@ import torch
 from torch import nn
 
 from .. import zoo
+from ..core.compiled import eager_name
 from ..errors import ModelError
 from ..zoo import lenet
 from ..zoo.preprocess import IMAGENET, LITE, Preprocess
@@ -154,7 +157,7 @@ def load_weights(model: nn.Module, path: str, *, trust: bool = False) -> None:
         raise ModelError(
             f"cannot load weights {path!r} safely: {why}" if not trust else f"cannot load {path!r}: {err}"
         ) from err
-    state = _state_dict(loaded, path)
+    state = _own_keys(model, _state_dict(loaded, path))
     missing, unexpected = _key_mismatch(model, state)
     if missing or unexpected:
         mismatch = (_keys("missing", missing) + _keys("unexpected", unexpected)).rstrip("; ")
@@ -177,6 +180,12 @@ def _state_dict(loaded: object, path: str) -> dict[str, torch.Tensor]:
     if isinstance(loaded, dict) and all(isinstance(v, torch.Tensor) for v in loaded.values()):
         return {str(k).removeprefix("module."): v for k, v in loaded.items()}
     raise ModelError(f"{path!r} holds {type(loaded).__name__}, not a state dict of tensors")
+
+
+def _own_keys(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with its keys spelled as ``model`` spells them, with or without ``_orig_mod.`` (torch.compile)."""
+    own = {eager_name(key): key for key in model.state_dict()}
+    return {own.get(eager_name(key), key): value for key, value in state.items()}
 
 
 def _key_mismatch(model: nn.Module, state: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:

@@ -10,7 +10,8 @@ Hooks are installed by the kinds' points (``hookscope.core.kinds``): a forward p
 kinds taken at ``pre`` and ``input_grad``, a forward hook for ``forward`` and ``output_grad``,
 tensor hooks for the gradients, post-accumulate hooks for ``param``. What could not be captured, and
 why, is worked out in ``hookscope.core.diagnosis``. Each handler takes every
-asked kind of its point, so a new kind at an existing point needs nothing here.
+asked kind of its point, so a new kind at an existing point needs nothing here. A compiled model
+runs eagerly inside the block, its sites named as the eager model's (``hookscope.core.compiled``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import itertools
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -28,7 +30,8 @@ from torch import Tensor, nn
 
 from ..errors import CaptureError, CaptureWarning, NotCapturedError
 from ..text import closest
-from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, does_not_require_grad, site_problems
+from .compiled import compiled_note, eager_keyed, run_eagerly
+from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, does_not_require_grad, never_called_reason, site_problems
 from .hooks import HandleGroup
 from .kinds import Kind, at, choose, names
 from .policy import Keeper, Policy, Reducer
@@ -92,7 +95,10 @@ class Capture(Mapping[str, Record]):
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else select_modules(model, select)
-        self._records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
+        records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
+        self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
+        self._note = compiled_note(model)  # None unless the model is compiled; then it runs eagerly in the block
+        self._eager = ExitStack()  # holds the force_eager stance while the block is open
         if reduce is not None and not callable(reduce):
             raise CaptureError(f"reduce must be a function (site, kind, key, tensor) -> tensor or None, got {reduce!r}")
         self._keeper = Keeper(policy, reduce)
@@ -132,8 +138,12 @@ class Capture(Mapping[str, Record]):
         try:
             for name, module in self._modules:
                 self._install(self._records[name], module)
+            if self._note is not None:  # once per block, inside the try: a warning turned error undoes it all
+                self._eager.enter_context(run_eagerly())
+                warnings.warn(self._note, CaptureWarning, stacklevel=2)
         except BaseException:
             self._handles.remove()
+            self._eager.close()
             raise
         self._state = "active"
         return self
@@ -146,6 +156,7 @@ class Capture(Mapping[str, Record]):
         finally:
             self._state = "closed"
             self._open.clear()
+            self._eager.close()  # the compiled code runs again
         self._keeper.wait()
         if exc is None:
             self._diagnose()
@@ -298,6 +309,7 @@ class Capture(Mapping[str, Record]):
     # -- diagnosis, once, at exit --------------------------------------------------------------
     def _diagnose(self) -> None:
         problems: dict[tuple[str, str], list[str]] = {}
+        never = never_called_reason(self._records.values(), eager=self._note is not None, cleared=bool(self._cleared))
         for record in self._records.values():
             found = site_problems(
                 record,
@@ -305,6 +317,7 @@ class Capture(Mapping[str, Record]):
                 cleared=record.name in self._cleared,
                 params_reached=record.name in self._params_reached,
                 grads_seen=self._grads_seen,
+                never_called=never,
             )
             for kind, reason in found:
                 problems.setdefault((kind, reason), []).append(record.name)

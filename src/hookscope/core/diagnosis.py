@@ -4,12 +4,15 @@ The capture records a reason where it knows one as the hooks run (``Call.missing
 under no_grad, no input requires grad); ``site_problems`` adds what only the end of the block can
 tell (never called, no backward pass, a backward pass that did not reach the site) and returns
 every (kind, reason) of a site, which ``Capture`` turns into one ``CaptureWarning`` per reason.
+When no site was called at all and ``torch.compile`` has compiled code in the process, the
+likely cause is named (``never_called_reason``): a model run inside a compiled function.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
+from .compiled import compiled_frames
 from .kinds import Kind
 from .records import Call, Record
 
@@ -18,6 +21,21 @@ NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or
 NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
 NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
 NO_TRAINABLE = "it has no parameter that requires grad"
+IN_COMPILED_CODE = (
+    "it was never called inside the block, and torch.compile has compiled code in this process: if the "
+    "model runs inside a torch.compile'd function, hooks added after it was compiled never run; run that "
+    "call under torch.compiler.set_stance('force_eager') or call the model outside the compiled function "
+    "(otherwise: hooks run through module(x), not module.forward(x))"
+)
+
+
+def never_called_reason(records: Iterable[Record], *, eager: bool, cleared: bool) -> str:
+    """Why a site was never called: ``IN_COMPILED_CODE`` when no site was (none had calls before a
+    ``clear()`` either, and the capture did not run the model ``eager``) while dynamo has compiled
+    frames, else ``NEVER_CALLED``."""
+    if eager or cleared or any(record.calls for record in records) or not compiled_frames():
+        return NEVER_CALLED
+    return IN_COMPILED_CODE
 
 
 def does_not_require_grad(what: str) -> str:
@@ -25,18 +43,25 @@ def does_not_require_grad(what: str) -> str:
 
 
 def site_problems(
-    record: Record, gradient_kinds: tuple[Kind, ...], *, cleared: bool, params_reached: bool, grads_seen: bool
+    record: Record,
+    gradient_kinds: tuple[Kind, ...],
+    *,
+    cleared: bool,
+    params_reached: bool,
+    grads_seen: bool,
+    never_called: str = NEVER_CALLED,
 ) -> Iterator[tuple[str, str]]:
     """Every (kind, reason) that ``record`` holds nothing of; the reasons are also filed in its ``missing``.
 
     ``cleared``: the site had calls before a ``clear()``; ``params_reached``: a backward pass reached
-    its parameters; ``grads_seen``: a backward pass reached any hooked tensor of the capture.
+    its parameters; ``grads_seen``: a backward pass reached any hooked tensor of the capture;
+    ``never_called``: the reason given when the site was never called.
     """
     if not record.calls:
         if cleared:
             return
-        record.missing["call"] = NEVER_CALLED
-        yield "call", NEVER_CALLED
+        record.missing["call"] = never_called
+        yield "call", never_called
         return
     for kind in gradient_kinds:
         if kind in record.kinds:

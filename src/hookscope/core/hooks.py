@@ -19,6 +19,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from .compiled import eager_name, has_wrappers, named_modules
+
 PreHook = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], None]
 ForwardHook = Callable[[nn.Module, tuple[Any, ...], Any], None]
 GradHook = Callable[[Tensor], Tensor | None]  # a returned tensor replaces the gradient
@@ -88,16 +90,18 @@ def find_hooks(model: nn.Module) -> list[HookInfo]:
     """Every hook that anyone left on ``model``, its parameters, or torch's global module hooks.
 
     Use it to hunt leaks: after every hookscope capture this returns what was there before.
+    A compiled model is searched whole (its ``torch.compile`` wrappers too) under its eager names.
     """
     found = [
         HookInfo("<global>", kind, hook_name(hook))
         for kind, attr in _GLOBAL_HOOKS
         for hook in getattr(torch.nn.modules.module, attr, {}).values()
     ]
-    for name, module in model.named_modules():
+    for name, module in named_modules(model, wrappers=True):
         for kind, attr in _MODULE_HOOKS:
             found += [HookInfo(name, kind, hook_name(h)) for h in getattr(module, attr, {}).values()]
-    for name, param in model.named_parameters():
+    rename = eager_name if has_wrappers(model) else str
+    for name, param in ((rename(n), p) for n, p in model.named_parameters()):
         hooks = getattr(param, "_post_accumulate_grad_hooks", None) or {}
         found += [HookInfo(name, "post_accumulate_grad", hook_name(h)) for h in hooks.values()]
     return found

@@ -12,6 +12,10 @@ A selector is one of:
 
 ``None`` selects every leaf module (a module with no children).
 Matches come back in the order of ``model.named_modules()``, each module once.
+
+A compiled model (``torch.compile(model)``) is named as the eager model: names lose their
+``_orig_mod.`` segments (a selector may still be written with them), and the modules returned
+are the eager ones, where hooks fire (``hookscope.core.compiled``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from torch import nn
 
 from ..errors import SelectionError
 from ..text import closest
+from .compiled import eager_selector, has_wrappers, named_modules, unwrap
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -44,7 +49,7 @@ class ModuleInfo:
 
 
 def list_modules(model: nn.Module) -> list[ModuleInfo]:
-    """Every module of ``model``: dotted name, type, parameter count, depth."""
+    """Every module of ``model``: dotted name, type, parameter count, depth (a compiled model: its eager names)."""
     _check_model(model)
     return [
         ModuleInfo(
@@ -54,7 +59,7 @@ def list_modules(model: nn.Module) -> list[ModuleInfo]:
             depth=0 if not name else name.count(".") + 1,
             leaf=next(module.children(), None) is None,
         )
-        for name, module in model.named_modules()
+        for name, module in named_modules(model)
     ]
 
 
@@ -66,13 +71,14 @@ def select_modules(model: nn.Module, selector: Selector | None = None) -> list[t
     matches nothing.
     """
     _check_model(model)
-    named = list(model.named_modules(remove_duplicate=False))
+    named = named_modules(model, remove_duplicate=False)
+    wrapped = has_wrappers(model)
     if selector is None:
         leaves = [(n, m) for n, m in named if next(m.children(), None) is None]
         return _unique(leaves) or named[:1]
     matched: set[str] = set()
     for single in _entries(selector):
-        match = _matcher(single)
+        match = _matcher(_eager(single) if wrapped else single)
         hits = {name for name, module in named if match(name, module)}
         if not hits:
             raise SelectionError(_no_match_message(single, model, named))
@@ -86,6 +92,13 @@ def _unique(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
     for name, module in pairs:
         first.setdefault(id(module), (name, module))
     return list(first.values())
+
+
+def _eager(selector: Selector) -> Selector:
+    """A selector of a compiled model, as the eager model's: ``_orig_mod`` out of names, wrappers unwrapped."""
+    if isinstance(selector, str):
+        return eager_selector(selector)
+    return unwrap(selector) if isinstance(selector, nn.Module) else selector
 
 
 def _entries(selector: Selector) -> list[Selector]:
@@ -129,10 +142,10 @@ def _regex(selector: str) -> re.Pattern[str]:
 
 
 def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[str, nn.Module]]) -> str:
-    model_name = f"{type(model).__name__} ({len(named)} modules)"
+    model_name = f"{type(unwrap(model)).__name__} ({len(named)} modules)"
     if isinstance(selector, str):
         names = [n for n, _ in named if n]
-        hint = closest(selector.removeprefix("re:").replace("*", "").replace("?", ""), names)
+        hint = closest(eager_selector(selector).removeprefix("re:").replace("*", "").replace("?", ""), names)
         what = repr(selector)
     elif isinstance(selector, nn.Module):
         hint, what = "", f"module {type(selector).__name__} (not a submodule of this model)"

@@ -1,0 +1,169 @@
+"""Compiled models (``torch.compile``): their eager names and modules, and running them eagerly.
+
+``torch.compile(model)`` returns an ``OptimizedModule`` that wraps the model: its names gain an
+``_orig_mod.`` prefix, and its compiled code ignores hooks added after it was compiled (dynamo
+does not guard on module hooks, ``torch._dynamo.config.skip_nnmodule_hook_guards``).
+``model.compile()`` keeps the names but compiles ``model.__call__`` the same way. hookscope
+therefore
+
+* names modules as the eager model does: each wrapper is replaced by the module it wraps and
+  ``_orig_mod`` leaves the names (``named_modules``); a name spelled with it is still accepted;
+* runs a compiled model eagerly inside a capture (``run_eagerly``), with the public
+  ``torch.compiler.set_stance("force_eager")``: every hook fires and values equal the eager
+  model's; after the block the compiled code runs again, with no recompilation.
+
+The stance is process-wide: while a capture of a compiled model is open, every compiled model
+and function of the process runs eagerly, in every thread.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+WRAPPED = "_orig_mod"  # the attribute (and name segment) of the module an OptimizedModule wraps
+V = TypeVar("V")
+
+
+def wrapper_type() -> type[nn.Module] | None:
+    """``OptimizedModule``, once ``torch.compile`` has been imported (before, nothing is compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    found = getattr(eval_frame, "OptimizedModule", None)
+    return found if isinstance(found, type) else None
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The eager module behind ``torch.compile(module)`` (``module`` itself when it is not a wrapper)."""
+    wrapper = wrapper_type()
+    while wrapper is not None and isinstance(module, wrapper):
+        module = getattr(module, WRAPPED)
+    return module
+
+
+def has_wrappers(model: nn.Module) -> bool:
+    """True when ``model`` or a submodule is a ``torch.compile`` wrapper (names with ``_orig_mod``)."""
+    wrapper = wrapper_type()
+    return wrapper is not None and any(isinstance(m, wrapper) for m in model.modules())
+
+
+def is_compiled(model: nn.Module) -> bool:
+    """True when ``model`` or a submodule runs compiled code: a ``torch.compile`` wrapper, or ``.compile()``d."""
+    if "torch._dynamo" not in sys.modules:  # torch.compile imports it: nothing can be compiled yet
+        return False
+    return has_wrappers(model) or any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+
+
+def eager_name(name: str) -> str:
+    """``name`` without its ``_orig_mod`` segments: ``"_orig_mod.0"`` -> ``"0"``, ``"_orig_mod"`` -> ``""``."""
+    if WRAPPED not in name:
+        return name
+    return ".".join(part for part in name.split(".") if part != WRAPPED)
+
+
+def eager_selector(selector: str) -> str:
+    """A name, glob or ``re:`` pattern written with ``_orig_mod`` segments, without them."""
+    if selector.startswith("re:"):
+        return "re:" + selector[3:].replace(WRAPPED + r"\.", "").replace(WRAPPED + ".", "")
+    return eager_name(selector)
+
+
+def named_modules(
+    model: nn.Module, *, wrappers: bool = False, remove_duplicate: bool = True
+) -> list[tuple[str, nn.Module]]:
+    """``model.named_modules()`` under the eager model's names.
+
+    Each ``torch.compile`` wrapper is left out (the module it wraps takes its name) unless
+    ``wrappers``; names lose their ``_orig_mod`` segments. A model with no wrapper is unchanged.
+    """
+    pairs = list(model.named_modules(remove_duplicate=remove_duplicate))
+    wrapper = wrapper_type()
+    if wrapper is None or not any(isinstance(m, wrapper) for _, m in pairs):
+        return pairs
+    return [(eager_name(n), m) for n, m in pairs if wrappers or not isinstance(m, wrapper)]
+
+
+class EagerNames(dict[str, V]):
+    """A dict keyed by eager names that also finds a key spelled with ``_orig_mod.``."""
+
+    def __missing__(self, key: str) -> V:
+        name = eager_name(key) if isinstance(key, str) else key
+        if name == key or name not in self:
+            raise KeyError(key)
+        return self[name]
+
+
+def eager_keyed(model: nn.Module | None, records: dict[str, V]) -> dict[str, V]:
+    """``records`` (by eager name) as an ``EagerNames`` when ``model`` has ``torch.compile`` wrappers."""
+    return EagerNames(records) if model is not None and has_wrappers(model) else records
+
+
+def compiled_note(model: nn.Module | None) -> str | None:
+    """The one line a capture of a compiled ``model`` warns (what it does, what it costs); None if not compiled."""
+    if model is None or not is_compiled(model):
+        return None
+    name = type(unwrap(model)).__name__
+    return (
+        f"hookscope: {name!r} is compiled; inside this capture it runs eagerly "
+        "(torch.compiler.set_stance('force_eager'), for the whole process) so every hook fires: as fast as "
+        "the eager model, and the compiled code is used again after the block"
+    )
+
+
+class _Stance:
+    """The ``force_eager`` stance hookscope set, and how many open blocks still need it.
+
+    Set when the first block opens, restored when the last one closes, in whatever order they
+    close (``torch.compiler.set_stance`` itself restores only in LIFO order).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.restore: Any = None  # the set_stance object whose __exit__ puts back the stance before ours
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                self.restore = torch.compiler.set_stance("force_eager")  # sets it now; __exit__ restores
+            self.depth += 1
+
+    def exit(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                restore, self.restore = self.restore, None
+                restore.__exit__(None, None, None)
+
+
+_STANCE = _Stance()
+
+
+@contextmanager
+def run_eagerly() -> Iterator[None]:
+    """Run every compiled model and function of the process eagerly until the block ends.
+
+    ``torch.compiler.set_stance("force_eager")``: hooks added after a model was compiled fire,
+    nothing is compiled or recompiled inside, and the compiled code is used again afterwards.
+    Blocks nest and may overlap; the stance from before the first one is restored after the last.
+    """
+    _STANCE.enter()
+    try:
+        yield
+    finally:
+        _STANCE.exit()
+
+
+def compiled_frames() -> bool:
+    """True when ``torch.compile`` has compiled code in this process (dynamo's frame counter)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    try:
+        return bool(counters is not None and counters.get("frames", {}).get("ok", 0))
+    except (AttributeError, TypeError):  # the counters changed shape: no hint rather than an error
+        return False
