@@ -53,7 +53,7 @@ from . import format as store_format
 from .format import SHARDS, STATS_PARTS, shard_name
 from .ranks import World, share
 from .reader import Run, load
-from .save import entries, provenance
+from .save import entries, layouts, provenance
 from .shard_writer import Pending, ShardWriter
 from .shards import write_stats
 
@@ -125,9 +125,10 @@ class _Job:
                 for index, batch in batches:
                     self._run(batch)
                     listed, tensors = entries(cap, index, prefix=f"b{index}.")
+                    table = layouts(cap)
                     cap.clear()
                     rows, nbytes = _rows(batch), sum(t.nbytes for t in tensors.values())
-                    writer.put(Pending(index, rows, listed, tensors, nbytes))
+                    writer.put(Pending(index, rows, listed, tensors, nbytes, table))
                     self.meter.step(rows, writer.written)
         except StoreError as err:  # the writer's: the disk is full, the folder went away
             writer.close(raise_error=False)

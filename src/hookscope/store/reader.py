@@ -22,6 +22,7 @@ from torch import Tensor
 
 from ..core import kinds
 from ..core.kinds import Kind
+from ..core.layout import from_json
 from ..core.records import Call, Label, Record
 from ..errors import NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
@@ -72,6 +73,7 @@ class Run(Mapping[str, Record]):
         self._records: dict[str, Record] = {}
         self._tensors: dict[tuple[int, str], Tensor] = {}
         self._stats: dict[Label, RunningStats] | None = None
+        self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
 
     def __getitem__(self, site: str) -> Record:
         if site not in self._records:
@@ -186,6 +188,8 @@ class Run(Mapping[str, Record]):
                 continue
             call = calls.setdefault((entry.batch, entry.call), Call(site, 0, order=entry.order))
             call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
+            if entry.layout:
+                call.layouts = {**(call.layouts or {}), entry.kind: self._layout(entry.layout)}
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]):
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
@@ -193,6 +197,14 @@ class Run(Mapping[str, Record]):
         for i, call in enumerate(record.calls):
             call.index = i
         return record
+
+    def _layout(self, name: str) -> Any:
+        if name not in self._layouts:
+            data = self.manifest.get("layouts", {}).get(name)
+            if data is None:
+                raise StoreError(f"{self.path}: the manifest names layout {name!r} but does not hold it")
+            self._layouts[name] = from_json(data)
+        return self._layouts[name]
 
     def _entries(self) -> Iterator[Entry]:
         return (Entry(*row) for row in self.manifest.get("tensors", []))

@@ -20,7 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from .._version import __version__
+from ..core.compiled import unwrap
+from ..core.layout import layout_id, to_json
 from ..core.records import Call, Record
+from ..core.tree import Layout
 from ..errors import StoreError
 from ..files import staged_folder
 from ..text import parse_size
@@ -43,10 +46,11 @@ def save(
     limit = parse_size(shard_size)
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
         listed, tensors = entries(cap)
+        table = layouts(cap)
         (staging / SHARDS).mkdir()
         for n, group in enumerate(_groups(listed, tensors, limit)):
             names = {e["name"] for e in group}
-            meta = {"rank": 0, "batches": [{"index": 0, "rows": None}], "tensors": group}
+            meta = {"rank": 0, "batches": [{"index": 0, "rows": None}], "tensors": group, "layouts": table}
             write_shard(staging / SHARDS / shard_name("r0", n), {k: tensors[k] for k in names}, meta)
         header = new_manifest(provenance(getattr(cap, "model", None)), _config(cap), sites(cap))
         calls = [_call_meta(record.name, call) for record in cap.values() for call in record.calls]
@@ -71,6 +75,7 @@ def provenance(model: nn.Module | None) -> dict[str, Any]:
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     }
     if model is not None:
+        model = unwrap(model)  # a compiled model is described by the model it compiles
         found.update({
             "model": type(model).__name__, "model_module": type(model).__module__,
             "parameters": sum(p.numel() for p in model.parameters()), "weights_sha256": weights_hash(model),
@@ -93,21 +98,44 @@ def entries(
     cap: Mapping[str, Record], batch: int = 0, prefix: str = "t"
 ) -> tuple[list[dict[str, Any]], dict[str, Tensor]]:
     """One manifest entry per (site, kind, key, call) of ``batch`` and its distinct tensors, each once,
-    named ``{prefix}{n}``: aliases (the same tensor object) share one name."""
+    named ``{prefix}{n}``: aliases (the same tensor object) share one name. An entry's ``layout`` is
+    the id of its call's structure for that kind (``layouts``), "" for a plain tensor."""
     names: dict[int, str] = {}
     tensors: dict[str, Tensor] = {}
     found = []
+    ids: dict[int, tuple[str, Any]] = {}
     for record in cap.values():
-        held = [(call.index, call.order, kind, key, t) for call in record.calls for kind, d in call.tensors.items()
-                for key, t in d.items()]  # fmt: skip
-        held += [(k, -1, "param_grad", name, g) for name, gs in record.param_grads.items() for k, g in enumerate(gs)]
-        for index, order, kind, key, tensor in held:
+        held = [(call.index, call.order, kind, key, t, _layout(call, kind, ids)) for call in record.calls
+                for kind, d in call.tensors.items() for key, t in d.items()]  # fmt: skip
+        held += [(k, -1, "param_grad", n, g, "") for n, gs in record.param_grads.items() for k, g in enumerate(gs)]
+        for index, order, kind, key, tensor, layout in held:
             dtype_name(tensor.dtype)
             name = names.setdefault(id(tensor), f"{prefix}{len(names)}")
             tensors[name] = tensor
             found.append({"site": record.name, "kind": kind, "key": key, "batch": batch, "call": index,
-                          "order": order, "name": name})  # fmt: skip
+                          "order": order, "name": name, "layout": layout})  # fmt: skip
     return found, tensors
+
+
+def layouts(cap: Mapping[str, Record]) -> dict[str, Any]:
+    """``{id: layout as JSON}`` of every structure a call of ``cap`` kept (what ``entries`` names)."""
+    ids: dict[int, tuple[str, Any]] = {}
+    for record in cap.values():
+        for call in record.calls:
+            for kind in call.layouts or {}:
+                _layout(call, kind, ids)
+    return dict(ids.values())
+
+
+def _layout(call: Call, kind: str, ids: dict[int, tuple[str, Any]]) -> str:
+    """The id of ``call``'s layout for ``kind`` ("" for none); ``ids`` caches it per layout object."""
+    layout: Layout | None = call.layouts.get(kind) if call.layouts else None
+    if layout is None:
+        return ""
+    if id(layout) not in ids:
+        data = to_json(layout)
+        ids[id(layout)] = (layout_id(data), data)
+    return ids[id(layout)][0]
 
 
 def _groups(entries: list[dict[str, Any]], tensors: dict[str, Tensor], limit: int) -> list[list[dict[str, Any]]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ class Pending:
     entries: list[dict[str, Any]]
     tensors: dict[str, Tensor]
     nbytes: int
+    layouts: dict[str, Any] = field(default_factory=dict)  # id -> layout JSON, the structures entries name
 
 
 class ShardWriter:
@@ -101,6 +102,7 @@ class ShardWriter:
             "rank": self.rank,
             "batches": [{"index": b.index, "rows": b.rows} for b in group],
             "tensors": [e for b in group for e in b.entries],
+            "layouts": {name: layout for b in group for name, layout in b.layouts.items()},
         }
         path = self.folder / shard_name(self.prefix, self._shards)
         try:
