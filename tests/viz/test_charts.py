@@ -163,3 +163,22 @@ gradient_flow_plot([FlowRow("a", 1.0, 2.0, 3)])
 print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)
 """
     assert run_python(code) == "svg False"
+
+
+def test_histograms_of_a_structured_site_get_a_panel_per_key():
+    """A site returning (a, b) is drawn as two panels titled with their keys, each from its own tensor."""
+    import hookscope
+    from hookscope.viz.charts import _site_panels  # the panels behind the picture
+
+    class Two(torch.nn.Module):
+        def forward(self, x):
+            return x, x * 10
+
+    net = torch.nn.Sequential(Two(), torch.nn.ReLU())
+    x = torch.randn(4, 3)
+    with hookscope.capture(net, ["0", "1"]) as cap:
+        net[1](net[0](x)[0])
+    panels = _site_panels(cap, "output")
+    assert list(panels) == ["0 out[0]", "0 out[1]", "1"]
+    assert torch.equal(panels["0 out[1]"], (x * 10).flatten())
+    hookscope.histogram_plot(cap)  # draws

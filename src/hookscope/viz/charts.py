@@ -40,10 +40,10 @@ def histogram_plot(
 ) -> Image:
     """A grid of histograms, one per tensor (or per site of a capture), titled with mean and std.
 
-    From a capture (any ``Mapping[str, Record]``), each site in forward order shows the first
-    tensor of ``kind`` of every call, all calls pooled (the tensor ``record.output`` would be
-    for a single call); with ``kind="param_grad"`` each parameter gets its own panel, from the
-    latest backward pass. NaN and Inf are left out of the bars and counted in the title.
+    From a capture (any ``Mapping[str, Record]``), each site in forward order shows the tensor of
+    ``kind`` of every call, all calls pooled; a site whose value holds several tensors (a tuple,
+    a dict) gets a panel per key, titled ``site key``; with ``kind="param_grad"`` each parameter
+    gets its own panel, from the latest backward pass. NaN and Inf are left out of the bars and counted in the title.
     ``log`` puts the counts on a log scale; ``columns`` defaults to about a square grid.
     """
     panels = _panels(tensors, kind)
@@ -91,7 +91,12 @@ def _site_panels(records: Mapping[str, Record], kind: Kind) -> dict[str, Tensor]
     ordered = forward_order(records)
     if not per_call(kind):  # param_grad: held per site
         return {f"{r.name}.{p}": g[-1] for r in ordered for p, g in r.param_grads.items() if g}
-    pooled = {r.name: [c.get(kind).flatten() for c in r.calls if c.tensors.get(kind)] for r in ordered}
+    pooled: dict[str, list[Tensor]] = {}
+    for record in ordered:
+        keys = list(dict.fromkeys(key for call in record.calls for key in call.keys(kind)))
+        for key in keys:
+            name = record.name if len(keys) == 1 else f"{record.name} {key}"
+            pooled[name] = [c.tensors[kind][key].flatten() for c in record.calls if key in c.tensors.get(kind, {})]
     return {name: _cat(ts) for name, ts in pooled.items() if ts}
 
 
