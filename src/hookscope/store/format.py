@@ -17,7 +17,8 @@ stored tensor, its columns named by ``tensor_columns`` (``Entry``'s fields), one
 a million tensors stay a quick read. ``layouts`` holds each distinct structure a call's value had
 (a tuple, a dict, a ``ModelOutput``: ``hookscope.core.layout``), once, by id; a row's ``layout``
 names it, so a store rebuilds ``.output`` as the capture did (a row of a plain tensor names none).
-Tensors stored under several names (aliases) are written once and listed under each name. Nothing is pickled: opening a store runs no code.
+Tensors stored under several names (aliases) are written once and listed under each name.
+Nothing is pickled: opening a store runs no code.
 
 Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
 tensors (``hookscope.store.shards``). So a store whose run was killed, its manifest still marked
