@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 import hookscope
-from hookscope import CaptureWarning, OptionError, SelectionError
+from hookscope import CaptureWarning, SelectionError
 from hookscope.cli import main
 
 NOTE = re.escape("'Net' is compiled; inside this capture it runs eagerly (torch.compiler.set_stance('force_eager')")
@@ -285,10 +285,6 @@ def test_saliency_runs_the_compiled_model_and_equals_the_eager_one(models: Model
 
 
 @pytest.mark.filterwarnings(NON_LEAF_GRAD)
-@pytest.mark.xfail(
-    raises=OptionError,
-    reason="explain/attribute.py hooks nn.ReLU outside a capture; it needs hookscope.core.compiled.run_eagerly",
-)
 def test_guided_backprop_on_a_compiled_model(models: Models) -> None:
     warm = models.get("warm")
     eager = hookscope.attribute(warm.eager, warm.x, "guided_backprop", target=1)

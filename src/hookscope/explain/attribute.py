@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from functools import partial
 from typing import Any, Literal, Union, get_args, overload
 
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..errors import OptionError
 from .targets import Target, scores
@@ -172,7 +174,8 @@ def _guided_backprop(model: nn.Module, x: Tensor, target: Target) -> Tensor:
     try:
         for relu in relus:
             handles.on_forward(relu, partial(_guide_output, handles))
-        grad = _gradient(model, x, target)[0]
+        with run_eagerly() if is_compiled(model) else nullcontext():  # compiled code skips new hooks
+            grad = _gradient(model, x, target)[0]
         ran = len(handles) > len(relus)  # each ReLU call with grad added one tensor hook
     finally:
         handles.remove()
