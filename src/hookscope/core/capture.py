@@ -31,13 +31,13 @@ from torch import Tensor, nn
 from ..errors import CaptureError, CaptureWarning, NotCapturedError
 from ..text import closest
 from .compiled import compiled_note, eager_keyed, run_eagerly
-from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, does_not_require_grad, never_called_reason, site_problems
+from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
 from .hooks import HandleGroup
 from .kinds import Kind, at, choose, names
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
-from .tree import Layout, Leaf, Leaves, flatten_call_layout, flatten_layout
+from .tree import Leaves, flatten_call_layout, flatten_layout
 
 
 def capture(
@@ -92,6 +92,7 @@ class Capture(Mapping[str, Record]):
         self._input_grads, self._output_grads = at("input_grad", self.kinds), at("output_grad", self.kinds)
         self._param_grads = bool(at("param", self.kinds))
         self._before_call = bool(self._pre or self._input_grads)  # a pre-hook opens each call
+        self._call_kinds, self._return_kinds = (*self._pre, *self._input_grads), (*self._forward, *self._output_grads)
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else select_modules(model, select)
@@ -161,7 +162,7 @@ class Capture(Mapping[str, Record]):
         if exc is None:
             self._diagnose()
         else:
-            self._annotate(exc)
+            annotate(exc, self._raised)
 
     def clear(self) -> None:
         """Forget every call captured so far; the hooks stay. For long loops and dataset runs.
@@ -229,7 +230,7 @@ class Capture(Mapping[str, Record]):
             leaves: Leaves = [("args[0]", args[0])]
         else:
             leaves, layout = flatten_call_layout(args, kwargs)
-            _set_layout(call, (*self._pre, *self._input_grads), layout)
+            call.set_layout(self._call_kinds, layout)
         for kind in self._pre:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._input_grads:
@@ -259,7 +260,7 @@ class Capture(Mapping[str, Record]):
                 self._watch(call, kind, [("out", output)], "output")
             return
         leaves, layout = flatten_layout(output)
-        _set_layout(call, (*self._forward, *self._output_grads), layout)
+        call.set_layout(self._return_kinds, layout)
         for kind in self._forward:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._output_grads:
@@ -308,23 +309,16 @@ class Capture(Mapping[str, Record]):
 
     # -- diagnosis, once, at exit --------------------------------------------------------------
     def _diagnose(self) -> None:
-        problems: dict[tuple[str, str], list[str]] = {}
-        never = never_called_reason(self._records.values(), eager=self._note is not None, cleared=bool(self._cleared))
-        for record in self._records.values():
-            found = site_problems(
-                record,
-                (*self._input_grads, *self._output_grads),
-                cleared=record.name in self._cleared,
-                params_reached=record.name in self._params_reached,
-                grads_seen=self._grads_seen,
-                never_called=never,
-            )
-            for kind, reason in found:
-                problems.setdefault((kind, reason), []).append(record.name)
-        for (kind, reason), sites in problems.items():
-            names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
-            what = "nothing captured" if kind == "call" else f"no {kind}"
-            warnings.warn(f"hookscope: {what} for {names}: {reason}", CaptureWarning, stacklevel=3)
+        found = problems(
+            self._records,
+            (*self._input_grads, *self._output_grads),
+            cleared=self._cleared,
+            params_reached=self._params_reached,
+            grads_seen=self._grads_seen,
+            eager=self._note is not None,
+        )
+        for line in found:
+            warnings.warn(line, CaptureWarning, stacklevel=3)
         modified = self.changed_in_place()
         if modified:
             warnings.warn(
@@ -333,22 +327,6 @@ class Capture(Mapping[str, Record]):
                 CaptureWarning,
                 stacklevel=3,
             )
-
-    def _annotate(self, exc: BaseException) -> None:
-        """Name the selected module an escaping exception came from (or the one it was raised from)."""
-        cause: BaseException | None = exc
-        while cause is not None:
-            call = self._raised.get(id(cause))
-            if call is not None:
-                exc.add_note(f"hookscope: raised inside module {call.site!r} (call {call.index})")
-                return
-            cause = cause.__cause__ or cause.__context__
-
-
-def _set_layout(call: Call, kinds: tuple[Kind, ...], layout: Layout) -> None:
-    """Remember the structure the tensors of ``kinds`` sat in, so the shortcuts can rebuild it."""
-    if kinds and not isinstance(layout, Leaf):  # a bare tensor needs no layout
-        call.layouts = {**(call.layouts or {}), **dict.fromkeys(kinds, layout)}
 
 
 def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:

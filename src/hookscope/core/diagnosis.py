@@ -3,14 +3,15 @@
 The capture records a reason where it knows one as the hooks run (``Call.missing``: the pass ran
 under no_grad, no input requires grad); ``site_problems`` adds what only the end of the block can
 tell (never called, no backward pass, a backward pass that did not reach the site) and returns
-every (kind, reason) of a site, which ``Capture`` turns into one ``CaptureWarning`` per reason.
+every (kind, reason) of a site; ``problems`` groups them into the lines ``Capture`` warns, one per
+reason. ``annotate`` names the module an exception escaped from.
 When no site was called at all and ``torch.compile`` has compiled code in the process, the
 likely cause is named (``never_called_reason``): a model run inside a compiled function.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from .compiled import compiled_frames
 from .kinds import Kind
@@ -36,6 +37,49 @@ def never_called_reason(records: Iterable[Record], *, eager: bool, cleared: bool
     if eager or cleared or any(record.calls for record in records) or not compiled_frames():
         return NEVER_CALLED
     return IN_COMPILED_CODE
+
+
+def problems(
+    records: Mapping[str, Record],
+    gradient_kinds: tuple[Kind, ...],
+    *,
+    cleared: set[str],
+    params_reached: set[str],
+    grads_seen: bool,
+    eager: bool,
+) -> list[str]:
+    """The warnings of a capture at exit: one line per reason, naming every site it applies to.
+
+    ``cleared``: sites that had calls before a ``clear()``; ``params_reached``: sites whose parameters
+    a backward pass reached; ``eager``: the capture ran a compiled model eagerly.
+    """
+    never = never_called_reason(records.values(), eager=eager, cleared=bool(cleared))
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for record in records.values():
+        found = site_problems(
+            record, gradient_kinds, cleared=record.name in cleared, params_reached=record.name in params_reached,
+            grads_seen=grads_seen, never_called=never,
+        )  # fmt: skip
+        for kind, reason in found:
+            grouped.setdefault((kind, reason), []).append(record.name)
+    lines = []
+    for (kind, reason), sites in grouped.items():
+        names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
+        what = "nothing captured" if kind == "call" else f"no {kind}"
+        lines.append(f"hookscope: {what} for {names}: {reason}")
+    return lines
+
+
+def annotate(exc: BaseException, raised: Mapping[int, Call]) -> None:
+    """Name the selected module an escaping exception came from (or the one it was raised from):
+    ``raised`` maps ``id(exception)`` to the call it escaped from first."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        call = raised.get(id(cause))
+        if call is not None:
+            exc.add_note(f"hookscope: raised inside module {call.site!r} (call {call.index})")
+            return
+        cause = cause.__cause__ or cause.__context__
 
 
 def does_not_require_grad(what: str) -> str:

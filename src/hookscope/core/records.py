@@ -117,6 +117,14 @@ class Call(_Shortcuts):
             return f"no {kind} for {where} yet: no backward pass has reached it"
         return f"no {kind} for {where}: it was not captured; pass kinds=(..., {kind!r}) to hookscope.capture"
 
+    def set_layout(self, kinds: tuple[str, ...], layout: Layout) -> None:
+        """Remember the structure the tensors of ``kinds`` sat in, so ``value_of`` can rebuild it."""
+        if kinds and not isinstance(layout, Leaf):  # a bare tensor needs no layout
+            if self.layouts is None:
+                self.layouts = {}
+            for kind in kinds:
+                self.layouts[kind] = layout
+
     def first(self, kind: Kind) -> Tensor:
         """The first tensor of ``kind``, in layout order (``get(kind)``)."""
         return self.get(kind)

@@ -53,7 +53,7 @@ from . import format as store_format
 from .format import SHARDS, STATS_PARTS, shard_name
 from .ranks import World, share
 from .reader import Run, load
-from .save import entries, layouts, provenance
+from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter
 from .shards import write_stats
 
@@ -124,8 +124,7 @@ class _Job:
             with capture(self.model, self.select, kinds=self.kinds, device="cpu", reduce=self.reduce) as cap:
                 for index, batch in batches:
                     self._run(batch)
-                    listed, tensors = entries(cap, index, prefix=f"b{index}.")
-                    table = layouts(cap)
+                    listed, tensors, table = entries(cap, index, prefix=f"b{index}.")
                     cap.clear()
                     rows, nbytes = _rows(batch), sum(t.nbytes for t in tensors.values())
                     writer.put(Pending(index, rows, listed, tensors, nbytes, table))

@@ -189,7 +189,7 @@ class Run(Mapping[str, Record]):
             call = calls.setdefault((entry.batch, entry.call), Call(site, 0, order=entry.order))
             call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
             if entry.layout:
-                call.layouts = {**(call.layouts or {}), entry.kind: self._layout(entry.layout)}
+                call.set_layout((entry.kind,), self._layout(entry.layout))
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]):
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)

@@ -45,8 +45,7 @@ def save(
         raise StoreError(f"{root} already exists; pass force=True to replace it, or pick another path")
     limit = parse_size(shard_size)
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
-        listed, tensors = entries(cap)
-        table = layouts(cap)
+        listed, tensors, table = entries(cap)
         (staging / SHARDS).mkdir()
         for n, group in enumerate(_groups(listed, tensors, limit)):
             names = {e["name"] for e in group}
@@ -96,10 +95,10 @@ def weights_hash(model: nn.Module) -> str:
 
 def entries(
     cap: Mapping[str, Record], batch: int = 0, prefix: str = "t"
-) -> tuple[list[dict[str, Any]], dict[str, Tensor]]:
-    """One manifest entry per (site, kind, key, call) of ``batch`` and its distinct tensors, each once,
-    named ``{prefix}{n}``: aliases (the same tensor object) share one name. An entry's ``layout`` is
-    the id of its call's structure for that kind (``layouts``), "" for a plain tensor."""
+) -> tuple[list[dict[str, Any]], dict[str, Tensor], dict[str, Any]]:
+    """One manifest entry per (site, kind, key, call) of ``batch``, its distinct tensors, each once,
+    named ``{prefix}{n}`` (aliases, the same tensor object, share one name), and ``{id: layout JSON}``
+    of the structures the entries name (an entry's ``layout``; "" for a plain tensor)."""
     names: dict[int, str] = {}
     tensors: dict[str, Tensor] = {}
     found = []
@@ -114,17 +113,7 @@ def entries(
             tensors[name] = tensor
             found.append({"site": record.name, "kind": kind, "key": key, "batch": batch, "call": index,
                           "order": order, "name": name, "layout": layout})  # fmt: skip
-    return found, tensors
-
-
-def layouts(cap: Mapping[str, Record]) -> dict[str, Any]:
-    """``{id: layout as JSON}`` of every structure a call of ``cap`` kept (what ``entries`` names)."""
-    ids: dict[int, tuple[str, Any]] = {}
-    for record in cap.values():
-        for call in record.calls:
-            for kind in call.layouts or {}:
-                _layout(call, kind, ids)
-    return dict(ids.values())
+    return found, tensors, dict(ids.values())
 
 
 def _layout(call: Call, kind: str, ids: dict[int, tuple[str, Any]]) -> str:
