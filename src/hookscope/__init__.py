@@ -26,6 +26,7 @@ from .errors import (
     AmbiguousCallError,
     CaptureError,
     CaptureWarning,
+    DamagedShardError,
     HookscopeError,
     MissingDependencyError,
     NotCapturedError,
@@ -33,6 +34,7 @@ from .errors import (
     SelectionError,
     ShapeError,
     StoreError,
+    StoreWarning,
     TargetError,
 )
 from .explain.attribute import attribute
@@ -56,6 +58,7 @@ __all__ = [
     "Capture",
     "CaptureError",
     "CaptureWarning",
+    "DamagedShardError",
     "HookInfo",
     "HookscopeError",
     "Kind",
@@ -72,6 +75,7 @@ __all__ = [
     "Selector",
     "ShapeError",
     "StoreError",
+    "StoreWarning",
     "Summary",
     "TargetError",
     "__version__",

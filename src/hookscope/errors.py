@@ -15,9 +15,11 @@
      ├── ModelError                a model spec or weights file that cannot be loaded
      │    └── ForwardError         the model's own forward raised (the message names the module)
      ├── StoreError                a store that cannot be written (full disk, unwritable) or read
+     │    └── DamagedShardError    one shard of a store is truncated, missing or fails its checksum
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     CaptureWarning (UserWarning)   something requested could not be captured, and why
+    StoreWarning (UserWarning)     a store opened without part of it (a damaged shard), and which part
 
 Every message says what was expected, what was received, and how to fix it.
 """
@@ -78,6 +80,18 @@ class ModelError(HookscopeError, ValueError):
 
 class StoreError(HookscopeError):
     """A store that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""
+
+
+class DamagedShardError(StoreError):
+    """One shard of a store is truncated, missing or fails its checksum; ``shard`` names its file, ``why`` says how."""
+
+    def __init__(self, shard: str, why: str, advice: str = "") -> None:
+        super().__init__(f"shard {shard} is damaged: {why}{advice}")
+        self.shard, self.why = shard, why
+
+
+class StoreWarning(UserWarning):
+    """A store was opened or read without part of it (a damaged shard); the message names the part."""
 
 
 class ForwardError(ModelError):

@@ -15,13 +15,16 @@ in the hook (``hookscope.reducers``). Only the kinds that are not gradients are 
 
 ``stats_only=True`` keeps nothing but a ``RunningStats`` per (site, kind, key), updated in the
 hook and merged batch by batch (``per_channel=True``: also per channel, along dim 1, or the
-dim given). Statistics are checkpointed every ``CHECKPOINT_SECONDS`` and when the run ends.
+dim given). Statistics are checkpointed every ``flush_every`` seconds and when the run ends.
 
-Crash safety: a shard is complete or absent (``hookscope.store.shards``); a killed run leaves a
-store that ``load`` opens with every completed batch, and ``resume=True`` runs only the
-batches that are missing (``hookscope.store.ranks`` says how they are skipped; how a store is
-opened, resumed and finished is in ``hookscope.store.format``). Under ``torchrun``
-each rank extracts its share into its own shards and rank 0 writes the manifest at the end.
+Crash safety: a shard is complete or absent (``hookscope.store.shards``), and a finished batch is
+on disk within ``flush_every`` seconds (default ``FLUSH_EVERY``) plus the time to write it. A run
+killed at any moment leaves a store that ``load`` opens with every batch finished before that
+bound; Ctrl-C (``KeyboardInterrupt``) writes every finished batch first, then propagates with a
+note naming the store and ``resume=True``. ``resume=True`` runs only the batches that are
+missing (``hookscope.store.ranks`` says how they are skipped; how a store is opened, resumed
+and finished is in ``hookscope.store.format``). Under ``torchrun`` each rank extracts its share
+into its own shards and rank 0 writes the manifest at the end.
 """
 
 from __future__ import annotations
@@ -50,14 +53,13 @@ from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from ..text import bar, format_size, parse_size
 from . import format as store_format
-from .format import SHARDS, STATS_PARTS, shard_name
+from .format import SHARDS, STATS_PARTS
 from .ranks import World, share
 from .reader import Run, load
 from .save import entries, provenance
-from .shard_writer import Pending, ShardWriter
-from .shards import write_stats
+from .shard_writer import Pending, ShardWriter, StatsCheckpoint
 
-CHECKPOINT_SECONDS = 10.0
+FLUSH_EVERY = 5.0  # seconds: the default bound between finishing a batch and having it on disk
 Forward = Callable[[nn.Module, Any], Any]
 
 
@@ -77,6 +79,7 @@ def extract(
     progress: bool | TextIO = True,
     forward: Forward | None = None,
     shard_size: int | str = "256MB",
+    flush_every: float | None = FLUSH_EVERY,
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
@@ -84,10 +87,13 @@ def extract(
     input), or a dict of keyword arguments; ``forward(model, batch)`` handles anything else.
     Tensors go to the model's device. ``progress``: a line with throughput on stderr when it is
     a terminal (``True``), on the given stream, or none (``False``). An existing store is
-    refused unless ``resume`` (continue it) or ``force`` (replace it). Returns ``load(out)``.
+    refused unless ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a
+    finished batch may wait in memory before it is written, in a shard not yet full (``None``:
+    only full shards and the end of the run). Returns ``load(out)``.
     """
     chosen = _check_kinds(kinds)
     limit = parse_size(max_memory)
+    _check_flush(flush_every)
     root = Path(os.path.abspath(out))
     run_forward = forward or _default_forward(_device(model))
     world = World.join(_device(model))
@@ -95,12 +101,18 @@ def extract(
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = _Meter(_stream(progress) if world.rank == 0 else None, total)
-    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward)
+    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every)
     todo = _unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
-    if todo is not None and stats_only:
-        job.statistics(todo, _channel_dim(per_channel))
-    elif todo is not None:
-        job.tensors(todo, limit, parse_size(shard_size))
+    try:
+        if todo is not None and stats_only:
+            job.statistics(todo, _channel_dim(per_channel))
+        elif todo is not None:
+            job.tensors(todo, limit, parse_size(shard_size))
+    except KeyboardInterrupt as interrupt:
+        kept = len(store_format.done_batches(root))
+        interrupt.add_note(f"hookscope.extract was interrupted; the store {root} keeps the {kept} batches finished "
+                           "before it: rerun with resume=True to continue it")  # fmt: skip
+        raise
     world.barrier()
     if world.rank == 0:
         store_format.finish(root)
@@ -112,14 +124,16 @@ class _Job:
     """One rank's extraction loop, in its two flavours: tensors to shards, or statistics."""
 
     def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
-                 reduce: Reducer | None, world: World, meter: _Meter, forward: Forward) -> None:  # fmt: skip
+                 reduce: Reducer | None, world: World, meter: _Meter, forward: Forward,
+                 flush_every: float | None) -> None:  # fmt: skip
         self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
-        self.world, self.meter, self.forward = world, meter, forward
+        self.world, self.meter, self.forward, self.flush_every = world, meter, forward, flush_every
         self.token = f"r{world.rank}-{secrets.token_hex(4)}"  # this rank, this run: file names never collide
 
     def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
         folder = self.root / SHARDS
-        writer = ShardWriter(folder, self.token, rank=self.world.rank, limit=limit, shard_size=shard_size)
+        writer = ShardWriter(folder, self.token, rank=self.world.rank, limit=limit, shard_size=shard_size,
+                             flush_every=self.flush_every)  # fmt: skip
         try:
             with capture(self.model, self.select, kinds=self.kinds, device="cpu", reduce=self.reduce) as cap:
                 for index, batch in batches:
@@ -147,7 +161,7 @@ class _Job:
         accumulate = _StatsAccumulator(self.reduce, channel_dim)
         table: dict[Label, RunningStats] = {}
         covered: list[dict[str, Any]] = []
-        checkpoint = _Checkpoint(self.root / STATS_PARTS, self.token, self.world.rank)
+        checkpoint = StatsCheckpoint(self.root / STATS_PARTS, self.token, self.world.rank, self.flush_every)
         try:
             with capture(self.model, self.select, kinds=self.kinds, reduce=accumulate) as cap:
                 for index, batch in batches:
@@ -156,10 +170,10 @@ class _Job:
                     cap.clear()
                     table = merge_tables([table, accumulate.table])  # only whole batches count
                     covered.append({"index": index, "rows": _rows(batch)})
-                    checkpoint.maybe(table, covered)
+                    checkpoint.offer(table, covered)
                     self.meter.step(_rows(batch), 0)
         finally:
-            checkpoint.write(table, covered)
+            checkpoint.close()
             self.meter.close(0)
 
     def _run(self, batch: Any) -> None:
@@ -181,29 +195,6 @@ class _StatsAccumulator:
             if label not in self.table:
                 self.table[label] = RunningStats(channel_dim=self.channel_dim)
             self.table[label].update(kept)
-
-
-class _Checkpoint:
-    """A rank's statistics so far, written every ``CHECKPOINT_SECONDS``; each replaces the previous one."""
-
-    def __init__(self, folder: Path, token: str, rank: int) -> None:
-        self.folder, self.token, self.rank = folder, token, rank
-        self.count = 0
-        self.last = time.monotonic()
-        self.previous: Path | None = None
-
-    def maybe(self, table: Mapping[Label, RunningStats], covered: list[dict[str, Any]]) -> None:
-        if time.monotonic() - self.last >= CHECKPOINT_SECONDS:
-            self.write(table, covered)
-
-    def write(self, table: Mapping[Label, RunningStats], covered: list[dict[str, Any]]) -> None:
-        if not covered:
-            return
-        path = self.folder / shard_name(self.token, self.count)
-        write_stats(path, table, {"rank": self.rank, "batches": covered})
-        if self.previous is not None:
-            self.previous.unlink(missing_ok=True)
-        self.previous, self.count, self.last = path, self.count + 1, time.monotonic()
 
 
 class _Meter:
@@ -271,6 +262,12 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
             "for gradients, capture one batch with hookscope.capture and hookscope.save it"
         )
     return chosen
+
+
+def _check_flush(flush_every: float | None) -> None:
+    if flush_every is not None and (isinstance(flush_every, bool) or not isinstance(flush_every, (int, float))
+                                    or not flush_every > 0):  # fmt: skip
+        raise OptionError(f"flush_every must be a number of seconds above 0, or None, got {flush_every!r}")
 
 
 def _channel_dim(per_channel: bool | int) -> int | None:

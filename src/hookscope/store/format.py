@@ -22,9 +22,12 @@ Nothing is pickled: opening a store runs no code.
 
 Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
 tensors (``hookscope.store.shards``). So a store whose run was killed, its manifest still marked
-``running``, is indexed from its shards (``index_parts``) and opens with every completed batch;
-``open_for_extract(..., resume=True)`` keeps what is there and clears what a killed run left half
-done; ``finish`` indexes every shard, merges the statistics parts and marks the store complete.
+``running``, is indexed from its shards (``index_parts``) and opens with every batch written;
+a shard that cannot be read (truncated, its header damaged) is listed under ``damaged`` with the
+reason and left out, the rest indexed as usual. ``open_for_extract(..., resume=True)`` keeps what
+is there, moves damaged shards to ``damaged/`` (so their batches are extracted again) and clears
+what a killed run left half done; ``finish`` indexes every shard, merges the statistics parts and
+marks the store complete.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from pathlib import Path
+import warnings
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ..errors import StoreError
+from ..errors import DamagedShardError, StoreError, StoreWarning
 from ..files import TEMPORARY, write_atomically
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
@@ -45,6 +50,7 @@ MANIFEST = "manifest.json"
 SHARDS = "shards"  # folder of tensor shards
 STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
 STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
+DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
 RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel")  # what a resumed run must repeat
 
 
@@ -63,6 +69,7 @@ class Entry(NamedTuple):
     shape: list[int]
     offsets: list[int]  # [begin, end) in the shard's data
     layout: str = ""  # the id of the structure the call's value had (manifest ``layouts``); "" for one tensor
+    crc32: int = -1  # the CRC-32 of the tensor's bytes, checked when it is read; -1: none (an older store)
 
 
 COLUMNS: tuple[str, ...] = Entry._fields
@@ -107,40 +114,55 @@ def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
 
 
 def index_parts(root: Path) -> dict[str, Any]:
-    """``batches``, ``shards``, ``tensors``, ``layouts`` and ``stats`` from the shards and statistics parts on disk."""
+    """``batches``, ``shards``, ``tensors``, ``layouts``, ``stats`` and ``damaged`` (file -> why) from the
+    shards and statistics parts on disk; a shard that cannot be read is listed as damaged, not indexed."""
     shards: list[dict[str, Any]] = []
     batches: dict[int, dict[str, Any]] = {}
     tensors: list[list[Any]] = []
     layouts: dict[str, Any] = {}
-    files = sorted((root / SHARDS).glob("*.safetensors")) if (root / SHARDS).is_dir() else []
-    for path in files:
-        index = read_index(path)
+    damaged: dict[str, str] = {}
+    for path, index in _readable(root, sorted((root / SHARDS).glob("*.safetensors")), damaged):
         meta = index["meta"]
         number = len(shards)
         shards.append({"file": f"{SHARDS}/{path.name}", "bytes": index["bytes"], "data_start": index["data_start"]})
         batches.update({b["index"]: {**b, "rank": meta.get("rank", 0)} for b in meta.get("batches", [])})
         layouts.update(meta.get("layouts", {}))
+        sums = meta.get("crc32", {})
         for entry in meta.get("tensors", []):
             where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
-            tensors.append([{"layout": "", **entry, **where, "shard": number}[column] for column in COLUMNS])
+            row = {"layout": "", **entry, **where, "shard": number, "crc32": sums.get(entry["name"], -1)}
+            tensors.append([row[column] for column in COLUMNS])
     tensors.sort(key=lambda row: (row[COLUMNS.index("batch")], row[COLUMNS.index("order")]))
-    parts = _stats_parts(root)
+    parts = _stats_parts(root, damaged)
     for meta, _ in parts:
         batches.update({b["index"]: b for b in meta.get("batches", [])})
     found: dict[str, Any] = {"batches": [batches[b] for b in sorted(batches)], "shards": shards,
-                             "tensor_columns": list(COLUMNS), "tensors": tensors, "layouts": layouts}  # fmt: skip
+                             "tensor_columns": list(COLUMNS), "tensors": tensors, "layouts": layouts,
+                             "damaged": damaged}  # fmt: skip
     if (root / STATS).is_file() or parts:
         found["stats"] = {"file": STATS} if not parts else {"parts": [p.relative_to(root).as_posix() for _, p in parts]}
     return found
 
 
-def _stats_parts(root: Path) -> list[tuple[dict[str, Any], Path]]:
-    """The newest checkpoint of every (rank, run) under ``stats/``, in the order of their first batch."""
+def _readable(root: Path, paths: list[Path], damaged: dict[str, str]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each of ``paths`` with its header (``read_index``), those that cannot be read named in ``damaged``."""
+    for path in paths:
+        try:
+            index = read_index(path)
+        except DamagedShardError as err:
+            damaged[path.relative_to(root).as_posix()] = err.why
+            continue
+        yield path, index
+
+
+def _stats_parts(root: Path, damaged: dict[str, str]) -> list[tuple[dict[str, Any], Path]]:
+    """The newest readable checkpoint of every (rank, run) under ``stats/``, in the order of their first batch."""
     folder = root / STATS_PARTS
-    newest: dict[str, Path] = {}
-    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        newest[path.name.rsplit("-", 1)[0]] = path  # r0-1a2b3c4d-000012: the sequence number sorts last
-    parts = [(read_index(p)["meta"], p) for p in newest.values()]
+    newest: dict[str, tuple[dict[str, Any], Path]] = {}
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    for path, index in _readable(root, files, damaged):
+        newest[path.name.rsplit("-", 1)[0]] = (index["meta"], path)  # r0-1a2b3c4d-000012: the newest sorts last
+    parts = list(newest.values())
     return sorted(parts, key=lambda part: min((b["index"] for b in part[0].get("batches", [])), default=-1))
 
 
@@ -156,6 +178,7 @@ def open_for_extract(root: Path, header: dict[str, Any], *, resume: bool, force:
         elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
             (root / STATS).unlink()
         remove_leftovers(root)
+        set_aside(root, index_parts(root)["damaged"])
         write_manifest(root, new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", [])))
         return
     if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
@@ -182,6 +205,18 @@ def finish(root: Path) -> None:
     write_manifest(root, manifest)
     shutil.rmtree(root / STATS_PARTS, ignore_errors=True)
     remove_leftovers(root)
+
+
+def set_aside(root: Path, damaged: dict[str, str]) -> None:
+    """Move the ``damaged`` files to ``damaged/`` (kept for a look, out of the index), with one warning."""
+    if not damaged:
+        return
+    (root / DAMAGED).mkdir(exist_ok=True)
+    for relative in damaged:
+        os.replace(root / relative, root / DAMAGED / PurePosixPath(relative).name)
+    listed = "; ".join(f"{name} ({why})" for name, why in damaged.items())
+    warnings.warn(f"{root}: moved {len(damaged)} damaged file(s) to {DAMAGED}/, their batches are extracted again: "
+                  f"{listed}", StoreWarning, stacklevel=4)  # fmt: skip
 
 
 def remove_leftovers(root: Path) -> None:

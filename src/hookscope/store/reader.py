@@ -8,15 +8,22 @@ memory-mapped shard (``hookscope.store.shards.MappedShards``), read from disk wh
 A store written by ``extract`` holds many batches: ``run[site].calls`` holds every call of
 every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` the records of
 batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
+
+A damaged shard (missing, truncated, its header or a tensor's bytes failing their CRC-32) is left
+out: ``load`` checks every shard's size, and each tensor's checksum is checked the first time it is
+read (``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
+``run.batches`` with one ``StoreWarning`` naming the shard, ``run.damaged`` lists it, and
+``run.batch(b)`` of such a batch raises ``DamagedShardError``; every other batch reads as usual.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import Tensor
 
@@ -24,11 +31,13 @@ from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
-from ..errors import NotCapturedError, StoreError
+from ..errors import DamagedShardError, NotCapturedError, StoreError, StoreWarning
 from ..stats.streaming import RunningStats
 from ..text import closest, columns, format_size
 from .format import MANIFEST, Entry, index_parts, read_manifest
-from .shards import MappedShards, read_stats
+from .shards import MappedShards, inside, read_stats
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,11 @@ class Contents:
     nbytes: int  # 0 for statistics
 
 
-def load(path: str | os.PathLike[str]) -> Run:
-    """Open the store at ``path``: reads its manifest only (see ``hookscope.store.format``)."""
+def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
+    """Open the store at ``path``: reads its manifest only (see ``hookscope.store.format``).
+
+    ``verify``: check each tensor's CRC-32 the first time it is read (its bytes are read once then).
+    """
     root = Path(path)
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():
@@ -55,13 +67,13 @@ def load(path: str | os.PathLike[str]) -> Run:
     manifest = read_manifest(root)
     if manifest.get("status") != "complete":
         manifest = {**manifest, **index_parts(root)}
-    return Run(root, manifest)
+    return Run(root, manifest, verify=verify)
 
 
 class Run(Mapping[str, Record]):
     """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, root: Path, manifest: dict[str, Any], *, verify: bool = True) -> None:
         self.path = root
         self.manifest = manifest
         self.provenance: dict[str, Any] = manifest.get("provenance", {})
@@ -69,15 +81,20 @@ class Run(Mapping[str, Record]):
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
         self._index: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
-        self._mapped = MappedShards(root)
+        self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
+        self.damaged: dict[str, str] = {}  # shard file -> what is wrong with it; its tensors are left out
+        self._lost: dict[int, str] | None = None  # batch -> the damaged shard that held it, on first use
+        found = {**manifest.get("damaged", {}), **_wrong_sizes(root, manifest.get("shards", []))}
+        for file, why in found.items():
+            self._leave_out(file, why)
         self._tensors: dict[tuple[int, str], Tensor] = {}
         self._stats: dict[Label, RunningStats] | None = None
         self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
 
     def __getitem__(self, site: str) -> Record:
         if site not in self._records:
-            self._records[site] = self._record(site, batch=None)
+            self._records[site] = self._intact(lambda: self._record(site, batch=None))
         return self._records[site]
 
     def __iter__(self) -> Iterator[str]:
@@ -93,20 +110,26 @@ class Run(Mapping[str, Record]):
 
     @property
     def batches(self) -> list[int]:
-        """The indices of the batches the store holds, in order."""
-        return [b["index"] for b in self.manifest.get("batches", [])]
+        """The indices of the batches the store holds (less those of damaged shards), in order."""
+        lost = self._lost_batches()
+        return [b["index"] for b in self.manifest.get("batches", []) if b["index"] not in lost]
 
     @property
     def rows(self) -> int | None:
-        """Rows (samples) over all batches; None when unknown (a saved capture)."""
-        rows = [b.get("rows") for b in self.manifest.get("batches", [])]
+        """Rows (samples) over the batches it holds; None when unknown (a saved capture)."""
+        lost = self._lost_batches()
+        rows = [b.get("rows") for b in self.manifest.get("batches", []) if b["index"] not in lost]
         return None if None in rows else sum(r for r in rows if r is not None)
 
     def batch(self, index: int) -> dict[str, Record]:
         """The records of batch ``index`` alone: ``run.batch(3)["features.3"].output``."""
+        records = self._intact(lambda: {site: self._record(site, batch=index) for site in self._sites})
+        if index in self._lost_batches():
+            file = self._lost_batches()[index]
+            raise DamagedShardError(file, self.damaged[file], f"; batch {index} was in it, the others read as usual")
         if index not in self.batches:
             raise NotCapturedError(f"batch {index} is not in {self.path}; it holds {_ranges(self.batches)}")
-        return {site: self._record(site, batch=index) for site in self._sites}
+        return records
 
     def stats(self, site: str, kind: Kind = "output", key: str | None = None) -> RunningStats:
         """The statistics of ``site``'s ``kind`` at ``key`` (the first key without one), over the run."""
@@ -151,6 +174,8 @@ class Run(Mapping[str, Record]):
         run, prov, config = self, self.provenance, self.config
         shards = run.manifest.get("shards", [])
         state = "complete" if run.complete else "interrupted: `hookscope extract ... --resume` continues it"
+        if run.damaged:
+            state += f"; {len(run.damaged)} damaged shard(s) left out ({', '.join(run.damaged)})"
         rows = f" ({run.rows:,} rows)" if run.rows is not None else ""
         reduce = f", reduce {config['reduce']}" if config.get("reduce") else ""
         ranks = f", {config['world_size']} processes" if config.get("world_size", 1) > 1 else ""
@@ -190,8 +215,9 @@ class Run(Mapping[str, Record]):
             call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
             if entry.layout:
                 call.set_layout((entry.kind,), self._layout(entry.layout))
+        lost = self._lost_batches()
         for meta in self.manifest.get("calls", []):
-            if meta["site"] == site and batch in (None, meta["batch"]):
+            if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
         record.calls = [calls[k] for k in sorted(calls)]
         for i, call in enumerate(record.calls):
@@ -207,7 +233,10 @@ class Run(Mapping[str, Record]):
         return self._layouts[name]
 
     def _entries(self) -> Iterator[Entry]:
-        return (Entry(*row) for row in self.manifest.get("tensors", []))
+        """Every row of the index, less those in damaged shards."""
+        files = [shard["file"] for shard in self.manifest.get("shards", [])]
+        rows = (Entry(*row) for row in self.manifest.get("tensors", []))
+        return (e for e in rows if files[e.shard] not in self.damaged) if self.damaged else rows
 
     def _indexed(self) -> dict[str, dict[int, list[Entry]]]:
         if self._index is None:
@@ -216,14 +245,54 @@ class Run(Mapping[str, Record]):
                 self._index.setdefault(entry.site, {}).setdefault(entry.batch, []).append(entry)
         return self._index
 
+    def _lost_batches(self) -> dict[int, str]:
+        """The batches with a tensor in a damaged shard, and that shard."""
+        if self._lost is None:
+            files = [shard["file"] for shard in self.manifest.get("shards", [])]
+            rows = (Entry(*row) for row in self.manifest.get("tensors", [])) if self.damaged else iter(())
+            self._lost = {e.batch: files[e.shard] for e in rows if files[e.shard] in self.damaged}
+        return self._lost
+
+    def _intact(self, build: Callable[[], T]) -> T:
+        """``build()``, again without a shard each time one turns out damaged while it reads."""
+        while True:
+            try:
+                return build()
+            except DamagedShardError as err:  # noqa: PERF203 (a retry, once per damaged shard)
+                if err.shard in self.damaged:
+                    raise
+                self._leave_out(err.shard, err.why)
+
+    def _leave_out(self, file: str, why: str) -> None:
+        """Take the damaged shard ``file`` out of the index, and say which batches went with it."""
+        self.damaged[file] = why
+        self._index, self._lost, self._tensors = None, None, {}
+        self._records.clear()
+        lost = sorted(b for b, f in self._lost_batches().items() if f == file)
+        gone = f"{_ranges(lost)} left out" if lost else "nothing of the index was in it"
+        warnings.warn(f"{self.path}: shard {file} is damaged ({why}); {gone}, the other {len(self.batches)} "
+                      "batches read as usual (an extracted store: resume=True extracts them again)",
+                      StoreWarning, stacklevel=4)  # fmt: skip
+
     def _tensor(self, entry: Entry) -> Tensor:
         where = (entry.shard, entry.name)
         if where not in self._tensors:
             shard = self.manifest["shards"][entry.shard]
             self._tensors[where] = self._mapped.tensor(
-                shard["file"], shard["data_start"], entry.dtype, entry.shape, entry.offsets
+                shard["file"], shard["data_start"], entry.dtype, entry.shape, entry.offsets, entry.crc32
             )
         return self._tensors[where]
+
+
+def _wrong_sizes(root: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
+    """The shards whose file is missing or not the size the index says (truncated, or written over)."""
+    wrong = {}
+    for shard in shards:
+        path = inside(root, shard["file"])
+        size = path.stat().st_size if path.is_file() else None
+        if size != shard["bytes"]:
+            wrong[shard["file"]] = "missing" if size is None else f"{size} bytes where the index says {shard['bytes']}"
+    return wrong
 
 
 def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
@@ -238,8 +307,13 @@ def _unknown(site: str, names: list[str], root: Path) -> str:
 
 
 def _ranges(indices: list[int]) -> str:
+    """``no batch``, ``batch 3``, ``batches 3..7`` (consecutive) or ``12 batches, 3..40``."""
     if not indices:
         return "no batch"
+    if len(indices) == 1:
+        return f"batch {indices[0]}"
+    if indices[-1] - indices[0] == len(indices) - 1:
+        return f"batches {indices[0]}..{indices[-1]}"
     return f"{len(indices)} batches, {indices[0]}..{indices[-1]}"
 
 

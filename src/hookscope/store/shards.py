@@ -11,6 +11,11 @@ private copy-on-write mapping: the file is never changed) and each tensor is a v
 so nothing is read until it is used, and a slice reads only its pages. Nothing is unpickled:
 the header is JSON, dtypes come from a fixed table, file names must stay inside the store.
 
+Damage: every tensor's bytes have a CRC-32 in the shard's metadata (``"crc32"``), checked the
+first time the tensor is read (``MappedShards(root, verify=True)``); a shard that is truncated,
+missing, or whose header or bytes do not match raises ``DamagedShardError`` naming it, and the
+rest of the store reads as before.
+
 A statistics table (``RunningStats`` by (site, kind, key)) is a shard too: its tensors are the
 statistics' own, its metadata lists the labels (``write_stats``, ``read_table``).
 """
@@ -22,6 +27,7 @@ import json
 import math
 import os
 import struct
+import zlib
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
@@ -30,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ..core.records import Label
-from ..errors import StoreError
+from ..errors import DamagedShardError, StoreError
 from ..files import write_atomically
 from ..optional import require
 from ..stats.streaming import RunningStats, merge_tables
@@ -56,9 +62,11 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
     """Write ``tensors`` to the shard ``path`` atomically; return its index (``read_index``'s form)."""
     save_file = require("safetensors.torch").save_file
     owned = _owning(tensors)
+    sums = {name: checksum(t.untyped_storage(), t.storage_offset() * t.element_size(), t.nbytes)
+            for name, t in owned.items()}  # fmt: skip
 
     def write(tmp: Path) -> None:
-        save_file(owned, str(tmp), metadata={META_KEY: json.dumps(meta)})
+        save_file(owned, str(tmp), metadata={META_KEY: json.dumps({**meta, "crc32": sums})})
         os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates files 0600; shards follow the umask as JSON does
 
     try:
@@ -69,17 +77,23 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
 
 
 def read_index(path: Path) -> dict[str, Any]:
-    """A shard's header: ``{"bytes", "data_start", "meta", "tensors": {name: (dtype, shape, [begin, end])}}``."""
+    """A shard's header: ``{"bytes", "data_start", "meta", "tensors": {name: (dtype, shape, [begin, end])}}``.
+
+    Raises ``DamagedShardError`` for a file that is missing, truncated or whose header is not one.
+    """
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
             (length,) = struct.unpack("<Q", f.read(8))
             if length > min(size - 8, 1 << 30):
-                raise StoreError(f"{path} is not a safetensors file (header of {length} bytes)")
+                raise ValueError(f"not a safetensors file: a header of {length} bytes in a file of {size}")
             header = json.loads(f.read(length))
-    except (OSError, ValueError, struct.error) as err:
-        raise StoreError(f"cannot read shard {path}: {one_line(err)}") from err
-    meta = json.loads(header.pop("__metadata__", {}).get(META_KEY, "{}"))
+        meta = json.loads(header.pop("__metadata__", {}).get(META_KEY, "{}"))
+        ends = [8 + length + info["data_offsets"][1] for info in header.values()]
+    except (OSError, ValueError, struct.error, AttributeError, KeyError, TypeError, IndexError) as err:
+        raise DamagedShardError(str(path), one_line(err)) from err
+    if max(ends, default=0) > size:
+        raise DamagedShardError(str(path), f"truncated ({size} bytes, {max(ends)} needed)")
     safetensors_names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                          "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
                          "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32",
@@ -100,13 +114,18 @@ def inside(root: Path, relative: str) -> Path:
 
 
 class MappedShards:
-    """The shards of one store, memory-mapped on first use; tensors are views into them."""
+    """The shards of one store, memory-mapped on first use; tensors are views into them.
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    ``verify``: check a tensor's CRC-32 (when its shard has one) as it is mapped, reading its bytes once.
+    """
+
+    def __init__(self, root: Path, *, verify: bool = True) -> None:
+        self.root, self.verify = root, verify
         self._storages: dict[str, torch.UntypedStorage] = {}
 
-    def tensor(self, file: str, data_start: int, dtype: str, shape: list[int], offsets: list[int]) -> Tensor:
+    def tensor(
+        self, file: str, data_start: int, dtype: str, shape: list[int], offsets: list[int], crc32: int = -1
+    ) -> Tensor:
         """The tensor at ``offsets`` of ``file``: a view of the mapped file, or a copy when misaligned."""
         kind = DTYPES.get(dtype)
         if kind is None:
@@ -118,6 +137,8 @@ class MappedShards:
         if begin == end:
             return torch.empty(shape, dtype=kind)
         storage = self._storage(file, end)
+        if self.verify and crc32 >= 0 and checksum(storage, begin, end - begin) != crc32:
+            raise DamagedShardError(file, f"bytes {begin}..{end} fail their checksum")
         if begin % itemsize:  # safetensors aligns its data; a file from elsewhere may not be
             raw = torch.empty(0, dtype=torch.uint8).set_(storage, begin, (end - begin,), (1,))
             return raw.clone().view(kind).reshape(shape)
@@ -127,12 +148,14 @@ class MappedShards:
         if file not in self._storages:
             path = inside(self.root, file)
             size = path.stat().st_size if path.is_file() else -1
-            if size < needed:
-                what = "is missing" if size < 0 else f"is truncated ({size} bytes, {needed} needed)"
-                raise StoreError(f"shard {path} {what}; the store is damaged")
+            if size <= 0:
+                raise DamagedShardError(file, "missing" if size < 0 else "empty")
             mapped = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
             self._storages[file] = cast(torch.UntypedStorage, mapped)
-        return self._storages[file]
+        storage = self._storages[file]
+        if storage.nbytes() < needed:
+            raise DamagedShardError(file, f"truncated ({storage.nbytes()} bytes, {needed} needed)")
+        return storage
 
 
 # -- statistics tables ----------------------------------------------------------------------
@@ -155,8 +178,11 @@ def read_table(mapped: MappedShards, relative: str) -> dict[Label, RunningStats]
     table = {}
     for label in index["meta"].get("labels", []):
         prefix = label["prefix"] + "."
+        sums = index["meta"].get("crc32", {})
         named = {
-            name.removeprefix(prefix): mapped.tensor(relative, index["data_start"], *index["tensors"][name])
+            name.removeprefix(prefix): mapped.tensor(
+                relative, index["data_start"], *index["tensors"][name], sums.get(name, -1)
+            )
             for name in index["tensors"]
             if name.startswith(prefix)
         }
@@ -164,6 +190,14 @@ def read_table(mapped: MappedShards, relative: str) -> dict[Label, RunningStats]
         stats.shape, stats.dtype = tuple(label["shape"]), label["dtype"]
         table[(label["site"], label["kind"], label["key"])] = stats
     return table
+
+
+def checksum(storage: torch.UntypedStorage, begin: int, nbytes: int) -> int:
+    """The CRC-32 of ``nbytes`` bytes of ``storage`` (CPU) from byte ``begin``, read in place."""
+    if not nbytes:
+        return 0
+    raw = torch.empty(0, dtype=torch.uint8).set_(storage, begin, (nbytes,), (1,))
+    return zlib.crc32(raw.numpy())
 
 
 def _strides(shape: list[int]) -> list[int]:
