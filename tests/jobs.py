@@ -5,6 +5,9 @@
                                                            prints JSON with its resident memory
 ``python -m tests.jobs ranks OUT``                         a tensor run (DataLoader) and a statistics
                                                            run (a generator) into OUT/acts, OUT/stats
+``python -m tests.jobs durable OUT LOG [--resume] [--stats]`` 40 slow batches into shards that never
+                                                           fill (flushed every DURABLE_FLUSH seconds);
+                                                           LOG gets "index monotonic-time" as each completes
 """
 
 from __future__ import annotations
@@ -43,6 +46,28 @@ def tensors(out: str, slow: bool, resume: bool) -> None:
 
     extract(small_net(), list(images(100, 16)), out=out, select=["0", "2"], max_memory="1MB", shard_size=1,
             progress=False, forward=forward, resume=resume)  # fmt: skip
+
+
+DURABLE_FLUSH = 0.25  # seconds: the flush_every of the durable job
+DURABLE_BATCHES = 40
+
+
+def durable(out: str, log: str, resume: bool, stats: bool) -> None:
+    def forward(model: nn.Module, batch: Any) -> Any:
+        time.sleep(0.06)
+        return model(batch)
+
+    def logged(batches: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
+        with open(log, "a", encoding="ascii") as f:
+            for i, batch in enumerate(batches):
+                if i:  # asked for batch i: batch i - 1 is finished (handed to the writer)
+                    f.write(f"{i - 1} {time.monotonic()}\n")
+                    f.flush()
+                yield batch
+
+    batches = list(images(DURABLE_BATCHES, 32))
+    extract(small_net(), batches if resume else logged(iter(batches)), out=out, select=["0", "2"], progress=False,
+            forward=forward, resume=resume, stats_only=stats, flush_every=DURABLE_FLUSH)  # fmt: skip
 
 
 def memory(out: str, max_memory: str) -> None:
@@ -84,3 +109,5 @@ if __name__ == "__main__":
         memory(out, rest[0])
     elif job == "ranks":
         ranks(out)
+    elif job == "durable":
+        durable(out, rest[0], resume="--resume" in rest, stats="--stats" in rest)

@@ -133,11 +133,18 @@ def run_extract(args: argparse.Namespace) -> int:
     loaded = _load(args)
     preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
     loader = DataLoader(input_dataset(args.inputs, preprocess), batch_size=args.batch_size, num_workers=args.workers)
-    run = extract(
-        loaded.model, loader, out=args.out, select=args.select, kinds=tuple(args.kinds), max_memory=args.max_memory,
-        reduce=_reduction(args.reduce, args.dtype), stats_only=args.stats_only, per_channel=args.per_channel,
-        resume=args.resume, force=args.force, progress=not args.no_progress, shard_size=args.shard_size,
-    )  # fmt: skip
+    try:
+        run = extract(
+            loaded.model, loader, out=args.out, select=args.select, kinds=tuple(args.kinds),
+            max_memory=args.max_memory, reduce=_reduction(args.reduce, args.dtype), stats_only=args.stats_only,
+            per_channel=args.per_channel, resume=args.resume, force=args.force, progress=not args.no_progress,
+            shard_size=args.shard_size, flush_every=args.flush_every,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        kept = len(load(args.out).batches) if os.path.isdir(args.out) else 0
+        print(f"hookscope: interrupted; the store {args.out} keeps the {kept} batches finished before it: rerun "
+              "the same command with --resume to continue it", file=sys.stderr)  # fmt: skip
+        return 130
     if os.environ.get("RANK", "0") == "0":
         print(run.path)
     return 0

@@ -165,6 +165,8 @@ def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the store to write (a folder)")
     p.add_argument("--max-memory", default="2GB", help="tensors held before the writer catches up (default: 2GB)")
     p.add_argument("--shard-size", default="256MB", help="bytes per shard file (default: 256MB)")
+    p.add_argument("--flush-every", type=float, default=5.0, metavar="SECONDS",
+                   help="a finished batch is on disk within this many seconds (default: 5)")  # fmt: skip
     p.add_argument("--reduce", nargs="+", default=[], metavar="REDUCTION",
                    help="spatial_mean, first_rows:N, top_channels:K, applied in order")  # fmt: skip
     p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast what is written")
