@@ -8,6 +8,7 @@ uninterrupted run of the same job.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -172,3 +173,85 @@ def test_flush_every_must_be_a_positive_number(tmp_path: Path) -> None:
         with pytest.raises(hookscope.OptionError, match="flush_every must be a number of seconds above 0"):
             extract(small_net(), images(1, 8), out=tmp_path / "x", flush_every=wrong)  # type: ignore[arg-type]
         assert not (tmp_path / "x").exists()
+
+
+# -- damaged shards ----------------------------------------------------------------------------
+def one_shard_per_batch(out: Path, batches: int = 8) -> hookscope.Run:
+    return extract(small_net(), images(batches, 8), out=out, select=["0", "2"], shard_size=1, progress=False)
+
+
+def shard_of(run: hookscope.Run, batch: int) -> Path:
+    """The file holding ``batch`` (one batch per shard here), from the manifest's index."""
+    rows = [dict(zip(run.manifest["tensor_columns"], row, strict=True)) for row in run.manifest["tensors"]]
+    (number,) = {row["shard"] for row in rows if row["batch"] == batch}
+    return run.path / run.manifest["shards"][number]["file"]
+
+
+def flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def as_if_killed(root: Path) -> None:
+    """The manifest a killed run leaves: marked running, no index (the shards describe themselves)."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest.update(status="running", batches=[], shards=[], tensors=[], layouts={})
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_truncated_shard_costs_its_own_batch_only(tmp_path: Path) -> None:
+    reference = one_shard_per_batch(tmp_path / "whole")
+    store = one_shard_per_batch(tmp_path / "cut")
+    damaged = shard_of(store, 3)
+    damaged.write_bytes(damaged.read_bytes()[:-100])
+    with pytest.warns(hookscope.StoreWarning, match=rf"{damaged.name} is damaged .*; batch 3 left out, the other 7"):
+        run = load(store.path)
+    assert run.batches == [0, 1, 2, 4, 5, 6, 7] and list(run.damaged) == [f"shards/{damaged.name}"]
+    assert_batches_equal(run, reference, run.batches)
+    expected = [reference.batch(b)["0"].output for b in run.batches]
+    assert all(torch.equal(c.value_of("output"), e) for c, e in zip(run["0"].calls, expected, strict=True))
+    with pytest.raises(hookscope.DamagedShardError, match=rf"{damaged.name} is damaged.*batch 3 was in it"):
+        run.batch(3)
+    assert "1 damaged shard(s) left out" in run.describe()
+
+
+def test_a_bit_flip_in_a_tensor_fails_its_checksum_and_costs_its_batch_only(tmp_path: Path) -> None:
+    reference = one_shard_per_batch(tmp_path / "whole")
+    store = one_shard_per_batch(tmp_path / "flipped")
+    damaged = shard_of(store, 5)
+    data_start = next(s["data_start"] for s in store.manifest["shards"] if s["file"].endswith(damaged.name))
+    flip(damaged, data_start + 41)
+    run = load(store.path)  # the size is right: nothing to see until the bytes are read
+    assert run.batches == list(range(8))
+    with pytest.warns(hookscope.StoreWarning, match=rf"{damaged.name} is damaged \(bytes .* fail their checksum\)"):
+        record = run["0"]
+    assert len(record.calls) == 7 and run.batches == [0, 1, 2, 3, 4, 6, 7]
+    assert_batches_equal(run, reference, run.batches)
+    with pytest.raises(hookscope.DamagedShardError, match="batch 5 was in it"):
+        run.batch(5)
+    unchecked = load(store.path, verify=False).batch(5)  # verify=False reads what is there, flipped bit included
+    assert not all(torch.equal(unchecked[s].output, reference.batch(5)[s].output) for s in ("0", "2"))
+
+
+@pytest.mark.parametrize("damage", ["header", "truncated"])
+def test_a_killed_run_with_a_damaged_shard_opens_and_resume_extracts_it_again(tmp_path: Path, damage: str) -> None:
+    reference = one_shard_per_batch(tmp_path / "whole")
+    store = one_shard_per_batch(tmp_path / "killed")
+    damaged = shard_of(store, 2)
+    as_if_killed(store.path)
+    if damage == "header":
+        flip(damaged, 8)  # the header's opening brace: not JSON any more
+    else:
+        damaged.write_bytes(damaged.read_bytes()[:-1])
+    with pytest.warns(hookscope.StoreWarning, match=rf"{damaged.name} is damaged"):
+        run = load(store.path)
+    assert run.batches == [0, 1, 3, 4, 5, 6, 7] and not run.complete
+    assert_batches_equal(run, reference, run.batches)
+    with pytest.warns(hookscope.StoreWarning, match=rf"moved 1 damaged file\(s\) to damaged/.*{damaged.name}"):
+        extract(small_net(), images(8, 8), out=store.path, select=["0", "2"], shard_size=1, progress=False,
+                resume=True)  # fmt: skip
+    resumed = load(store.path)
+    assert resumed.complete and resumed.batches == list(range(8)) and not resumed.damaged
+    assert_batches_equal(resumed, reference, resumed.batches)
+    assert (store.path / "damaged" / damaged.name).is_file()
