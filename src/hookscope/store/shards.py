@@ -62,7 +62,7 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
     """Write ``tensors`` to the shard ``path`` atomically; return its index (``read_index``'s form)."""
     save_file = require("safetensors.torch").save_file
     owned = _owning(tensors)
-    sums = {name: checksum(t.untyped_storage(), t.storage_offset() * t.element_size(), t.nbytes)
+    sums = {name: checksum(t.untyped_storage(), int(t.storage_offset()) * t.element_size(), t.nbytes)
             for name, t in owned.items()}  # fmt: skip
 
     def write(tmp: Path) -> None:
@@ -179,13 +179,11 @@ def read_table(mapped: MappedShards, relative: str) -> dict[Label, RunningStats]
     for label in index["meta"].get("labels", []):
         prefix = label["prefix"] + "."
         sums = index["meta"].get("crc32", {})
-        named = {
-            name.removeprefix(prefix): mapped.tensor(
-                relative, index["data_start"], *index["tensors"][name], sums.get(name, -1)
-            )
-            for name in index["tensors"]
-            if name.startswith(prefix)
-        }
+        named = {}
+        for name in (n for n in index["tensors"] if n.startswith(prefix)):
+            dtype, shape, offsets = index["tensors"][name]
+            crc = sums.get(name, -1)
+            named[name.removeprefix(prefix)] = mapped.tensor(relative, index["data_start"], dtype, shape, offsets, crc)
         stats = RunningStats.from_tensors(named, channel_dim=label["channel_dim"])
         stats.shape, stats.dtype = tuple(label["shape"]), label["dtype"]
         table[(label["site"], label["kind"], label["key"])] = stats
@@ -197,7 +195,7 @@ def checksum(storage: torch.UntypedStorage, begin: int, nbytes: int) -> int:
     if not nbytes:
         return 0
     raw = torch.empty(0, dtype=torch.uint8).set_(storage, begin, (nbytes,), (1,))
-    return zlib.crc32(raw.numpy())
+    return zlib.crc32(raw.numpy().data)
 
 
 def _strides(shape: list[int]) -> list[int]:
