@@ -168,6 +168,20 @@ def test_integrated_gradients_match_captum(resnet: nn.Module, image: Tensor, bas
     assert delta.abs().min() > 1e-6  # the BatchNorm shifts make the delta real, not rounding
 
 
+def test_a_number_is_a_constant_baseline_as_in_captum(resnet: nn.Module, image: Tensor) -> None:
+    """Captum takes baselines=0.00001 as the image filled with 0.00001."""
+    attr, delta = attribute(
+        resnet, image, "integrated_gradients", TARGETS, baseline=0.00001, steps=8, return_delta=True
+    )
+    ref, ref_delta = IntegratedGradients(resnet).attribute(
+        _captum_input(image), baselines=0.00001, target=TARGETS, n_steps=8, method="gausslegendre",
+        return_convergence_delta=True,
+    )  # fmt: skip
+    assert torch.allclose(attr, ref, atol=1e-10)
+    assert torch.allclose(delta, ref_delta, atol=1e-10)
+    assert not torch.allclose(attr, attribute(resnet, image, "integrated_gradients", TARGETS, steps=8), atol=1e-10)
+
+
 def test_integrated_gradients_batch_size_does_not_change_the_result(resnet: nn.Module, image: Tensor) -> None:
     whole = attribute(resnet, image, "integrated_gradients", TARGETS, steps=6)
     assert torch.allclose(attribute(resnet, image, "integrated_gradients", TARGETS, steps=6, batch_size=5), whole)

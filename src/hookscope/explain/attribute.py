@@ -42,28 +42,32 @@ from torch import Tensor, nn
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..errors import OptionError
-from .targets import Target, scores
+from .notes import once_each
+from .targets import Target, logits, scores
 
 Method = Literal["saliency", "input_x_gradient", "smoothgrad", "integrated_gradients", "guided_backprop"]
 ATTRIBUTION_METHODS: tuple[str, ...] = get_args(Method)
-Baseline = Union[Literal["zeros", "blur", "uniform"], Tensor, None]
+Baseline = Union[Literal["zeros", "blur", "uniform"], Tensor, float, None]
 BLUR_SIGMA = 0.05  # the "blur" baseline's Gaussian std, as a fraction of the image's larger side
 UNIFORM_SEED = 0  # the "uniform" baseline is the same on every call
 
 Points = Callable[[Tensor, Tensor], Tensor]  # (steps, images) of some rows -> those rows' inputs
+Forward = Callable[[Tensor], Any]  # the model, or the model and the pick of its output's tensor
 
 
 @overload
 def attribute(
     model: nn.Module, x: Tensor, method: Method = ..., target: Target = ..., *,
     baseline: Baseline = ..., steps: int = ..., batch_size: int | None = ..., samples: int = ...,
-    noise: float = ..., generator: torch.Generator | None = ..., return_delta: Literal[False] = ...,
+    noise: float = ..., generator: torch.Generator | None = ..., output: str | None = ...,
+    return_delta: Literal[False] = ...,
 ) -> Tensor: ...  # fmt: skip
 @overload
 def attribute(
     model: nn.Module, x: Tensor, method: Method = ..., target: Target = ..., *,
     baseline: Baseline = ..., steps: int = ..., batch_size: int | None = ..., samples: int = ...,
-    noise: float = ..., generator: torch.Generator | None = ..., return_delta: Literal[True],
+    noise: float = ..., generator: torch.Generator | None = ..., output: str | None = ...,
+    return_delta: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...  # fmt: skip
 def attribute(
     model: nn.Module,
@@ -77,39 +81,52 @@ def attribute(
     samples: int = 25,
     noise: float = 0.15,
     generator: torch.Generator | None = None,
+    output: str | None = None,
     return_delta: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attributions of ``model``'s ``target`` score to ``x``, with ``x``'s shape (see the module doc).
 
     ``baseline`` (integrated gradients): None or "zeros", "blur" (x blurred), "uniform" (fixed
-    noise within each image's range) or a tensor broadcastable to x. ``steps`` / ``samples``: the
+    noise within each image's range), a number (a constant image, as Captum takes) or a tensor
+    broadcastable to x. ``steps`` / ``samples``: the
     integration points / noisy copies per image, sent ``batch_size`` rows at a time (None: all
     at once). ``generator`` makes smoothgrad's noise reproducible. ``return_delta`` also returns
-    integrated gradients' per-image ``sum(attr) - (score(x) - score(baseline))``.
+    integrated gradients' per-image ``sum(attr) - (score(x) - score(baseline))``. ``output``
+    picks the tensor of a structured model output that the target indexes (see
+    ``hookscope.explain.targets``).
     """
     _check_options(x, method, steps, samples, noise, batch_size)
     if return_delta and method != "integrated_gradients":
         raise OptionError(f"return_delta=True needs method='integrated_gradients', got method={method!r}")
-    with torch.inference_mode(False), torch.enable_grad():
+    forward: Forward = model if output is None else partial(_pick_output, model, output)
+    with torch.inference_mode(False), torch.enable_grad(), once_each():  # each step may say the same
         x = x.detach().clone()  # a normal tensor even if x was made in inference mode
         if method == "integrated_gradients":
-            attr, delta = _integrated_gradients(model, x, target, baseline, steps, batch_size)
+            attr, delta = _integrated_gradients(forward, x, target, baseline, steps, batch_size)
             return (attr, delta) if return_delta else attr
         if method == "smoothgrad":
-            return _smoothgrad(model, x, target, samples, noise, batch_size, generator)
+            return _smoothgrad(forward, x, target, samples, noise, batch_size, generator)
         if method == "guided_backprop":
-            return _guided_backprop(model, x, target)
-        grad = _gradient(model, x, target)[0]
+            return _guided_backprop(model, forward, x, target)
+        grad = _gradient(forward, x, target)[0]
         return grad if method == "saliency" else x * grad
 
 
-def _gradient(model: nn.Module, x: Tensor, target: Target) -> tuple[Tensor, Tensor]:
+def _pick_output(model: nn.Module, key: str, x: Tensor) -> Tensor:
+    return logits(model(x), key)
+
+
+def _name(forward: Forward) -> str:
+    return type(forward.args[0] if isinstance(forward, partial) else forward).__name__
+
+
+def _gradient(model: Forward, x: Tensor, target: Target) -> tuple[Tensor, Tensor]:
     """d score / d x row by row, and the scores: ``(N, ...)`` and ``(N,)``, both detached."""
     inputs = x.detach().requires_grad_(True)
     score, _ = scores(model(inputs.clone()), target)  # a non-leaf copy: the model may change it in place
     if not score.requires_grad:
         raise OptionError(
-            f"the target score of {type(model).__name__} does not depend on x through autograd "
+            f"the target score of {_name(model)} does not depend on x through autograd "
             "(the model detaches, or runs under torch.no_grad() inside forward); nothing to differentiate"
         )
     (grad,) = torch.autograd.grad(score.sum(), inputs, allow_unused=True, materialize_grads=True)
@@ -117,7 +134,7 @@ def _gradient(model: nn.Module, x: Tensor, target: Target) -> tuple[Tensor, Tens
 
 
 def _smoothgrad(
-    model: nn.Module, x: Tensor, target: Target, samples: int, noise: float, batch_size: int | None,
+    model: Forward, x: Tensor, target: Target, samples: int, noise: float, batch_size: int | None,
     generator: torch.Generator | None,
 ) -> Tensor:  # fmt: skip
     """Mean d score / d x over ``samples`` copies x + N(0, (noise * (max - min))^2) of each image.
@@ -138,7 +155,7 @@ def _smoothgrad(
 
 
 def _integrated_gradients(
-    model: nn.Module, x: Tensor, target: Target, baseline: Baseline, steps: int, batch_size: int | None
+    model: Forward, x: Tensor, target: Target, baseline: Baseline, steps: int, batch_size: int | None
 ) -> tuple[Tensor, Tensor]:
     """Integrated gradients from ``baseline`` to x by ``steps``-point Gauss-Legendre, and the delta.
 
@@ -159,7 +176,7 @@ def _integrated_gradients(
     return attr, attr.flatten(1).sum(1) - (score_x - score_base)
 
 
-def _guided_backprop(model: nn.Module, x: Tensor, target: Target) -> Tensor:
+def _guided_backprop(model: nn.Module, forward: Forward, x: Tensor, target: Target) -> Tensor:
     """d score / d x with every ``nn.ReLU`` module letting only positive gradients back.
 
     A forward hook on each ReLU hooks its output tensor and clamps the incoming gradient to
@@ -175,7 +192,7 @@ def _guided_backprop(model: nn.Module, x: Tensor, target: Target) -> Tensor:
         for relu in relus:
             handles.on_forward(relu, partial(_guide_output, handles))
         with run_eagerly() if is_compiled(model) else nullcontext():  # compiled code skips new hooks
-            grad = _gradient(model, x, target)[0]
+            grad = _gradient(forward, x, target)[0]
         ran = len(handles) > len(relus)  # each ReLU call with grad added one tensor hook
     finally:
         handles.remove()
@@ -201,7 +218,7 @@ def _relu_message(model: nn.Module, problem: str) -> str:
 
 
 def _weighted_gradients(
-    model: nn.Module, points: Points, weights: Tensor, x: Tensor, target: Target, batch_size: int | None
+    model: Forward, points: Points, weights: Tensor, x: Tensor, target: Target, batch_size: int | None
 ) -> Tensor:
     """sum_s weights[s] * d score / d input at ``points(s, i)``, for each image i of x: x's shape.
 
@@ -242,6 +259,8 @@ def make_baseline(x: Tensor, baseline: Baseline) -> Tensor:
             raise OptionError(
                 f"baseline of shape {tuple(baseline.shape)} does not broadcast to x's shape {tuple(x.shape)}"
             ) from err
+    if isinstance(baseline, (int, float)) and not isinstance(baseline, bool):
+        return torch.full_like(x, baseline)
     if baseline is None or baseline == "zeros":
         return torch.zeros_like(x)
     if baseline == "blur":
@@ -251,8 +270,8 @@ def make_baseline(x: Tensor, baseline: Baseline) -> Tensor:
         low = x.flatten(1).amin(1).view(_row_shape(x))
         return low + noise.to(x.device) * _span(x)
     raise OptionError(
-        f"baseline={baseline!r} is not a baseline; pass None or 'zeros', 'blur', 'uniform', or a tensor "
-        "broadcastable to x"
+        f"baseline={baseline!r} is not a baseline; pass None or 'zeros', 'blur', 'uniform', a number, "
+        "or a tensor broadcastable to x"
     )
 
 
@@ -275,7 +294,7 @@ def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
     return x
 
 
-def _fixed_target(model: nn.Module, x: Tensor, target: Target) -> tuple[Tensor, Target]:
+def _fixed_target(model: Forward, x: Tensor, target: Target) -> tuple[Tensor, Target]:
     """Scores of x ``(B,)``, and the target as ``(B,)`` class indices (a callable stays as it is)."""
     with torch.no_grad():
         score, index = scores(model(x.clone()), target)  # a copy: the model may change it in place

@@ -6,8 +6,9 @@
 
 The maths are pure functions on a layer's activations and gradients, each (B, C, h, w) (use
 ``hookscope.tokens.spatial_maps`` for token activations), returning raw maps (B, h, w) at the
-layer's resolution, ReLU applied; ``normalize_maps`` resizes them to the input and scales each to
-[0, 1]. ``GRAD_METHODS`` maps a gradient method's name to its function; ``CAM_METHODS`` adds the
+layer's resolution, ReLU applied; ``normalize_maps`` scales each to [0, 1] at that resolution and
+then resizes it to the input (pytorch-grad-cam's order: a flat map, a 1x1 layer's, stays 0).
+``GRAD_METHODS`` maps a gradient method's name to its function; ``CAM_METHODS`` adds the
 forward-only ones (Score-CAM, Eigen-CAM), which have drivers of their own below. A new gradient
 method is a function and a ``GRAD_METHODS`` entry; a new forward-only one also gets a branch in
 ``cam()``.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -35,12 +37,15 @@ from ..core.capture import capture, probe
 from ..core.records import Call
 from ..errors import CaptureWarning, OptionError, SelectionError
 from ..tokens import spatial_maps
-from .targets import Target, scores
+from .notes import once_each
+from .signed import warn_if_signed
+from .targets import Target, choose_key, scores, several_tensors
 
 log = logging.getLogger("hookscope")
 
 # -- the maths ------------------------------------------------------------------------------------
 _EPS = 1e-7
+FLAT = 1e-6  # a map whose max - min is at most this share of its largest magnitude is flat
 
 
 def grad_cam(activations: Tensor, gradients: Tensor) -> Tensor:
@@ -106,12 +111,18 @@ def score_cam(activations: Tensor, channel_scores: Tensor) -> Tensor:
 
 
 def normalize_maps(maps: Tensor, size: tuple[int, int] | None = None) -> Tensor:
-    """(B, h, w) maps resized (bilinear) to ``size`` and scaled per image to [0, 1]; flat maps are 0."""
-    if size is not None and tuple(maps.shape[-2:]) != tuple(size):
-        maps = F.interpolate(maps[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
+    """(B, h, w) maps scaled per image to [0, 1] at their own size, then resized (bilinear) to ``size``.
+
+    The order is pytorch-grad-cam's (scale, then resize), so a flat map comes out exactly 0: one
+    whose max - min is at most ``FLAT`` times its largest magnitude (rounding, not a signal).
+    """
     low = maps.amin(dim=(1, 2), keepdim=True)
     span = maps.amax(dim=(1, 2), keepdim=True) - low
-    return torch.where(span > 0, (maps - low) / span.clamp_min(1e-12), torch.zeros_like(maps))
+    flat = span <= FLAT * maps.abs().amax(dim=(1, 2), keepdim=True)
+    maps = torch.where(flat, torch.zeros_like(maps), (maps - low) / span.clamp_min(1e-12))
+    if size is not None and tuple(maps.shape[-2:]) != tuple(size):
+        maps = F.interpolate(maps[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
+    return maps
 
 
 # -- the registry and the driver ------------------------------------------------------------------
@@ -124,6 +135,16 @@ GRAD_METHODS: dict[str, GradMethod] = {
     "layercam": layer_cam,
 }
 CAM_METHODS = (*GRAD_METHODS, "scorecam", "eigencam")
+SIGN_SENSITIVE = ("gradcam++", "xgradcam")  # their weights divide by sum_ab A_ab, assumed >= 0 (see .signed)
+
+
+class Where(NamedTuple):
+    """Which tensors cam() reads: the layer's call and output key, and the model's output key."""
+
+    layer: str
+    call: int
+    key: str | None
+    output: str | None
 
 
 def cam(
@@ -134,27 +155,38 @@ def cam(
     *,
     layer: str | None = None,
     call: int = -1,
+    key: str | None = None,
+    output: str | None = None,
     batch_size: int = 32,
 ) -> Tensor:
     """Heatmaps (B, H, W) at ``x``'s size, each scaled to [0, 1], for ``target`` (top-1 when None).
 
     ``layer`` is a module name; without one, the last layer whose output is still a spatial map
     is used (``pick_layer`` says which; it is logged on the "hookscope" logger). ``call`` picks the
-    layer's call when it runs several times (the last by default). ``batch_size`` bounds the
-    masked copies Score-CAM runs at once.
+    layer's call when it runs several times (the last by default). ``key`` picks the tensor of a
+    layer that returns several (default: the first, with a ``CaptureWarning``); ``output`` the
+    tensor of the model's output that the target indexes (see ``hookscope.explain.targets``).
+    ``batch_size`` bounds the masked copies Score-CAM runs at once. Grad-CAM++ and XGrad-CAM warn
+    when more than 5% of the layer's activations are negative (a conv before its activation):
+    their weights assume non-negative ones (``hookscope.explain.signed``).
     """
     if method not in CAM_METHODS:
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
-    if layer is None:
-        layer, call = pick_layer(model, x)
-    if method in GRAD_METHODS:
-        raw = _gradient_cam(model, x, GRAD_METHODS[method], target, layer, call)
-    elif method == "eigencam":
-        raw = eigen_cam(_activations(model, x, layer, call))
-    else:
-        raw = _score_cam(model, x, target, layer, call, batch_size)
+    with once_each():  # the passes below may each say the same thing
+        if layer is None:
+            layer, call = pick_layer(model, x)
+        where = Where(layer, call, key, output)
+        if method in GRAD_METHODS:
+            activations, gradients = _gradient_cam(model, x, target, where)
+            if method in SIGN_SENSITIVE:
+                warn_if_signed(model, x, method, activations, where.layer, where.call)
+            raw = GRAD_METHODS[method](activations, gradients)
+        elif method == "eigencam":
+            raw = eigen_cam(_activations(model, x, where))
+        else:
+            raw = _score_cam(model, x, target, where, batch_size)
     return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
 
 
@@ -167,7 +199,8 @@ def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
             f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1; pass layer=NAME"
         )
     last = max(spatial, key=lambda c: c.order)
-    log.info("hookscope.cam: using layer %r (call %d), output %s", last.site, last.index, tuple(last.output.shape))
+    shape = tuple(last.get("output").shape)
+    log.info("hookscope.cam: using layer %r (call %d), output %s", last.site, last.index, shape)
     return last.site, last.index
 
 
@@ -175,18 +208,30 @@ def _is_spatial(call: Call) -> bool:
     held = call.tensors.get("output")
     if not held:
         return False
-    first = next(iter(held.values()))
+    first = call.get("output")
     return first.dim() == 4 and first.shape[2] * first.shape[3] > 1 and first.is_floating_point()
 
 
-def _gradient_cam(model: nn.Module, x: Tensor, method: GradMethod, target: Target, layer: str, call: int) -> Tensor:
+def _layer_key(chosen: Call, where: Where) -> str | None:
+    """The key of the layer's output that cam() reads (None: no output held; ``get`` says why)."""
+    keys = chosen.keys("output")
+    if where.key is not None:
+        return choose_key(keys, where.key, f"the output of layer {where.layer!r}", "key")
+    if len(keys) > 1:
+        note = several_tensors(f"the output of layer {where.layer!r}", keys, "key")
+        warnings.warn(note, CaptureWarning, stacklevel=2)  # cam() says it again, at its caller
+    return keys[0] if keys else None
+
+
+def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor]:
+    """The layer's activations and the gradient of the target score with respect to them, as maps."""
     with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
-        found = _at_the_layer(model, x, target, layer, call) or _through_the_input(model, x, target, layer, call)
+        found = _at_the_layer(model, x, target, where) or _through_the_input(model, x, target, where)
     activations, gradients = found
-    return method(spatial_maps(activations, tokens=True), spatial_maps(gradients, tokens=True))
+    return spatial_maps(activations, tokens=True), spatial_maps(gradients, tokens=True)
 
 
-def _at_the_layer(model: nn.Module, x: Tensor, target: Target, layer: str, call: int) -> tuple[Tensor, Tensor] | None:
+def _at_the_layer(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor] | None:
     """One forward pass, the layer's outputs kept by reference (no copy), and a backward pass that
     stops at the chosen call's output (on a CNN, half the work). None when an in-place op changed an
     output of the layer after the hook saw it (the values and the gradient would be those of the
@@ -195,59 +240,69 @@ def _at_the_layer(model: nn.Module, x: Tensor, target: Target, layer: str, call:
     leaf = x.detach().clone().requires_grad_(True)
     with warnings.catch_warnings():  # what could go wrong is checked below, and by the second pass
         warnings.simplefilter("ignore", CaptureWarning)
-        with capture(model, layer, detach=False, clone=False) as live:
-            picked, _ = scores(model(leaf.clone()), target)  # a copy: the model may change it in place
-    calls = live[layer].calls
-    if not -len(calls) <= call < len(calls) or live.changed_in_place():
+        with capture(model, where.layer, detach=False, clone=False) as live:
+            out = model(leaf.clone())  # a copy: the model may change its input in place
+    picked, _ = scores(out, target, where.output)
+    calls = live[where.layer].calls
+    if not -len(calls) <= where.call < len(calls) or live.changed_in_place():
         return None
-    outputs = list(calls[call].tensors.get("output", {}).values())
-    if len(outputs) != 1 or not outputs[0].requires_grad:
+    chosen = calls[where.call]
+    key = _layer_key(chosen, where)
+    output = chosen.get("output", key) if key is not None else None
+    if output is None or not output.requires_grad:
         return None
-    (gradient,) = torch.autograd.grad(picked.sum(), outputs[0], allow_unused=True)
-    return None if gradient is None else (outputs[0].detach(), gradient)
+    (gradient,) = torch.autograd.grad(picked.sum(), output, allow_unused=True)
+    return None if gradient is None else (output.detach(), gradient)
 
 
-def _through_the_input(model: nn.Module, x: Tensor, target: Target, layer: str, call: int) -> tuple[Tensor, Tensor]:
+def _through_the_input(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor]:
     """Copies of the layer's outputs, and their gradients taken by hooks on a backward pass that runs
     down to a copy of the input."""
     leaf = x.detach().clone().requires_grad_(True)
-    with capture(model, layer, kinds=("output", "grad_output")) as cap:
-        picked, _ = scores(model(leaf.clone()), target)
+    with capture(model, where.layer, kinds=("output", "grad_output")) as cap:
+        picked, _ = scores(model(leaf.clone()), target, where.output)
         torch.autograd.grad(picked.sum(), leaf)
-    chosen = _one_call(cap[layer].calls, layer, call)
-    return chosen.output, chosen.grad_output
+    chosen = _one_call(cap[where.layer].calls, where)
+    key = _layer_key(chosen, where)
+    return chosen.get("output", key), chosen.get("grad_output", key)
 
 
-def _activations(model: nn.Module, x: Tensor, layer: str, call: int) -> Tensor:
-    with capture(model, layer) as cap, torch.no_grad():
+def _activations(model: nn.Module, x: Tensor, where: Where) -> Tensor:
+    with capture(model, where.layer) as cap, torch.no_grad():
         model(x)
-    return spatial_maps(_one_call(cap[layer].calls, layer, call).output, tokens=True)
+    chosen = _one_call(cap[where.layer].calls, where)
+    return spatial_maps(chosen.get("output", _layer_key(chosen, where)), tokens=True)
 
 
-def _score_cam(model: nn.Module, x: Tensor, target: Target, layer: str, call: int, batch_size: int) -> Tensor:
-    with capture(model, layer) as cap, torch.no_grad():
-        _, classes = scores(model(x), target)
-    activations = spatial_maps(_one_call(cap[layer].calls, layer, call).output, tokens=True)
+def _score_cam(model: nn.Module, x: Tensor, target: Target, where: Where, batch_size: int) -> Tensor:
+    with capture(model, where.layer) as cap, torch.no_grad():
+        _, classes = scores(model(x), target, where.output)
+    chosen = _one_call(cap[where.layer].calls, where)
+    activations = spatial_maps(chosen.get("output", _layer_key(chosen, where)), tokens=True)
     masks = score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
     per_image = [int(c) for c in classes] if classes is not None else [target] * len(x)
-    channel_scores = [_masked_scores(model, x[i], masks[i], per_image[i], batch_size) for i in range(len(x))]
+    channel_scores = [
+        _masked_scores(model, x[i], masks[i], per_image[i], where.output, batch_size) for i in range(len(x))
+    ]
     return score_cam(activations, torch.stack(channel_scores))
 
 
-def _masked_scores(model: nn.Module, image: Tensor, masks: Tensor, target: Target, batch_size: int) -> Tensor:
+def _masked_scores(
+    model: nn.Module, image: Tensor, masks: Tensor, target: Target, output: str | None, batch_size: int
+) -> Tensor:
     """Target score of ``image * mask`` for every mask of one image, ``batch_size`` at a time. (C,)."""
     out = []
     with torch.no_grad():
         for chunk in torch.split(masks, batch_size):
-            picked, _ = scores(model(image[None] * chunk[:, None]), target)  # chunk: (n, H, W)
+            picked, _ = scores(model(image[None] * chunk[:, None]), target, output)  # chunk: (n, H, W)
             out.append(picked)
     return torch.cat(out)
 
 
-def _one_call(calls: list[Call], layer: str, call: int) -> Call:
+def _one_call(calls: list[Call], where: Where) -> Call:
     try:
-        return calls[call]
+        return calls[where.call]
     except IndexError:
         raise OptionError(
-            f"layer {layer!r} ran {len(calls)} time(s) in this forward; call={call} does not exist"
+            f"layer {where.layer!r} ran {len(calls)} time(s) in this forward; call={where.call} does not exist"
         ) from None

@@ -1,14 +1,18 @@
 """What to explain: a target turned into one score per image, the thing that is differentiated.
 
-A target is ``None`` (each image's top-1 class), a class index for every image, one index per
-image (a list or a 1-D tensor), or a callable ``output -> (B,) scores`` for anything else (a
-regression output, a token's logit, a sum of classes). Scores are the raw outputs (logits), as
-in the Grad-CAM paper, pytorch-grad-cam and Captum; a model that returns a tuple, dict or
-``ModelOutput`` is explained through its first tensor.
+A target is ``None`` (each image's top-1 class), a class index for every image (an int or a 0-dim
+tensor, as in Captum), one index per image (a list or a 1-D tensor), or a callable
+``output -> (B,) scores`` for anything else (a regression output, a token's logit, a sum of
+classes). Scores are the raw outputs (logits), as in the Grad-CAM paper, pytorch-grad-cam and
+Captum. A model that returns a tuple, dict or ``ModelOutput`` is explained through the tensor at
+``output=KEY`` (a key as captures name them, ``out['logits']``, or its first step, ``logits``);
+without a key, through its first tensor, with a ``CaptureWarning`` that names it when there are
+several.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Union
 
@@ -16,17 +20,41 @@ import torch
 from torch import Tensor
 
 from ..core.tree import flatten
-from ..errors import TargetError
+from ..errors import CaptureWarning, OptionError, TargetError
 
 Target = Union[int, Sequence[int], Tensor, Callable[[Tensor], Tensor], None]
 
 
-def logits(output: object) -> Tensor:
-    """The tensor a target indexes: the output itself, or its first tensor."""
-    leaves = flatten(output)
+def logits(output: object, key: str | None = None) -> Tensor:
+    """The tensor a target indexes: the output itself, its tensor at ``key``, or its first tensor."""
+    leaves = dict(flatten(output))
     if not leaves:
         raise TargetError(f"the model returned {type(output).__name__} with no tensor in it; nothing to explain")
-    return leaves[0][1]
+    keys = list(leaves)
+    if key is not None:
+        return leaves[choose_key(keys, key, f"the output of the model ({type(output).__name__})", "output")]
+    if len(keys) > 1:
+        note = several_tensors(f"the model's output ({type(output).__name__})", keys, "output")
+        warnings.warn(note, CaptureWarning, stacklevel=2)
+    return leaves[keys[0]]
+
+
+def choose_key(keys: Sequence[str], wanted: str, what: str, option: str) -> str:
+    """The key among ``keys`` that ``wanted`` names: the key itself (``out['logits']``, ``out[0]``,
+    ``out.logits``) or its first step without ``out`` (``logits``, ``0``, ``['logits']``)."""
+    for candidate in (wanted, f"out{wanted}", f"out[{wanted!r}]", f"out.{wanted}", f"out[{wanted}]"):
+        if candidate in keys:
+            return candidate
+    raise OptionError(f"{what} has no tensor at {option}={wanted!r}; its keys are {', '.join(keys)}")
+
+
+def several_tensors(what: str, keys: Sequence[str], option: str) -> str:
+    """The note for a value holding several tensors, of which the first is used."""
+    others = ", ".join(keys[1:4]) + (", ..." if len(keys) > 4 else "")
+    return (
+        f"{what} holds {len(keys)} tensors; using the first, {keys[0]} (others: {others}); "
+        f"pass {option}={keys[1]!r} (or another key) to choose"
+    )
 
 
 def class_indices(output: Tensor, target: Target) -> Tensor:
@@ -39,8 +67,8 @@ def class_indices(output: Tensor, target: Target) -> Tensor:
     batch, classes = output.shape
     if target is None:
         return output.argmax(dim=1)
-    if isinstance(target, int):
-        index = torch.full((batch,), target, dtype=torch.long, device=output.device)
+    if isinstance(target, int) or (isinstance(target, Tensor) and target.dim() == 0):
+        index = torch.full((batch,), int(target), dtype=torch.long, device=output.device)
     elif isinstance(target, (Tensor, Sequence)):
         index = torch.as_tensor(target if isinstance(target, Tensor) else list(target), device=output.device)
         index = index.long().flatten()
@@ -54,9 +82,11 @@ def class_indices(output: Tensor, target: Target) -> Tensor:
     return index
 
 
-def scores(output: object, target: Target) -> tuple[Tensor, Tensor | None]:
-    """``(B,)`` scores to differentiate, and the class indices when the target was a class."""
-    out = logits(output)
+def scores(output: object, target: Target, key: str | None = None) -> tuple[Tensor, Tensor | None]:
+    """``(B,)`` scores to differentiate, and the class indices when the target was a class.
+
+    ``key`` picks the tensor of a structured output (see ``logits``)."""
+    out = logits(output, key)
     if callable(target) and not isinstance(target, Tensor):
         picked = target(out)
         if not isinstance(picked, Tensor) or picked.reshape(-1).shape != (len(out),):

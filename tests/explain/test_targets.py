@@ -1,0 +1,114 @@
+"""Targets and outputs for cam() and attribute(): a 0-dim tensor target (Captum's meaning), and
+``output=KEY`` for a model that returns several tensors."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torchvision
+from captum.attr import LayerAttribution, LayerGradCam, Saliency
+from torch import Tensor, nn
+
+from hookscope.errors import CaptureWarning, OptionError
+from hookscope.explain.attribute import attribute
+from hookscope.explain.cam import cam
+
+
+@pytest.fixture(scope="module")
+def resnet() -> nn.Module:
+    """resnet18 with random BatchNorm statistics, so that class 5's Grad-CAM maps are not all zero."""
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
+        bn.running_mean.normal_(0, 0.2)
+        bn.running_var.uniform_(0.5, 1.5)
+        nn.init.uniform_(bn.weight, 0.5, 1.5)
+        nn.init.normal_(bn.bias, 0, 0.2)
+    return model.double().eval()
+
+
+@pytest.fixture(scope="module")
+def three() -> Tensor:
+    return torch.randn(3, 3, 96, 96, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+
+
+def test_a_0_dim_tensor_target_is_every_images_class_as_in_captum(resnet: nn.Module, three: Tensor) -> None:
+    five = torch.tensor(5)
+    theirs = Saliency(resnet).attribute(three.clone().requires_grad_(True), target=five, abs=False)
+    torch.testing.assert_close(attribute(resnet, three, "saliency", five), theirs, atol=1e-12, rtol=0)
+    raw = LayerGradCam(resnet, resnet.layer4).attribute(three, target=five, relu_attributions=True)
+    low, high = raw.amin(dim=(2, 3), keepdim=True), raw.amax(dim=(2, 3), keepdim=True)
+    assert (high > low).all()  # three maps that are not flat
+    theirs = LayerAttribution.interpolate((raw - low) / (high - low), (96, 96), interpolate_mode="bilinear")[:, 0]
+    torch.testing.assert_close(cam(resnet, three, "gradcam", five, layer="layer4"), theirs.float(), atol=1e-5, rtol=0)
+
+
+class Body(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU())
+        self.logits = nn.Linear(6, 5)
+        self.box = nn.Linear(6, 4)
+
+
+class Detector(nn.Module):
+    """Returns {"box": (B, 4), "logits": (B, 5)}: the box comes first."""
+
+    def __init__(self, body: Body) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        pooled = self.body.features(x).mean(dim=(2, 3))
+        return {"box": self.body.box(pooled), "logits": self.body.logits(pooled)}
+
+
+class Classifier(nn.Module):
+    """The oracle: the same network, rewritten to return only the logits."""
+
+    def __init__(self, body: Body) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body.logits(self.body.features(x).mean(dim=(2, 3)))
+
+
+@pytest.fixture
+def pair() -> tuple[Detector, Classifier, Tensor]:
+    torch.manual_seed(0)
+    body = Body().double().eval()
+    return Detector(body), Classifier(body), torch.randn(2, 3, 8, 8, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("output", ["logits", "out['logits']"])
+def test_output_key_explains_that_tensor(pair: tuple[Detector, Classifier, Tensor], output: str) -> None:
+    detector, classifier, x = pair
+    for method in ("gradcam", "layercam", "scorecam"):
+        expected = cam(classifier, x, method, [4, 1], layer="body.features.1")
+        torch.testing.assert_close(cam(detector, x, method, [4, 1], layer="body.features.1", output=output), expected)
+    for method in ("saliency", "integrated_gradients", "guided_backprop"):
+        expected = attribute(classifier, x, method, None, steps=4)
+        torch.testing.assert_close(attribute(detector, x, method, None, steps=4, output=output), expected)
+
+
+def test_without_a_key_the_first_tensor_is_used_and_named_once(pair: tuple[Detector, Classifier, Tensor]) -> None:
+    detector, _, x = pair
+    first = r"the model's output \(dict\) holds 2 tensors; using the first, out\['box'\] \(others: out\['logits'\]\)"
+    for run in (
+        lambda: cam(detector, x, "gradcam", 3, layer="body.features.1"),
+        lambda: cam(detector, x, "scorecam", 3, layer="body.features.1", batch_size=2),
+        lambda: attribute(detector, x, "integrated_gradients", 3, steps=4, batch_size=3),
+    ):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            run()
+        assert len(seen) == 1 and seen[0].category is CaptureWarning
+        assert seen[0].filename == __file__  # said at the caller's line
+        with pytest.warns(CaptureWarning, match=first):
+            run()
+    unknown = r"has no tensor at output='score'; its keys are out\['box'\], out\['logits'\]"
+    with pytest.raises(OptionError, match=unknown):
+        attribute(detector, x, output="score")
