@@ -24,7 +24,6 @@ batch (and that second pass would update its statistics).
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Callable
 from typing import NamedTuple
@@ -33,15 +32,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core.capture import capture, probe
+from ..core.capture import capture
 from ..core.records import Call
-from ..errors import CaptureWarning, OptionError, SelectionError
+from ..errors import CaptureWarning, OptionError
 from ..tokens import spatial_maps
+from .layers import pick_layer
 from .notes import once_each
 from .signed import warn_if_signed
 from .targets import Target, choose_key, scores, several_tensors
-
-log = logging.getLogger("hookscope")
 
 # -- the maths ------------------------------------------------------------------------------------
 _EPS = 1e-7
@@ -162,7 +160,8 @@ def cam(
     """Heatmaps (B, H, W) at ``x``'s size, each scaled to [0, 1], for ``target`` (top-1 when None).
 
     ``layer`` is a module name; without one, the last layer whose output is still a spatial map
-    is used (``pick_layer`` says which; it is logged on the "hookscope" logger). ``call`` picks the
+    is used, or on a vision transformer the tokens its last attention reads
+    (``hookscope.explain.layers``; the choice is logged on the "hookscope" logger). ``call`` picks the
     layer's call when it runs several times (the last by default). ``key`` picks the tensor of a
     layer that returns several (default: the first, with a ``CaptureWarning``); ``output`` the
     tensor of the model's output that the target indexes (see ``hookscope.explain.targets``).
@@ -188,28 +187,6 @@ def cam(
         else:
             raw = _score_cam(model, x, target, where, batch_size)
     return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
-
-
-def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
-    """The (name, call) of the last module call whose output is a spatial map larger than 1x1."""
-    cap = probe(model, x)
-    spatial = [c for name, r in cap.items() if name for c in r.calls if _is_spatial(c)]
-    if not spatial:
-        raise SelectionError(
-            f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1; pass layer=NAME"
-        )
-    last = max(spatial, key=lambda c: c.order)
-    shape = tuple(last.get("output").shape)
-    log.info("hookscope.cam: using layer %r (call %d), output %s", last.site, last.index, shape)
-    return last.site, last.index
-
-
-def _is_spatial(call: Call) -> bool:
-    held = call.tensors.get("output")
-    if not held:
-        return False
-    first = call.get("output")
-    return first.dim() == 4 and first.shape[2] * first.shape[3] > 1 and first.is_floating_point()
 
 
 def _layer_key(chosen: Call, where: Where) -> str | None:

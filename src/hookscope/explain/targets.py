@@ -39,6 +39,19 @@ def logits(output: object, key: str | None = None) -> Tensor:
     return leaves[keys[0]]
 
 
+def explained(output: object, key: str | None = None) -> tuple[str, str | None]:
+    """The key of the tensor a target indexes in ``output`` (``key`` resolved, or the first), and a
+    note naming it when the model returned several tensors and no ``key`` chose one (else None)."""
+    keys = [k for k, _ in flatten(output)]
+    if not keys:
+        raise TargetError(f"the model returned {type(output).__name__} with no tensor in it; nothing to explain")
+    if key is not None:
+        return choose_key(keys, key, f"the output of the model ({type(output).__name__})", "output"), None
+    if len(keys) == 1:
+        return keys[0], None
+    return keys[0], several_tensors(f"the model's output ({type(output).__name__})", keys, "output")
+
+
 def choose_key(keys: Sequence[str], wanted: str, what: str, option: str) -> str:
     """The key among ``keys`` that ``wanted`` names: the key itself (``out['logits']``, ``out[0]``,
     ``out.logits``) or its first step without ``out`` (``logits``, ``0``, ``['logits']``)."""

@@ -1,0 +1,113 @@
+"""Which layer a CAM reads when none is named, and how to say which, in words a user knows.
+
+``choose_layer(model, x)`` runs one probe pass (shapes only, no memory) and picks:
+
+- the last module call (in the order calls return) whose output is a spatial map ``(B, C, H, W)``
+  larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet;
+- unless that last map is a token grid ``(B, N, C)`` (a vision transformer: its last spatial map is
+  the patch embedding, which is not what anyone means). Then it is the last token grid that
+  returns before the last attention module runs, outside it: the input of the last block's
+  attention (``encoder.layers.encoder_layer_11.ln_1`` on torchvision's ViT, ``blocks[-1].norm1``
+  on timm's). Later token grids are no use: the classifier reads the class token alone, so the
+  gradient of the score with respect to every patch token after the last attention is zero and
+  the map would be flat.
+
+``LayerChoice.words`` names the choice for people: the module, which of its calls when it runs
+more than once and the module that ran just before it, and the block it belongs to.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from torch import Tensor, nn
+
+from ..core.capture import probe
+from ..core.compiled import unwrap
+from ..core.records import Call
+from ..errors import SelectionError, ShapeError
+from ..tokens import tokens_to_grid
+
+log = logging.getLogger("hookscope")
+
+
+class LayerChoice(NamedTuple):
+    """The layer (and call) a CAM reads, and a sentence naming it."""
+
+    layer: str
+    call: int
+    words: str
+
+
+def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
+    """The (name, call) a CAM reads without ``layer=`` (``choose_layer`` says how, and logs why)."""
+    choice = choose_layer(model, x)
+    return choice.layer, choice.call
+
+
+def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
+    """The layer a CAM reads without ``layer=`` (see the module docstring), logged on "hookscope"."""
+    calls = sorted((c for name, r in probe(model, x).items() if name for c in r.calls), key=lambda c: c.order)
+    maps = [c for c in calls if _is_spatial(c) or _is_token_grid(c)]
+    if not maps:
+        raise SelectionError(
+            f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 or (B, N, C) "
+            "tokens on a patch grid; pass layer=NAME"
+        )
+    chosen, why = maps[-1], "the last spatial map"
+    if not _is_spatial(chosen):
+        attentions = [c for c in calls if "attention" in _type(model, c.site).lower()]
+        if attentions:
+            last = attentions[-1]
+            before = [c for c in maps if c.order < last.order and not _inside(c.site, last.site)]
+            if before:
+                chosen, why = before[-1], f"the tokens the last attention (`{last.site}`) reads"
+    words = _words(chosen, calls, why)
+    log.info("hookscope.cam: heatmaps at %s, output %s", words, tuple(chosen.get("output").shape))
+    return LayerChoice(chosen.site, chosen.index, words)
+
+
+def _words(chosen: Call, calls: list[Call], why: str) -> str:
+    """```_swish` (call 1 of 2, after `_bn1`), the last spatial map``: a layer in terms a user knows."""
+    name = f"`{chosen.site}`"
+    count = sum(1 for c in calls if c.site == chosen.site)
+    if count > 1:
+        earlier = [c for c in calls if c.order < chosen.order and not _inside(c.site, chosen.site)]
+        after = f", after `{earlier[-1].site}`" if earlier else ""
+        name += f" (call {chosen.index} of {count}{after})"
+    parent = chosen.site.rpartition(".")[0]
+    block = f", in block `{parent}`" if parent else ""
+    return f"{name}{block}: {why}"
+
+
+def _type(model: nn.Module, site: str) -> str:
+    try:
+        return type(unwrap(model).get_submodule(site)).__name__
+    except AttributeError:  # a name inside a compiled submodule
+        return ""
+
+
+def _inside(site: str, container: str) -> bool:
+    return site.startswith(container + ".")
+
+
+def _is_spatial(call: Call) -> bool:
+    if not call.tensors.get("output"):
+        return False
+    first = call.get("output")
+    return first.dim() == 4 and first.shape[2] * first.shape[3] > 1 and first.is_floating_point()
+
+
+def _is_token_grid(call: Call) -> bool:
+    """A (B, N, C) floating output whose N tokens lie on a patch grid larger than 1x1 (class token aside)."""
+    if not call.tensors.get("output"):
+        return False
+    first = call.get("output")
+    if first.dim() != 3 or not first.is_floating_point() or first.shape[1] < 4:
+        return False
+    try:
+        grid = tokens_to_grid(first[:1])  # meta tensors: shapes only
+    except ShapeError:
+        return False
+    return bool(grid.shape[2] * grid.shape[3] > 1)
