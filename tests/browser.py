@@ -46,3 +46,30 @@ def check_sort_and_lightbox(page: Any) -> None:
     assert page.is_visible("#lightbox")
     page.keyboard.press("Escape")
     assert not page.is_visible("#lightbox")
+
+
+def boxes(page: Any, selector: str) -> list[dict[str, Any]]:
+    """Bounding box, scroll and client widths, font size and text of every element ``selector`` matches."""
+    script = """els => els.map(e => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+        return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, width: r.width, height: r.height,
+                scrollWidth: e.scrollWidth, clientWidth: e.clientWidth, font: parseFloat(s.fontSize),
+                color: s.color, background: s.backgroundColor, text: e.innerText, v: e.dataset.v,
+                visible: e.offsetParent !== null || s.position === "fixed"}; })"""
+    result: list[dict[str, Any]] = page.eval_on_selector_all(selector, script)
+    return result
+
+
+def pseudo_line(page: Any, selector: str, pseudo: str) -> dict[str, Any]:
+    """Where the dashed line ``pseudo`` (``::before``) of the first ``selector`` is drawn, and its colour."""
+    script = """(e, pseudo) => { const s = getComputedStyle(e, pseudo), r = e.getBoundingClientRect();
+        return {left: r.left + parseFloat(s.left), color: s.borderLeftColor, style: s.borderLeftStyle,
+                trackLeft: r.left, trackWidth: r.width}; }"""
+    result: dict[str, Any] = page.eval_on_selector(selector, script, pseudo)
+    return result
+
+
+def overlapping(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two boxes of ``boxes`` share any area."""
+    return min(a["right"], b["right"]) - max(a["left"], b["left"]) > 0.5 and (
+        min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > 0.5
+    )

@@ -141,9 +141,8 @@ def test_every_image_is_an_inline_png(fixture: str, request: pytest.FixtureReque
     page = Page(render_html(report))
     sources = [a["src"] for a in page.attrs("img") if a.get("src")]
     grids = sum(1 for layer in report.layers for v in (layer.output, layer.grad) if v is not None and v.grid)
-    flow = 1 if report.flow else 0
     cams = sum(len(row.overlays) + 1 for row in report.cams)  # the picture, then one overlay per method
-    assert len(sources) == grids + flow + cams + len(report.predictions)
+    assert len(sources) == grids + cams + len(report.predictions)  # the gradient-flow chart is HTML, not a picture
     for src in sources:
         assert decode_png(src).size[0] > 0
 
@@ -250,10 +249,14 @@ def test_grads_add_gradient_panels_and_a_flow_chart(with_grads: Report, plain: R
         assert layer.grad is not None
         assert layer.grad.stats["mean_abs"] == pytest.approx(summarize(grad).mean_abs, rel=1e-6)
         assert layer.grad.stats["std"] == pytest.approx(summarize(grad).std, rel=1e-6)
-    assert with_grads.flow is not None and png(with_grads.flow).size[0] > 0
+    assert with_grads.flow is not None
+    assert [bar.name for bar in with_grads.flow.bars] == [name for name, _ in outputs]
+    expected = [summarize(grad).mean_abs for grad in grads]
+    assert [bar.mean_abs for bar in with_grads.flow.bars] == pytest.approx(expected, rel=1e-6)
     html = render_html(with_grads)
     page = Page(html)
     assert any(a.get("id") == "flow" for a in page.attrs("section"))
+    assert len([a for a in page.attrs("span") if "bar" in a.get("class", "").split()]) == 2 * len(outputs)
     assert page.all_text().count("gradient · grad_output") == len(outputs)
     assert len(page.rows[0]) == 11  # the mean |grad| column
     assert float(page.rows[0][-1][0]) == pytest.approx(summarize(grads[0]).mean_abs, rel=1e-6)

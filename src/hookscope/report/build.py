@@ -43,7 +43,7 @@ from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam, pick_layer
 from ..explain.targets import Target, class_indices, logits, scores
 from ..viz.images import overlay, to_pil
-from .views import CamView, Guess, Prediction, Report, flow_chart, layer_views, png
+from .views import CamView, FlowChart, Guess, Prediction, Report, flow_chart, human_time, layer_views, png
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -99,7 +99,7 @@ def build_report(
         model=type(model).__name__,
         parameters=sum(p.numel() for p in model.parameters()),
         input=f"{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')} on {x.device}",
-        created=datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        created=human_time(datetime.datetime.now().astimezone()),
         version=__version__,
         notes=tuple(notes),
         remarks=tuple(_general_remarks(model, x, scores_2d, left_out) + remarks),
@@ -147,7 +147,7 @@ def _not_held(kind: str) -> str:
     return {"input": "it received no tensor", "output": "it returned no tensor"}.get(kind, f"it held no {kind}")
 
 
-def _flow(cap: Capture, step: Progress) -> bytes | None:
+def _flow(cap: Capture, step: Progress) -> FlowChart | None:
     step("flow", 0, 1)
     chart = flow_chart(cap)
     step("flow", 1, 1)

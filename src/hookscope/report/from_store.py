@@ -21,13 +21,14 @@ Its neighbours: ``views`` (the page's data, and how a layer is drawn: the same a
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Record
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
-from .views import LayerView, Report, TensorView, flow_chart, layer_views
+from .views import LayerView, Report, TensorView, flow_chart, human_time, layer_views
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
@@ -56,7 +57,7 @@ def build_report_from_store(
         model=str(prov.get("model", "unknown model")),
         parameters=int(prov.get("parameters", 0)),
         input=_batches(run),
-        created=str(prov.get("created", "")),
+        created=_created(prov),
         version=str(prov.get("hookscope", "")),
         notes=(*notes, _provenance_note(prov)),
         remarks=tuple(remarks),
@@ -121,9 +122,18 @@ def _incomplete(run: Run) -> list[str]:
     return ["the run that wrote this store did not finish: it shows the batches completed before it stopped"]
 
 
+def _created(prov: Mapping[str, object]) -> str:
+    """When the store was written, as ``build_report`` dates a report; as stored when it is not ISO 8601."""
+    stored = str(prov.get("created", ""))
+    try:
+        return human_time(datetime.datetime.fromisoformat(stored))
+    except ValueError:
+        return stored
+
+
 def _provenance_note(prov: Mapping[str, object]) -> str:
     weights = str(prov.get("weights_sha256", ""))[:12] or "?"
     return (
         f"stored by hookscope {prov.get('hookscope', '?')} with torch {prov.get('torch', '?')} and "
-        f"Python {prov.get('python', '?')} on {prov.get('created', '?')}; weights sha256 {weights}…"
+        f"Python {prov.get('python', '?')} on {_created(prov) or '?'}; weights sha256 {weights}…"
     )

@@ -37,7 +37,7 @@ def render_html(report: Report) -> str:
     """The report as one HTML page: images inline, CSS and JS inline, nothing fetched when opened."""
     jinja2 = require("jinja2")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(png=_data_uri, num=_num, percent=_percent, shape=_shape)
+    env.filters.update(png=_data_uri, num=format_number, percent=_percent, shape=_shape, breakable=_breakable)
     env.globals.update(
         histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite, is_gradient=is_gradient
     )
@@ -73,18 +73,26 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _num(value: float | int | None) -> str:
-    """Short: ints and floats from 1,000 with separators, 4 digits below, "-3.7e-4" far from 1."""
+def format_number(value: float | int | None) -> str:
+    """Short: ints and floats from 1,000 with separators, 4 digits below, "-3.7e-4" far from 1, "0" for -0.0."""
     if value is None:  # as_dict's NaN
         return "–"
+    if value == 0:  # -0.0 too: a median of ReLU'd negatives is -0.0, and "-0" reads as a sign that is not there
+        return "0"
     if isinstance(value, int) or 1e3 <= abs(value) < 1e6:
         return f"{value:,.0f}"
-    if value == 0 or 1e-3 <= abs(value) < 1e3:
+    if 1e-3 <= abs(value) < 1e3:
         return f"{value:.4g}"
     if not math.isfinite(value):
         return str(value)
     mantissa, exponent = f"{value:.2e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _breakable(name: str) -> Any:
+    """A layer name, escaped, that may wrap after each dot (``<wbr>``) rather than mid-word."""
+    markupsafe: Any = require("markupsafe")
+    return markupsafe.escape(name).replace(".", markupsafe.Markup(".<wbr>"))
 
 
 def _percent(value: float | None) -> str:
