@@ -3,7 +3,8 @@
 ``write_atomically(path, write)`` has ``write`` fill a hidden temporary file beside ``path``
 (``.name.tmp``), flushes it to disk (``fsync``) and renames it into place with ``os.replace``: a
 reader sees the old file or the new one, never half of one. Shards, manifests and the CLI's
-images are written this way.
+images are written this way, and each gets the mode the umask gives a new file (``follow_umask``),
+whatever its writer chose (``tempfile`` and safetensors create files 0600).
 
 ``staged_folder(target)`` yields a hidden folder next to ``target`` (same file system) to fill;
 when the block ends without an error it is renamed to ``target`` (an existing ``target`` is set
@@ -33,6 +34,7 @@ def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     tmp = temporary(path)
     try:
         write(tmp)
+        follow_umask(tmp)
         sync(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -60,6 +62,24 @@ def staged_folder(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def follow_umask(path: Path) -> None:
+    """Give the file ``path`` the mode a new file gets from the umask (0644 under the usual 022)."""
+    os.chmod(path, 0o666 & ~umask())
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (Linux; read each time, as it may change); 0o022
+    where it cannot be read."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
 
 
 def sync(path: Path) -> None:

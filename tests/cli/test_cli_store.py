@@ -40,7 +40,7 @@ def test_capture_saves_what_the_python_capture_holds(capsys, tmp_path: Path) -> 
         assert torch.equal(stored[site].output, cap[site].output)
         assert torch.equal(stored[site].grad_output, cap[site].grad_output)
     code, _, err = run(capsys, *argv, "--out", str(out))
-    assert code == 1 and "already exists; pass force=True" in err
+    assert code == 1 and "already exists; pass --force to replace it" in err and "force=True" not in err
 
 
 def test_extract_writes_every_batch_and_info_describes_it(capsys, tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_report_from_a_store_shows_its_layers_without_the_model(capsys, tmp_path
     assert "conv1" in stats_page and "conv2" in stats_page and f"{got.mean:.4g}" in stats_page
     assert "statistics over the whole run" in stats_page and "data:image/png" not in stats_page  # no pictures
     grads_page = (tmp_path / "r2" / "index.html").read_text()
-    assert 'alt="gradient flow' in grads_page and "numbers and pictures of batch 0" in grads_page
+    assert 'id="flow-chart"' in grads_page and "numbers and pictures of batch 0" in grads_page
     with pytest.raises(SystemExit) as usage:
         main(["report", "lenet", "--from", str(tmp_path / "stats")])
     assert usage.value.code == 2

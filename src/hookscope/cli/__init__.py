@@ -4,8 +4,9 @@
 ``main(argv) -> int`` is the console script (``hookscope = "hookscope.cli:main"``) and
 ``python -m hookscope``: 0 on success, 1 for a hookscope error (one line on stderr), 2 for a
 usage error; ``--debug`` shows the traceback instead. Beside it: ``parser`` (the argparse
-definition), ``commands`` (the subcommands' bodies), ``demo``, and the readers of specs,
-``models``, ``inputs`` and ``datasets``. Nothing else in hookscope imports this package.
+definition), ``commands`` (the subcommands' bodies), ``demo``, the readers of specs, ``models``,
+``inputs`` and ``datasets`` (``formats`` tells what a file is), ``outputs`` (outputs checked before
+any work) and ``progress``. Nothing else in hookscope imports this package.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from ..errors import HookscopeError
+from ..errors import HookscopeError, StoreError
+from .outputs import cli_flags
 from .parser import parser
 
 
@@ -30,7 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         else:
-            print(f"hookscope: error: {err}", file=sys.stderr)
+            message = cli_flags(str(err)) if isinstance(err, StoreError) else str(err)
+            print(f"hookscope: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("hookscope: interrupted", file=sys.stderr)

@@ -41,11 +41,15 @@ from ..report.html import write_report
 from ..store.extract import extract
 from ..store.reader import load
 from ..store.save import save
-from ..text import bar, columns
+from ..text import columns
 from ..viz.images import overlay, panel
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
 from .models import LoadedModel, load_model
+from .outputs import check_file, check_folder, check_store
+from .progress import extract_progress, progress
+
+NOT_RUN = "(did not run)"  # a module the probe's forward never called
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -54,6 +58,11 @@ def run_list(args: argparse.Namespace) -> int:
     rows = [(i.name or "(model)", i.type, f"{i.params:,}", shapes.get(i.name, "-")) for i in list_modules(loaded.model)]
     for line in columns([("name", "type", "params", "output"), *rows], right={2}):
         print(line)
+    idle = [name for name, shape in shapes.items() if shape == NOT_RUN]
+    if idle:
+        print(f"hookscope: {len(idle)} of the modules did not run on this input (first: {idle[0]!r}), so they "
+              "have no output shape: the forward skips them or reads their weights directly (as "
+              "nn.MultiheadAttention does with out_proj)", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -62,15 +71,17 @@ def run_report(args: argparse.Namespace) -> int:
         return _report_from_store(args)
     if args.model is None or not args.inputs:
         args.parser.error("report needs MODEL and INPUT..., or --from STORE")
+    check_folder(args.out, force=args.force)
     loaded = _load(args)
     batch = _inputs(args, args.inputs, loaded)
-    notes = (*loaded.notes, *(["input: random values"] if batch.pictures is None else []))
+    notes = (*loaded.notes, _input_note(args.inputs, batch))
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
         report = build_report(
             loaded.model, x, select=args.select, grads=args.grads, pictures=batch.pictures,
             labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
             title=f"{loaded.name} on {', '.join(batch.names[:3])}", notes=notes, progress=progress,
+            output=args.output, max_layers=args.max_layers,
         )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0
@@ -79,21 +90,22 @@ def run_report(args: argparse.Namespace) -> int:
 def _report_from_store(args: argparse.Namespace) -> int:
     if args.model is not None or args.inputs:
         args.parser.error("--from STORE reports a store: pass no MODEL or INPUT with it")
-    report = build_report_from_store(load(args.store), batch=args.batch)
+    check_folder(args.out, force=args.force)
+    report = build_report_from_store(load(args.store), batch=args.batch, max_layers=args.max_layers)
     print(write_report(report, args.out, force=args.force))
     return 0
 
 
 def run_cam(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise OptionError(f"{str(out)!r} exists; pass --force to replace it")
+    check_file(out, force=args.force)
     image_format = _image_format(out)
     loaded = _load(args)
     batch = _inputs(args, [args.image], loaded)
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
-        heat = cam(loaded.model, x, args.method, args.target, layer=args.layer)[0].cpu()
+        heat = cam(loaded.model, x, args.method, args.target, layer=args.layer, output=args.output,
+                   batch_size=args.batch_size)[0].cpu()  # fmt: skip
     picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
     draw = panel if args.panel else overlay
     drawn = draw(picture, heat, cmap=args.cmap, alpha=args.alpha)
@@ -104,16 +116,22 @@ def run_cam(args: argparse.Namespace) -> int:
 
 
 def run_capture(args: argparse.Namespace) -> int:
+    check_store(args.out, force=args.force)
     loaded = _load(args)
     x = _inputs(args, args.inputs, loaded).x.to(args.device)
     with _ForwardGuard(loaded.model, x):
-        cap = _capture_once(loaded.model, x, args.select, tuple(args.kinds), args.target)
+        cap = _capture_once(loaded.model, x, args.select, tuple(args.kinds), args.target, args.output)
     print(save(cap, args.out, force=args.force).path)
     return 0
 
 
 def _capture_once(
-    model: torch.nn.Module, x: torch.Tensor, select: Any, wanted: tuple[Kind, ...], target: int | None
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    select: Any,
+    wanted: tuple[Kind, ...],
+    target: int | None,
+    output: str | None = None,
 ) -> Capture:
     """One forward pass under a capture, and a backward pass of the target score for gradient kinds."""
     if not any(kinds.is_gradient(kind) for kind in wanted):
@@ -122,7 +140,7 @@ def _capture_once(
         return cap
     leaf = x.detach().clone().requires_grad_(x.is_floating_point())
     with capture(model, select, kinds=wanted) as cap:
-        picked, _ = scores(model(leaf), target)
+        picked, _ = scores(model(leaf), target, output)
         torch.autograd.backward(picked.sum())
     return cap
 
@@ -130,6 +148,8 @@ def _capture_once(
 def run_extract(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and ":" not in args.device and "LOCAL_RANK" in os.environ:
         args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # torchrun: one GPU per rank
+    if os.environ.get("RANK", "0") == "0":  # rank 0 makes the store; the others may find it already made
+        check_store(args.out, force=args.force, resume=args.resume)
     loaded = _load(args)
     preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
     loader = DataLoader(input_dataset(args.inputs, preprocess), batch_size=args.batch_size, num_workers=args.workers)
@@ -137,8 +157,8 @@ def run_extract(args: argparse.Namespace) -> int:
         run = extract(
             loaded.model, loader, out=args.out, select=args.select, kinds=tuple(args.kinds),
             max_memory=args.max_memory, reduce=_reduction(args.reduce, args.dtype), stats_only=args.stats_only,
-            per_channel=args.per_channel, resume=args.resume, force=args.force, progress=not args.no_progress,
-            shard_size=args.shard_size, flush_every=args.flush_every,
+            per_channel=args.per_channel, resume=args.resume, force=args.force, shard_size=args.shard_size,
+            flush_every=args.flush_every, progress=extract_progress(not args.no_progress),
         )  # fmt: skip
     except KeyboardInterrupt:
         kept = len(load(args.out).batches) if os.path.isdir(args.out) else 0
@@ -170,14 +190,6 @@ def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
 def run_info(args: argparse.Namespace) -> int:
     print(load(args.store).describe())
     return 0
-
-
-def progress(stage: str, done: int, total: int) -> None:
-    """The report's stages as one line on stderr, redrawn in place, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return
-    end = "\n" if done >= total else ""
-    print(f"\r{stage:<24} {bar(done, total)} {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -233,8 +245,26 @@ def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[s
     x = load_input([spec], loaded.preprocess).x if spec else torch.randn(1, loaded.preprocess.channels, size, size)
     with _ForwardGuard(loaded.model, x.to(device)):
         cap = probe(loaded.model, x.to(device))
-    shapes = {name: [tuple(t.shape) for t in r.calls[0].tensors.get("output", {}).values()] for name, r in cap.items()}
-    return {name: " ".join(str(s) for s in found) for name, found in shapes.items() if found}
+    modules = dict(loaded.model.named_modules(remove_duplicate=False))
+    return {name: _shape_cell(record.calls, modules[name]) for name, record in cap.items()}
+
+
+def _shape_cell(calls: Sequence[Any], module: torch.nn.Module) -> str:
+    """The output column of ``hookscope list``: the first call's output shapes, and how often the module ran."""
+    if not calls:  # a container (ModuleList) is never called itself; any other module was bypassed
+        return "(container)" if type(module).forward is torch.nn.Module.forward else NOT_RUN
+    shapes = " ".join(str(tuple(t.shape)) for t in calls[0].tensors.get("output", {}).values()) or "-"
+    return shapes + (f" ({len(calls)} calls)" if len(calls) > 1 else "")
+
+
+def _input_note(specs: Sequence[str], batch: LoadedInput) -> str:
+    """What the input was, for the report's notes: random values, a tensor file, or the images by name."""
+    if specs[0].startswith("random:"):
+        return f"input: random values ({specs[0]}, torch.randn with seed 0)"
+    if batch.pictures is None:
+        return f"input: the tensor in {specs[0]}"
+    shown = ", ".join(batch.names[:5]) + (f" and {len(batch.names) - 5} more" if len(batch.names) > 5 else "")
+    return f"input: {len(batch.names)} image{'s' if len(batch.names) > 1 else ''}: {shown}"
 
 
 def _image_format(out: Path) -> str:

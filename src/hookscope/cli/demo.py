@@ -15,12 +15,14 @@ from importlib import resources
 from ..report.build import build_report
 from ..report.html import write_report
 from ..zoo import lenet
-from .commands import progress
 from .inputs import load_input
 from .models import load_model
+from .outputs import check_folder
+from .progress import progress
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    check_folder(args.out, force=args.force)  # before the model is built
     return DEMO_MODELS[args.model](args)
 
 

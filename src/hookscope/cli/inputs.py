@@ -31,6 +31,7 @@ from torch import Tensor
 from ..errors import InputError
 from ..optional import require
 from ..zoo.preprocess import IMAGENET, Preprocess
+from .formats import PICKLED, describe, file_format, load_failure, refused_global
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 TENSOR_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
@@ -72,17 +73,25 @@ def _random(spec: str) -> Tensor:
 def _tensor_file(path: Path) -> Tensor:
     if not path.is_file():
         raise InputError(f"tensor file {str(path)!r} does not exist")
+    kind = file_format(path)  # read by what the file holds, whatever its suffix says
+    if kind not in (*PICKLED, "npy", "safetensors"):
+        what = describe(path) + ("" if kind in ("empty", "truncated") else ", not a tensor file")
+        raise InputError(f"cannot read tensor file {str(path)!r}: it is {what}; save the tensor with "
+                         "torch.save, numpy.save or safetensors")  # fmt: skip
     try:
-        if path.suffix == ".npy":
+        if kind == "npy":
             return torch.from_numpy(require("numpy").load(path, allow_pickle=False))
-        if path.suffix == ".safetensors":
+        if kind == "safetensors":
             tensors = require("safetensors.torch").load_file(str(path))
             return _one_tensor(tensors, path)
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except InputError:
         raise
     except Exception as err:
-        raise InputError(f"cannot read tensor file {str(path)!r}: {type(err).__name__}: {err}") from err
+        refused = refused_global(err)
+        why = (f"it holds pickled objects ({refused}), not tensors only; save the tensor itself" if refused
+               else f"it is damaged ({load_failure(err)}); save it again")  # fmt: skip
+        raise InputError(f"cannot read tensor file {str(path)!r}: {why}") from err
     return loaded if isinstance(loaded, Tensor) else _one_tensor(loaded, path)
 
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -37,9 +39,11 @@ from torch import nn
 
 from .. import zoo
 from ..core.compiled import eager_name
-from ..errors import ModelError
+from ..errors import HookscopeError, ModelError
+from ..optional import require
 from ..zoo import lenet
 from ..zoo.preprocess import IMAGENET, LITE, Preprocess
+from .formats import PICKLED, describe, file_format, load_failure, refused_global
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,19 @@ def _attribute(where: str, name: str) -> Any:
             raise ModelError(f"cannot import {where!r} as a Python file")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_spec.name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as err:
+            raise _user_error(f"importing model file {where!r}", err) from err
     else:
         try:
             module = importlib.import_module(where)
-        except ImportError as err:
+        except ModuleNotFoundError as err:
+            if err.name is None or not where.startswith(err.name):
+                raise _user_error(f"importing module {where!r}", err) from err
             raise ModelError(f"cannot import module {where!r}: {err}") from err
+        except Exception as err:
+            raise _user_error(f"importing module {where!r}", err) from err
     if not hasattr(module, name):
         public = [n for n in dir(module) if not n.startswith("_")]
         close = difflib.get_close_matches(name, public, n=3)
@@ -140,23 +151,55 @@ def _attribute(where: str, name: str) -> Any:
 
 
 def _call(factory: Any, spec: str) -> nn.Module:
-    model = factory() if callable(factory) and not isinstance(factory, nn.Module) else factory
+    try:
+        model = factory() if callable(factory) and not isinstance(factory, nn.Module) else factory
+    except HookscopeError:
+        raise
+    except Exception as err:
+        raise _user_error(f"building the model {spec!r}", err) from err
     if not isinstance(model, nn.Module):
         raise ModelError(f"{spec!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _user_error(doing: str, err: Exception) -> ModelError:
+    """``err``, raised by the user's code while ``doing`` something, as one line naming its file and line."""
+    message = err.msg if isinstance(err, SyntaxError) else " ".join(str(err).split())
+    return ModelError(f"{doing} raised {type(err).__name__}: {message} ({_raised_at(err)}); "
+                      "rerun with --debug for the traceback")  # fmt: skip
+
+
+def _raised_at(err: Exception) -> str:
+    """``file, line N``: where a syntax error is, or the innermost frame of ``err`` in the user's own code
+    (not in Python, its installed packages or hookscope), else the innermost frame."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return f"{_shown(err.filename)}, line {err.lineno}"
+    installed = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    installed.add(Path(__file__).parents[1])  # hookscope itself
+    frames = traceback.extract_tb(err.__traceback__)
+    own = [f for f in frames if not f.filename.startswith("<") and not installed & {*Path(f.filename).parents}]
+    frame = (own or frames)[-1]
+    return f"{_shown(frame.filename)}, line {frame.lineno}"
+
+
+def _shown(filename: str) -> str:
+    """``filename`` relative to the working directory when it lies inside it."""
+    return os.path.relpath(filename) if Path(filename).resolve().is_relative_to(Path.cwd()) else filename
 
 
 def load_weights(model: nn.Module, path: str, *, trust: bool = False) -> None:
     """Load a state dict (or a checkpoint holding one) into ``model``, strictly; name the bad keys."""
     if not Path(path).is_file():
         raise ModelError(f"weights file {path!r} does not exist")
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=not trust)
-    except Exception as err:
-        why = "it holds pickled objects; pass --trust-weights to unpickle it (this runs code from the file)"
-        raise ModelError(
-            f"cannot load weights {path!r} safely: {why}" if not trust else f"cannot load {path!r}: {err}"
-        ) from err
+    kind = file_format(Path(path))
+    if kind == "safetensors":
+        loaded: object = require("safetensors.torch").load_file(path)
+    elif kind in PICKLED:
+        loaded = _unpickle(path, trust)
+    else:  # not a whole checkpoint: unpickling it would not help, so --trust-weights is never suggested
+        what = describe(Path(path)) + ("" if kind in ("empty", "truncated") else ", not a checkpoint")
+        raise ModelError(f"cannot load weights {path!r}: it is {what}; pass a state dict saved with torch.save "
+                         "or safetensors")  # fmt: skip
     state = _own_keys(model, _state_dict(loaded, path))
     missing, unexpected = _key_mismatch(model, state)
     if missing or unexpected:
@@ -167,6 +210,18 @@ def load_weights(model: nn.Module, path: str, *, trust: bool = False) -> None:
     except RuntimeError as err:  # shapes differ
         first = str(err).splitlines()[1:2] or [str(err)]
         raise ModelError(f"weights {path!r} do not fit {type(model).__name__}: {first[0].strip()}") from err
+
+
+def _unpickle(path: str, trust: bool) -> object:
+    """``torch.load`` of a checkpoint, with ``weights_only`` unless ``trust``; one line when it fails."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not trust)
+    except Exception as err:
+        refused = None if trust else refused_global(err)
+        if refused is None:
+            raise ModelError(f"cannot load weights {path!r}: the checkpoint is damaged ({load_failure(err)})") from err
+        raise ModelError(f"cannot load weights {path!r} safely: it holds pickled objects; pass --trust-weights to "
+                         f"unpickle it (this runs code the file names, such as {refused})") from err  # fmt: skip
 
 
 def _state_dict(loaded: object, path: str) -> dict[str, torch.Tensor]:

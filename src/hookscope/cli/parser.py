@@ -13,6 +13,7 @@ from typing import Literal, TypeAlias
 
 from .._version import __version__
 from ..core import kinds
+from ..core.select import BLOCKS
 from ..explain.cam import CAM_METHODS
 from .commands import run_cam, run_capture, run_extract, run_info, run_list, run_report
 from .demo import DEMO_MODELS, run_demo
@@ -25,11 +26,11 @@ EXAMPLES = """examples:
   hookscope demo                                        EfficientNet-Lite0 on a bundled photo -> hookscope-demo/
   hookscope demo --model lenet                          LeNet on handwritten digits
   hookscope list torchvision:resnet18                   every layer: name, type, params, output shape
-  hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/
+  hookscope report efficientnet-lite0 cat.jpg --grads --out report/
   hookscope report my_model.py:build batch.pt --select 'encoder.*' --out report/
   hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png
   hookscope capture lenet random:8x1x32x32 --select 'conv*' --kinds output grad_output --out run.hookscope
-  hookscope extract efficientnet-lite0 photos/ --select '_blocks.*' --batch-size 32 --out acts.hookscope
+  hookscope extract efficientnet-lite0 photos/ --select :blocks --batch-size 32 --out acts.hookscope
   torchrun --nproc-per-node 2 -m hookscope extract lenet random:512x1x32x32 --out acts.hookscope
   hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
   hookscope report --from acts.hookscope --out report/  the report of a store, without the model
@@ -68,14 +69,17 @@ def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False)
     ``preprocess`` (--size, --mean, --std)."""
     if group == "model":
         p.add_argument("model", nargs="?" if optional else None, metavar="MODEL", help=MODEL_HELP)
-        p.add_argument("--weights", metavar="FILE", help="a state dict to load (torch.load with weights_only=True)")
+        p.add_argument("--weights", metavar="FILE",
+                       help="a state dict: torch.save's (read with weights_only=True) or .safetensors")  # fmt: skip
         p.add_argument(
             "--trust-weights", action="store_true", help="unpickle a checkpoint that holds objects (runs code)"
         )
     elif group == "select":
         p.add_argument(
-            "--select", nargs="+", metavar="SELECTOR", help="names, globs ('layer*'), re:REGEX (default: leaves)"
-        )
+            "--select", nargs="+", metavar="SELECTOR", default=[BLOCKS],
+            help=f"names, globs ('layer*': * crosses dots), re:REGEX, or {BLOCKS} (default: {BLOCKS}, the model's "
+            "repeated blocks, or every leaf when it has none; Identity and padding left out of patterns)",
+        )  # fmt: skip
     else:
         p.add_argument("--size", type=int, help="the side of the square the model sees (default: the model's)")
         p.add_argument("--mean", type=float, nargs="+", help="normalisation mean per channel, in [0, 1] units")
@@ -92,7 +96,7 @@ def _add_list(sub: Subcommands, common: argparse.ArgumentParser) -> None:
 
 def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p = _command(sub, "report", common, "write a self-contained HTML report of what the layers saw",
-                 "hookscope report efficientnet-lite0 cat.jpg --select '_blocks.1*' --grads --out report/\n"
+                 "hookscope report efficientnet-lite0 cat.jpg --grads --out report/\n"
                  "  hookscope report --from acts.hookscope --out report/")  # fmt: skip
     _shared(p, "model", optional=True)
     p.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
@@ -102,7 +106,11 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--grads", action="store_true", help="also capture gradients (of the target score)")
     p.add_argument("--cam", nargs="+", default=["gradcam"], choices=CAM_METHODS, metavar="METHOD", help="CAM methods")
     p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
+    p.add_argument("--output", metavar="KEY",
+                   help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
     p.add_argument("--top-k", type=int, default=5, help="predictions shown (default: 5)")
+    p.add_argument("--max-layers", type=int, default=64, metavar="N",
+                   help="layer cards drawn, in model order; a remark counts the rest (default: 64)")  # fmt: skip
     p.add_argument("--out", default="hookscope-report", help="output folder (default: hookscope-report)")
     p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     _shared(p, "preprocess")
@@ -116,10 +124,15 @@ def _add_cam(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("image", metavar="IMAGE", help="an image file")
     p.add_argument("--method", default="gradcam", choices=CAM_METHODS, help="CAM method (default: gradcam)")
     p.add_argument("--target", type=int, help="class to explain (default: the top-1)")
-    p.add_argument("--layer", help="module name (default: the last layer with a spatial map)")
+    p.add_argument("--output", metavar="KEY",
+                   help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
+    p.add_argument("--layer", help="module name (default: the last spatial map; on a ViT, the tokens its last "
+                                   "attention reads)")  # fmt: skip
     p.add_argument("--panel", action="store_true", help="image | heatmap | overlay side by side")
     p.add_argument("--alpha", type=float, default=0.5, help="heatmap opacity (default: 0.5)")
     p.add_argument("--cmap", default="jet", help="matplotlib colormap (default: jet)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="scorecam: masked copies of the image run at once (default: 32)")  # fmt: skip
     p.add_argument("--out", default="cam.png", help="output image (default: cam.png)")
     p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     _shared(p, "preprocess")
@@ -136,14 +149,16 @@ def _add_demo(sub: Subcommands, common: argparse.ArgumentParser) -> None:
 
 
 def _add_capture(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    p = _command(sub, "capture", common, "capture the layers of one run of a model and save them as a store",
-                 "hookscope capture efficientnet-lite0 photos/ --select 'features.*' --out run.hookscope")  # fmt: skip
+    example = "hookscope capture efficientnet-lite0 photos/ --select _blocks.15 _conv_head --out run.hookscope"
+    p = _command(sub, "capture", common, "capture the layers of one run of a model and save them as a store", example)
     _shared(p, "model")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=INPUT_HELP)
     _shared(p, "select")
     p.add_argument("--kinds", nargs="+", default=["output"], choices=kinds.names(), metavar="KIND",
                    help=f"what to capture: {', '.join(kinds.names())} (default: output)")  # fmt: skip
     p.add_argument("--target", type=int, help="with gradient kinds: the class whose score is differentiated")
+    p.add_argument("--output", metavar="KEY",
+                   help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
     p.add_argument("--out", required=True, help="the store to write (a folder)")
     p.add_argument("--force", action="store_true", help="replace the store if it exists")
     _shared(p, "preprocess")
@@ -151,7 +166,7 @@ def _add_capture(sub: Subcommands, common: argparse.ArgumentParser) -> None:
 
 
 def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    example = "hookscope extract efficientnet-lite0 photos/ --select '_blocks.*' --batch-size 32 --out acts.hookscope"
+    example = "hookscope extract efficientnet-lite0 photos/ --select :blocks --batch-size 32 --out acts.hookscope"
     p = _command(sub, "extract", common, "stream what the layers produce over a whole data set to a store", example)
     _shared(p, "model")
     p.add_argument(
