@@ -38,7 +38,8 @@ from .errors import (
     TargetError,
 )
 from .explain.attribute import attribute
-from .explain.cam import cam, pick_layer
+from .explain.cam import cam
+from .explain.layers import pick_layer
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.views import Report

@@ -8,10 +8,16 @@ A selector is one of:
 * a module type (``torch.nn.Conv2d``, matched with ``isinstance``),
 * a module object (``model.layer4``, matched by identity),
 * a predicate ``(name, module) -> bool``,
+* ``":blocks"``: the model's repeated blocks (``blocks``: ``layer1.0`` ... ``layer4.1`` on a
+  ResNet, ``_blocks.0`` ... on an EfficientNet, ``encoder.layers.encoder_layer_0`` ... on a ViT),
+  or every leaf when it has none,
 * a list or tuple of any of these (each entry must match at least one module).
 
-``None`` selects every leaf module (a module with no children).
-Matches come back in the order of ``model.named_modules()``, each module once.
+``None`` selects every leaf module (a module with no children). Trivial modules (``trivial``:
+``nn.Identity`` and padding, whose output is their input or a padded copy of it) are left out of
+what a glob or a regular expression matches, unless they are all it matches; ``None``, a name, a
+type, a module or a predicate selects them as asked. Matches come back in the order of
+``model.named_modules()``, each module once.
 
 A compiled model (``torch.compile(model)``) is named as the eager model: names lose their
 ``_orig_mod.`` segments (a selector may still be written with them), and the modules returned
@@ -35,6 +41,11 @@ from .compiled import eager_selector, has_wrappers, named_modules, unwrap
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
 _GLOB_CHARS = frozenset("*?[")
+BLOCKS = ":blocks"
+_PADDING = [
+    f"{kind}Pad{d}d" for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular") for d in (1, 2, 3)
+]
+TRIVIAL: tuple[type[nn.Module], ...] = (nn.Identity, *(getattr(nn, n) for n in _PADDING if hasattr(nn, n)))
 
 
 @dataclass(frozen=True)
@@ -78,12 +89,56 @@ def select_modules(model: nn.Module, selector: Selector | None = None) -> list[t
         return _unique(leaves) or named[:1]
     matched: set[str] = set()
     for single in _entries(selector):
+        if single == BLOCKS:
+            matched |= {name for name, _ in (blocks(model) or select_modules(model))}
+            continue
         match = _matcher(_eager(single) if wrapped else single)
-        hits = {name for name, module in named if match(name, module)}
+        hits = [(name, module) for name, module in named if match(name, module)]
         if not hits:
             raise SelectionError(_no_match_message(single, model, named))
-        matched |= hits
+        matched |= {name for name, _ in (_untrivial(hits) if _is_pattern(single) else hits)}
     return _unique([(n, m) for n, m in named if n in matched])
+
+
+def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The repeated blocks of ``model``: the children of each ``nn.Sequential``, ``nn.ModuleList`` or
+    ``nn.ModuleDict`` whose children (two or more) all have children of their own, taken at the
+    deepest such container (a ResNet's ``layer1.0``, not ``layer1``); [] when there is none."""
+    _check_model(model)
+    found: list[tuple[str, nn.Module]] = []
+
+    def visit(prefix: str, module: nn.Module) -> bool:
+        """Add the blocks under ``module``; whether any were found there."""
+        inner = [visit(f"{prefix}{name}.", child) for name, child in module.named_children()]
+        if any(inner):
+            return True
+        children = list(module.named_children())
+        containers = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+        if isinstance(module, containers) and len(children) >= 2 and all(next(c.children(), None) for _, c in children):
+            found.extend((f"{prefix}{name}", child) for name, child in children)
+            return True
+        return False
+
+    visit("", unwrap(model))
+    order = {id(m): i for i, (_, m) in enumerate(named_modules(model))}
+    return sorted(_unique(found), key=lambda pair: order.get(id(pair[1]), 0))
+
+
+def _untrivial(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """``pairs`` without the trivial modules (``TRIVIAL``), unless that leaves nothing."""
+    kept = [(n, m) for n, m in pairs if not trivial(m)]
+    return kept or pairs
+
+
+def trivial(module: nn.Module) -> bool:
+    """An identity or padding module: one of ``TRIVIAL``, or a model's own class named ``Identity``
+    (EfficientNet's ``static_padding``) or ``...Pad1d/2d/3d``."""
+    name = type(module).__name__
+    return isinstance(module, TRIVIAL) or name == "Identity" or name.endswith(("Pad1d", "Pad2d", "Pad3d"))
+
+
+def _is_pattern(selector: Selector) -> bool:
+    return isinstance(selector, str) and (selector.startswith("re:") or bool(_GLOB_CHARS & set(selector)))
 
 
 def _unique(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:

@@ -40,8 +40,9 @@ from ..core.capture import Capture, capture
 from ..core.kinds import Kind, choose, is_gradient, names, per_call
 from ..core.select import Selector
 from ..errors import CaptureWarning, OptionError, SelectionError
-from ..explain.cam import CAM_METHODS, cam, pick_layer
-from ..explain.targets import Target, class_indices, logits, scores
+from ..explain.cam import CAM_METHODS, cam
+from ..explain.layers import choose_layer
+from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..viz.images import overlay, to_pil
 from .views import CamView, FlowChart, Guess, Prediction, Report, flow_chart, human_time, layer_views, png
 
@@ -70,6 +71,7 @@ def build_report(
     notes: Sequence[str] = (),
     max_layers: int = 64,
     progress: Progress | None = None,
+    output: str | None = None,
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -77,23 +79,24 @@ def build_report(
     ``grads``; a gradient kind needs ``grads``). ``pictures`` (one per image of ``x``) are what
     the CAMs are drawn over; by default ``x`` itself, min-max scaled. ``labels`` name the classes.
     ``target`` is what gradients and CAMs explain (see ``hookscope.explain.targets``; None: each
-    image's top-1). ``progress(stage, done, total)`` is called at the start of each stage that runs
-    (``forward``, ``layers``, then ``cam`` with CAMs and ``flow`` with ``grads``) with ``done=0``,
-    and after each of its steps.
+    image's top-1), through the model's output at ``output`` (a key, for a model that returns a
+    tuple or dict: its first tensor by default, named in a remark). ``progress(stage, done, total)``
+    is called at the start of each stage that runs (``forward``, ``layers``, then ``cam`` with CAMs
+    and ``flow`` with ``grads``) with ``done=0``, and after each of its steps.
     """
     _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
     drawn = _drawn_kinds(kinds, grads)
     step = progress or _quiet
     step("forward", 0, 1)
-    cap, output, remarks = _run(model, x, select, drawn, grads, target)
+    cap, returned, key, remarks = _run(model, x, select, drawn, grads, target, output)
     step("forward", 1, 1)
-    scores_2d = _class_scores(output, labels)
+    scores_2d = _class_scores(returned, labels, key)
     layers, left_out = layer_views(
         cap, drawn, max_layers=max_layers, absent=_not_held, progress=lambda done, total: step("layers", done, total)
     )
     shown = min(len(x), MAX_IMAGES)
     images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)
-    cam_layer, cams = _cams(model, x[:shown], images, cam_methods, target, scores_2d, labels, step, remarks)
+    cam_layer, cams = _cams(model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks)
     return Report(
         title=title,
         model=type(model).__name__,
@@ -116,9 +119,16 @@ def build_report(
 
 # -- the captured pass ------------------------------------------------------------------------
 def _run(
-    model: nn.Module, x: Tensor, select: Selector | None, kinds: tuple[Kind, ...], grads: bool, target: Target
-) -> tuple[Capture, Any, list[str]]:
-    """One forward pass under the capture (and a backward one with ``grads``); its CaptureWarnings as text."""
+    model: nn.Module,
+    x: Tensor,
+    select: Selector | None,
+    kinds: tuple[Kind, ...],
+    grads: bool,
+    target: Target,
+    key: str | None,
+) -> tuple[Capture, Any, str, list[str]]:
+    """One forward pass under the capture (and a backward one with ``grads``): the capture, what the
+    model returned, the key of the output explained, and the CaptureWarnings (and that choice) as text."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CaptureWarning)
         if grads:
@@ -126,18 +136,20 @@ def _run(
                 leaf = x.detach().clone().requires_grad_(True)
                 with capture(model, select, kinds=kinds) as cap:
                     output = model(leaf.clone())  # a copy: the model may change its input in place
-                    picked, _ = scores(output, target)
+                    key, note = explained(output, key)
+                    picked, _ = scores(output, target, key)
                     torch.autograd.grad(picked.sum(), leaf)  # nothing lands in param.grad
         else:
             with capture(model, select, kinds=kinds) as cap, torch.no_grad():
                 output = model(x)
-    remarks = []
+            key, note = explained(output, key)
+    remarks = [] if note is None else [f"explained: {note}"]
     for warning in caught:
         if issubclass(warning.category, CaptureWarning):
             remarks.append(str(warning.message).removeprefix("hookscope: "))
         else:  # not ours to swallow
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return cap, output, remarks
+    return cap, output, key, remarks
 
 
 def _not_held(kind: str) -> str:
@@ -154,9 +166,9 @@ def _flow(cap: Capture, step: Progress) -> FlowChart | None:
     return chart
 
 
-def _class_scores(output: Any, labels: Sequence[str] | None) -> Tensor | None:
-    """The model's (B, classes) output, or None when it returns something else."""
-    out = logits(output).detach()
+def _class_scores(output: Any, labels: Sequence[str] | None, key: str) -> Tensor | None:
+    """The model's (B, classes) output at ``key``, or None when it is something else."""
+    out = logits(output, key).detach()
     if out.dim() != 2 or not out.is_floating_point():
         return None
     if labels is not None and len(labels) != out.shape[1]:
@@ -186,7 +198,8 @@ def _general_remarks(model: nn.Module, x: Tensor, scores_2d: Tensor | None, left
         remarks.append(f"the batch has {len(x)} images; predictions and CAMs show the first {MAX_IMAGES}")
     if left_out:
         named = ", ".join(left_out[:5]) + (", ..." if len(left_out) > 5 else "")
-        remarks.append(f"{len(left_out)} more layers were captured but left out (max_layers): {named}")
+        more = f"{len(left_out)} more layers were captured but left out (raise max_layers=, --max-layers)"
+        remarks.append(f"{more}: {named}")
     return remarks
 
 
@@ -228,18 +241,20 @@ def _cams(
     x: Tensor,
     pictures: list[Image],
     methods: Sequence[str],
-    target: Target,
+    explain: tuple[Target, str],
     scores_2d: Tensor | None,
     labels: Sequence[str] | None,
     step: Progress,
     remarks: list[str],
 ) -> tuple[str, tuple[CamView, ...]]:
-    """(layer, one CamView per image) for each of ``methods``; ("", ()) with a remark when impossible."""
+    """(the layer in words, one CamView per image) for each of ``methods``; ("", ()) with a remark when
+    impossible. ``explain``: the target, and the key of the model's output it indexes."""
+    target, key = explain
     if not methods:
         return "", ()
     reason = _why_no_cam(x, pictures, target, scores_2d)
     try:
-        layer, call = pick_layer(model, x) if not reason else ("", 0)
+        layer, call, words = choose_layer(model, x) if not reason else ("", 0, "")
     except SelectionError as err:
         reason = str(err)
     if reason:
@@ -251,7 +266,8 @@ def _cams(
     heats = []
     step("cam", 0, len(methods))
     for i, method in enumerate(methods):
-        heats.append(cam(model, x, method, classes if classes is not None else target, layer=layer, call=call))
+        chosen = classes if classes is not None else target
+        heats.append(cam(model, x, method, chosen, layer=layer, call=call, output=key))
         step("cam", i + 1, len(methods))
     views = tuple(
         CamView(
@@ -261,7 +277,7 @@ def _cams(
         )
         for i, picture in enumerate(pictures)
     )
-    return (layer if call == 0 else f"{layer} (call {call})"), views
+    return words.replace("`", ""), views
 
 
 def _why_no_cam(x: Tensor, pictures: list[Image], target: Target, scores_2d: Tensor | None) -> str:

@@ -51,7 +51,9 @@ def build_report_from_store(
         layers, left_out = layer_views(records, kinds, max_layers=max_layers, absent=_not_stored)
         flow = flow_chart(records) if "grad_output" in kinds else None
         remark, selected = f"numbers and pictures of batch {chosen} ({_batches(run)} in the store)", len(records)
-    remarks = [remark, *_incomplete(run)] + ([f"{len(left_out)} more layers left out (max_layers)"] if left_out else [])
+    remarks = [remark, *_incomplete(run)] + (
+        [f"{len(left_out)} more layers left out (raise max_layers=, --max-layers)"] if left_out else []
+    )
     return Report(
         title=title or f"{prov.get('model', 'model')} from {run.path.name}",
         model=str(prov.get("model", "unknown model")),
