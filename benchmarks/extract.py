@@ -5,11 +5,17 @@
 ResNet-18 (random init) at 128x128, batches of 16 made once and held in memory (data loading is
 not what is measured), under no_grad. Each round runs, one after the other and always into a
 fresh store: the bare loop, ``extract`` of the outputs of the eight residual blocks (15 MB a
-batch), the same with ``reducers.spatial_mean()``, and ``stats_only=True, per_channel=True``.
+batch), the same with ``reducers.spatial_mean()``, and ``stats_only=True, per_channel=True``;
+then the durability flush: the same extract with ``flush_every=None`` (shards written only when
+full) and ``flush_every=1`` (five times as often as the default ``FLUSH_EVERY``).
 The table gives the median time of each, its ratio to the bare loop's median, images/s and MB/s
 written. Then a separate process extracts 100 batches under ``max_memory="64MB"`` and reports its
 resident memory: how much it grew over the baseline (after a warm-up batch), against the bound.
 Last, a store of 100,000 small tensors: how long ``load`` takes (it reads the manifest only).
+
+``--flush`` measures the durability flush alone: rounds of the default ``flush_every``, ``None``
+and ``1`` one after the other, and the median over rounds of each one's ratio to ``None`` in the
+same round (a ratio within a round is what a busy machine leaves comparable).
 
 Results go to docs/extract.md by hand; the numbers depend on the machine and its disk.
 """
@@ -70,11 +76,21 @@ def stats_only(net: nn.Module, data: list[torch.Tensor], out: Path) -> int:
     return tensors(net, data, out, stats_only=True, per_channel=True)
 
 
+def unflushed(net: nn.Module, data: list[torch.Tensor], out: Path) -> int:
+    return tensors(net, data, out, flush_every=None)
+
+
+def flushed_often(net: nn.Module, data: list[torch.Tensor], out: Path) -> int:
+    return tensors(net, data, out, flush_every=1.0)
+
+
 CASES: dict[str, Callable[[nn.Module, list[torch.Tensor], Path], int]] = {
     "bare inference loop": bare,
     "extract (8 blocks, float32)": tensors,
     "extract, spatial_mean()": reduced,
     "extract, stats_only, per_channel": stats_only,
+    "extract, flush_every=None": unflushed,
+    "extract, flush_every=1": flushed_often,
 }
 
 
@@ -92,6 +108,30 @@ def timings(rounds: int, count: int, folder: Path) -> dict[str, tuple[float, int
             seconds[name].append(time.perf_counter() - start)
             shutil.rmtree(out, ignore_errors=True)
     return {name: (statistics.median(times), written[name]) for name, times in seconds.items()}
+
+
+def flush_cost(rounds: int, count: int, folder: Path) -> None:
+    """Per round, the default flush and flush_every=1 against flush_every=None; the median ratios."""
+    net, data = model(), batches(count)
+    bare(net, data[:2], folder)
+    cases = {"flush_every=None": unflushed, "default (FLUSH_EVERY)": tensors, "flush_every=1": flushed_often}
+    ratios: dict[str, list[float]] = {name: [] for name in cases}
+    shards: dict[str, int] = {}
+    for _ in range(rounds):
+        seconds = {}
+        for name, case in cases.items():
+            out = folder / "store"
+            start = time.perf_counter()
+            case(net, data, out)
+            seconds[name] = time.perf_counter() - start
+            shards[name] = len(list((out / "shards").iterdir()))
+            shutil.rmtree(out, ignore_errors=True)
+        for name in cases:
+            ratios[name].append(seconds[name] / seconds["flush_every=None"])
+    print(f"{count} batches of {BATCH} at {SIDE}x{SIDE}, {rounds} rounds; time / time with flush_every=None:")
+    for name, values in ratios.items():
+        print(f"  {name:<22} median {statistics.median(values):.3f} (range {min(values):.3f}-{max(values):.3f}), "
+              f"{shards[name]} shards")  # fmt: skip
 
 
 def memory(count: int, folder: Path, bound: str) -> dict[str, int]:
@@ -144,12 +184,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--out", type=Path, help="where the stores go (default: a temporary folder)")
+    parser.add_argument("--flush", action="store_true", help="measure the durability flush alone")
     parser.add_argument("--memory", metavar="BOUND", help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="hookscope-bench-", dir=args.out))
     try:
         if args.memory:
             print(json.dumps(memory(args.batches, folder, args.memory)))
+            return
+        if args.flush:
+            flush_cost(args.rounds, args.batches, folder)
             return
         report(timings(args.rounds, args.batches, folder), args)
         child = [sys.executable, __file__, "--memory", "64MB", "--batches", "100", "--out", str(folder)]

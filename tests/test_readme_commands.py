@@ -71,6 +71,16 @@ def _prints_page(folder: str, *words: str) -> Check:
     return check
 
 
+def _explains_logits(folder: str) -> Check:
+    """# it returns a dict: the chosen output is explained, without the note naming a first tensor."""
+
+    def check(cwd: Path, out: str, err: str) -> None:
+        text = (cwd / folder / "index.html").read_text(encoding="utf-8")
+        assert "holds 2 tensors; using the first" not in text and "Top 5" in text  # logits: 10 classes, top 5
+
+    return check
+
+
 def _writes_picture(name: str) -> Check:
     def check(cwd: Path, out: str, err: str) -> None:
         from PIL import Image
@@ -129,6 +139,9 @@ PLANS: dict[str, Plan] = {
         "run", extra=("--size", "64"), check=_prints_page("report", "torchvision:resnet18")
     ),
     "hookscope report my_model.py:build_model batch.pt": Plan("run", check=_prints_page("report", "batch.pt")),
+    "hookscope report my_model.py:two_heads cat.jpg": Plan(
+        "run", extra=("--size", "64"), check=_explains_logits("report")
+    ),
     "hookscope cam efficientnet-lite0 photo.jpg": Plan("run", check=_writes_picture("cam.png")),
     "hookscope cam mobilenet-v2 photo.jpg": Plan("run", extra=("--size", "96"), check=_writes_picture("panel.png")),
     "hookscope capture lenet": Plan("run", check=_store("run.hookscope")),
@@ -179,6 +192,20 @@ def build():
 
 def broken():
     return build_model(fail=True)
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.box = build_model(), nn.Linear(10, 4)
+
+    def forward(self, x):
+        logits = self.body(x)
+        return {"box": self.box(logits), "logits": logits}
+
+
+def two_heads():
+    return TwoHeads()
 """
 
 
