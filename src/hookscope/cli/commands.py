@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 from .. import reducers
 from ..core import kinds
 from ..core.capture import Capture, capture, probe
+from ..core.compiled import named_modules
 from ..core.kinds import Kind
 from ..core.select import list_modules
 from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
@@ -245,7 +246,7 @@ def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[s
     x = load_input([spec], loaded.preprocess).x if spec else torch.randn(1, loaded.preprocess.channels, size, size)
     with _ForwardGuard(loaded.model, x.to(device)):
         cap = probe(loaded.model, x.to(device))
-    modules = dict(loaded.model.named_modules(remove_duplicate=False))
+    modules = dict(named_modules(loaded.model, remove_duplicate=False))  # a compiled model: its eager names
     return {name: _shape_cell(record.calls, modules[name]) for name, record in cap.items()}
 
 
