@@ -14,8 +14,8 @@ resident memory: how much it grew over the baseline (after a warm-up batch), aga
 Last, a store of 100,000 small tensors: how long ``load`` takes (it reads the manifest only).
 
 ``--flush`` measures the durability flush alone: rounds of the default ``flush_every``, ``None``
-and ``1`` one after the other, and the median over rounds of each one's ratio to ``None`` in the
-same round (a ratio within a round is what a busy machine leaves comparable).
+and ``1`` one after the other (the order turning each round: the first run of a round is often
+the slowest), and the median over rounds of each one's ratio to ``None`` in the same round.
 
 Results go to docs/extract.md by hand; the numbers depend on the machine and its disk.
 """
@@ -117,9 +117,11 @@ def flush_cost(rounds: int, count: int, folder: Path) -> None:
     cases = {"flush_every=None": unflushed, "default (FLUSH_EVERY)": tensors, "flush_every=1": flushed_often}
     ratios: dict[str, list[float]] = {name: [] for name in cases}
     shards: dict[str, int] = {}
-    for _ in range(rounds):
+    names = list(cases)
+    for turn in range(rounds):
         seconds = {}
-        for name, case in cases.items():
+        for name in names[turn % 3 :] + names[: turn % 3]:  # each case first in a third of the rounds
+            case = cases[name]
             out = folder / "store"
             start = time.perf_counter()
             case(net, data, out)

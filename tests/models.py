@@ -52,3 +52,18 @@ class SharedCell(nn.Module):
         for _ in range(self.steps):
             x = torch.tanh(self.cell(x))
         return x
+
+
+def resnet18_random_bn() -> nn.Module:
+    """resnet18 (10 classes, float64, eval) with random BatchNorm statistics and affine parameters, so
+    that it is not positively homogeneous and class 5's Grad-CAM maps are not all zero."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
+        bn.running_mean.normal_(0, 0.2)
+        bn.running_var.uniform_(0.5, 1.5)
+        nn.init.uniform_(bn.weight, 0.5, 1.5)
+        nn.init.normal_(bn.bias, 0, 0.2)
+    return model.double().eval()

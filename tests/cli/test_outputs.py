@@ -88,3 +88,19 @@ def test_the_report_says_which_output_it_explains(models: Path) -> None:
     assert [p.guesses for p in chosen.predictions] == [p.guesses for p in reference.predictions]
     assert [c.overlays for c in chosen.cams] == [c.overlays for c in reference.cams]
     assert chosen.cam_layer == reference.cam_layer == "features: the last spatial map"
+
+
+def test_a_folder_of_images_is_labelled_by_file_name(tmp_path: Path, capsys) -> None:
+    import skimage.data
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name, image in (("chelsea.jpg", skimage.data.chelsea()), ("coffee & cup.jpg", skimage.data.coffee())):
+        Image.fromarray(image).save(photos / name)
+    out = tmp_path / "report"
+    code = main(["report", "torchvision:resnet18", str(photos), "--size", "64", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert "torchvision:resnet18 on 2 images: chelsea.jpg, coffee &amp; cup.jpg" in page  # escaped, as every name
+    assert "<h3>chelsea.jpg</h3>" in page and "<h3>coffee &amp; cup.jpg</h3>" in page
+    assert "image 0" not in page and "image 1" not in page

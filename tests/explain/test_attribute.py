@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torchvision
 from captum.attr import GuidedBackprop, InputXGradient, IntegratedGradients, NoiseTunnel, Saliency
 from torch import Tensor, nn
 from torchvision.transforms.functional import gaussian_blur
@@ -13,7 +12,7 @@ from torchvision.transforms.functional import gaussian_blur
 import hookscope
 from hookscope.errors import OptionError, TargetError
 from hookscope.explain.attribute import ATTRIBUTION_METHODS, attribute, gauss_legendre, make_baseline
-from tests.models import LeNet
+from tests.models import LeNet, resnet18_random_bn
 
 TARGETS = [3, 7]
 
@@ -25,14 +24,7 @@ def _cos(a: Tensor, b: Tensor) -> float:
 @pytest.fixture(scope="module")
 def resnet() -> nn.Module:
     """resnet18, random init with random BatchNorm statistics so that it is not positively homogeneous."""
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
-    for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
-        bn.running_mean.normal_(0, 0.2)
-        bn.running_var.uniform_(0.5, 1.5)
-        nn.init.uniform_(bn.weight, 0.5, 1.5)
-        nn.init.normal_(bn.bias, 0, 0.2)
-    return model.eval().double()
+    return resnet18_random_bn()
 
 
 @pytest.fixture(scope="module")

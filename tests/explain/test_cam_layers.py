@@ -136,3 +136,14 @@ def test_a_layer_with_two_outputs_is_read_at_its_key() -> None:
     unknown = r"layer 'pair' has no tensor at key='out\[2\]'; its keys are out\[0\], out\[1\]"
     with pytest.raises(OptionError, match=unknown):
         cam(model, x, "gradcam", 2, layer="pair", key="out[2]")
+
+
+def test_score_cam_tells_its_progress_after_each_forward_pass() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 10, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(10, 4)).eval()
+    x = torch.randn(2, 3, 12, 12)
+    told: list[tuple[str, int, int]] = []
+    heat = cam(net, x, "scorecam", target=1, layer="1", batch_size=4, progress=lambda *t: told.append(t))
+    chunks = 3  # 10 channels, 4 masked copies at a time: 4 + 4 + 2
+    assert told == [("scorecam", done, 2 * chunks) for done in range(2 * chunks + 1)]
+    assert torch.equal(heat, cam(net, x, "scorecam", target=1, layer="1", batch_size=10))  # batching changes nothing

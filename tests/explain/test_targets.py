@@ -7,26 +7,19 @@ import warnings
 
 import pytest
 import torch
-import torchvision
 from captum.attr import LayerAttribution, LayerGradCam, Saliency
 from torch import Tensor, nn
 
 from hookscope.errors import CaptureWarning, OptionError
 from hookscope.explain.attribute import attribute
 from hookscope.explain.cam import cam
+from tests.models import resnet18_random_bn
 
 
 @pytest.fixture(scope="module")
 def resnet() -> nn.Module:
     """resnet18 with random BatchNorm statistics, so that class 5's Grad-CAM maps are not all zero."""
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
-    for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
-        bn.running_mean.normal_(0, 0.2)
-        bn.running_var.uniform_(0.5, 1.5)
-        nn.init.uniform_(bn.weight, 0.5, 1.5)
-        nn.init.normal_(bn.bias, 0, 0.2)
-    return model.double().eval()
+    return resnet18_random_bn()
 
 
 @pytest.fixture(scope="module")

@@ -81,11 +81,19 @@ def run_report(args: argparse.Namespace) -> int:
         report = build_report(
             loaded.model, x, select=args.select, grads=args.grads, pictures=batch.pictures,
             labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
-            title=f"{loaded.name} on {', '.join(batch.names[:3])}", notes=notes, progress=progress,
-            output=args.output, max_layers=args.max_layers,
+            title=_title(loaded.name, batch.names, len(x)), notes=notes, progress=progress,
+            output=args.output, max_layers=args.max_layers, image_names=batch.names,
         )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0
+
+
+def _title(model: str, names: Sequence[str], images: int) -> str:
+    """``resnet18 on cat.jpg``, ``resnet18 on 5 images: a.jpg, b.jpg, c.jpg and 2 more``, ``... on batch.pt``."""
+    if len(names) != images or images == 1:
+        return f"{model} on {', '.join(names)}"
+    shown = ", ".join(names[:3]) + (f" and {images - 3} more" if images > 3 else "")
+    return f"{model} on {images} images: {shown}"
 
 
 def _report_from_store(args: argparse.Namespace) -> int:
@@ -106,7 +114,7 @@ def run_cam(args: argparse.Namespace) -> int:
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
         heat = cam(loaded.model, x, args.method, args.target, layer=args.layer, output=args.output,
-                   batch_size=args.batch_size)[0].cpu()  # fmt: skip
+                   batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
     picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
     draw = panel if args.panel else overlay
     drawn = draw(picture, heat, cmap=args.cmap, alpha=args.alpha)

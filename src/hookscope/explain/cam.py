@@ -126,6 +126,7 @@ def normalize_maps(maps: Tensor, size: tuple[int, int] | None = None) -> Tensor:
 # -- the registry and the driver ------------------------------------------------------------------
 
 GradMethod = Callable[[Tensor, Tensor], Tensor]
+Progress = Callable[[str, int, int], None]  # (stage, done, total), as the report's
 GRAD_METHODS: dict[str, GradMethod] = {
     "gradcam": grad_cam,
     "gradcam++": grad_cam_pp,
@@ -156,6 +157,7 @@ def cam(
     key: str | None = None,
     output: str | None = None,
     batch_size: int = 32,
+    progress: Progress | None = None,
 ) -> Tensor:
     """Heatmaps (B, H, W) at ``x``'s size, each scaled to [0, 1], for ``target`` (top-1 when None).
 
@@ -165,9 +167,10 @@ def cam(
     layer's call when it runs several times (the last by default). ``key`` picks the tensor of a
     layer that returns several (default: the first, with a ``CaptureWarning``); ``output`` the
     tensor of the model's output that the target indexes (see ``hookscope.explain.targets``).
-    ``batch_size`` bounds the masked copies Score-CAM runs at once. Grad-CAM++ and XGrad-CAM warn
-    when more than 5% of the layer's activations are negative (a conv before its activation):
-    their weights assume non-negative ones (``hookscope.explain.signed``).
+    ``batch_size`` bounds the masked copies Score-CAM runs at once; ``progress("scorecam", done,
+    total)`` is told after each of those forward passes (one per channel and image, in batches).
+    Grad-CAM++ and XGrad-CAM warn when more than 5% of the layer's activations are negative (a
+    conv before its activation): their weights assume non-negative ones (``hookscope.explain.signed``).
     """
     if method not in CAM_METHODS:
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
@@ -185,7 +188,7 @@ def cam(
         elif method == "eigencam":
             raw = eigen_cam(_activations(model, x, where))
         else:
-            raw = _score_cam(model, x, target, where, batch_size)
+            raw = _score_cam(model, x, target, where, batch_size, progress or _quiet)
     return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
 
 
@@ -251,29 +254,51 @@ def _activations(model: nn.Module, x: Tensor, where: Where) -> Tensor:
     return spatial_maps(chosen.get("output", _layer_key(chosen, where)), tokens=True)
 
 
-def _score_cam(model: nn.Module, x: Tensor, target: Target, where: Where, batch_size: int) -> Tensor:
+def _score_cam(
+    model: nn.Module,
+    x: Tensor,
+    target: Target,
+    where: Where,
+    batch_size: int,
+    progress: Callable[[str, int, int], None],
+) -> Tensor:
     with capture(model, where.layer) as cap, torch.no_grad():
         _, classes = scores(model(x), target, where.output)
     chosen = _one_call(cap[where.layer].calls, where)
     activations = spatial_maps(chosen.get("output", _layer_key(chosen, where)), tokens=True)
     masks = score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
     per_image = [int(c) for c in classes] if classes is not None else [target] * len(x)
-    channel_scores = [
-        _masked_scores(model, x[i], masks[i], per_image[i], where.output, batch_size) for i in range(len(x))
-    ]
+    chunks = -(-masks.shape[1] // batch_size)  # forward passes per image
+    progress("scorecam", 0, len(x) * chunks)
+    channel_scores = []
+    for i in range(len(x)):
+        step = lambda done, i=i: progress("scorecam", i * chunks + done, len(x) * chunks)  # noqa: E731
+        channel_scores.append(_masked_scores(model, x[i], masks[i], per_image[i], where.output, batch_size, step))
     return score_cam(activations, torch.stack(channel_scores))
 
 
 def _masked_scores(
-    model: nn.Module, image: Tensor, masks: Tensor, target: Target, output: str | None, batch_size: int
+    model: nn.Module,
+    image: Tensor,
+    masks: Tensor,
+    target: Target,
+    output: str | None,
+    batch_size: int,
+    step: Callable[[int], None],
 ) -> Tensor:
-    """Target score of ``image * mask`` for every mask of one image, ``batch_size`` at a time. (C,)."""
+    """Target score of ``image * mask`` for every mask of one image, ``batch_size`` at a time. (C,);
+    ``step(n)`` after the n-th forward pass."""
     out = []
     with torch.no_grad():
-        for chunk in torch.split(masks, batch_size):
+        for n, chunk in enumerate(torch.split(masks, batch_size), start=1):
             picked, _ = scores(model(image[None] * chunk[:, None]), target, output)  # chunk: (n, H, W)
             out.append(picked)
+            step(n)
     return torch.cat(out)
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    """No progress shown."""
 
 
 def _one_call(calls: list[Call], where: Where) -> Call:

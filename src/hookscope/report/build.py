@@ -72,6 +72,7 @@ def build_report(
     max_layers: int = 64,
     progress: Progress | None = None,
     output: str | None = None,
+    image_names: Sequence[str] = (),
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -80,7 +81,8 @@ def build_report(
     the CAMs are drawn over; by default ``x`` itself, min-max scaled. ``labels`` name the classes.
     ``target`` is what gradients and CAMs explain (see ``hookscope.explain.targets``; None: each
     image's top-1), through the model's output at ``output`` (a key, for a model that returns a
-    tuple or dict: its first tensor by default, named in a remark). ``progress(stage, done, total)``
+    tuple or dict: its first tensor by default, named in a remark). ``image_names`` (one per image
+    of ``x``, file names) are what the page calls them (else ``image 0``, ...). ``progress(stage, done, total)``
     is called at the start of each stage that runs (``forward``, ``layers``, then ``cam`` with CAMs
     and ``flow`` with ``grads``) with ``done=0``, and after each of its steps.
     """
@@ -114,6 +116,7 @@ def build_report(
         kinds=drawn,
         layers=tuple(layers),
         selected=len(cap),
+        image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
     )
 
 

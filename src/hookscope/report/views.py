@@ -188,6 +188,11 @@ class Report:
     kinds: tuple[str, ...]  # the kinds drawn on each layer's card, in this order
     layers: tuple[LayerView, ...]
     selected: int  # sites the selector picked (shown, left out, never called)
+    image_names: tuple[str, ...] = ()  # one per picture (file names), or none: "image 0", "image 1", ...
+
+    def image_name(self, index: int) -> str:
+        """What the page calls image ``index``: its file name when known, else ``image 0``."""
+        return self.image_names[index] if index < len(self.image_names) else f"image {index}"
 
     @property
     def grads(self) -> bool:

@@ -22,10 +22,8 @@ statistics' own, its metadata lists the labels (``write_stats``, ``read_table``)
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import os
 import struct
 import zlib
 from collections.abc import Mapping
@@ -65,9 +63,8 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
     sums = {name: checksum(t.untyped_storage(), int(t.storage_offset()) * t.element_size(), t.nbytes)
             for name, t in owned.items()}  # fmt: skip
 
-    def write(tmp: Path) -> None:
+    def write(tmp: Path) -> None:  # write_atomically gives it the umask's mode (safetensors makes it 0600)
         save_file(owned, str(tmp), metadata={META_KEY: json.dumps({**meta, "crc32": sums})})
-        os.chmod(tmp, 0o666 & ~_umask())  # safetensors creates files 0600; shards follow the umask as JSON does
 
     try:
         write_atomically(path, write)
@@ -218,19 +215,6 @@ def _owning(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
         seen.add(t.untyped_storage().data_ptr())
         owned[name] = t
     return owned
-
-
-@functools.cache
-def _umask() -> int:
-    """The process's umask, read without changing it (Linux); 0o022 where it cannot be read."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
 
 
 def one_line(err: BaseException) -> str:
