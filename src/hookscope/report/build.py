@@ -76,22 +76,18 @@ def build_report(
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
-    ``kinds`` are drawn on each layer's card (None: ``output``, and ``grad_output`` with
-    ``grads``; a gradient kind needs ``grads``). ``pictures`` (one per image of ``x``) are what
-    the CAMs are drawn over; by default ``x`` itself, min-max scaled. ``labels`` name the classes.
-    ``target`` is what gradients and CAMs explain (see ``hookscope.explain.targets``; None: each
-    image's top-1), through the model's output at ``output`` (a key, for a model that returns a
-    tuple or dict: its first tensor by default, named in a remark). ``image_names`` (one per image
-    of ``x``, file names) are what the page calls them (else ``image 0``, ...). ``progress(stage, done, total)``
-    is called at the start of each stage that runs (``forward``, ``layers``, then ``cam`` with CAMs
-    and ``flow`` with ``grads``) with ``done=0``, and after each of its steps.
+    ``kinds``: drawn on each layer's card (None: ``output``, and ``grad_output`` with ``grads``).
+    ``pictures``, ``image_names``: one per image of ``x``, what CAMs are drawn over (default: ``x``
+    min-max scaled) and what the page calls it (default: ``image 0``...). ``labels`` name classes.
+    ``target``: what gradients and CAMs explain (``hookscope.explain.targets``; None: top-1), in the
+    model's output at ``output`` (a key of a tuple or dict output; default its first tensor, named
+    in a remark). ``progress(stage, done, total)``: at the start of each stage (``forward``,
+    ``layers``, ``cam``, ``flow``) with ``done=0``, and after each of its steps.
     """
     _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
     drawn = _drawn_kinds(kinds, grads)
     step = progress or _quiet
-    step("forward", 0, 1)
-    cap, returned, key, remarks = _run(model, x, select, drawn, grads, target, output)
-    step("forward", 1, 1)
+    cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
     scores_2d = _class_scores(returned, labels, key)
     layers, left_out = layer_views(
         cap, drawn, max_layers=max_layers, absent=_not_held, progress=lambda done, total: step("layers", done, total)
@@ -127,11 +123,14 @@ def _run(
     select: Selector | None,
     kinds: tuple[Kind, ...],
     grads: bool,
-    target: Target,
-    key: str | None,
+    explain: tuple[Target, str | None],
+    step: Progress,
 ) -> tuple[Capture, Any, str, list[str]]:
-    """One forward pass under the capture (and a backward one with ``grads``): the capture, what the
-    model returned, the key of the output explained, and the CaptureWarnings (and that choice) as text."""
+    """One forward pass under the capture (and a backward one with ``grads``), the ``forward`` stage:
+    the capture, what the model returned, the key of the output explained (``explain``: the target
+    and the key asked for), and the CaptureWarnings (and that choice) as text."""
+    target, key = explain
+    step("forward", 0, 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CaptureWarning)
         if grads:
@@ -146,6 +145,7 @@ def _run(
             with capture(model, select, kinds=kinds) as cap, torch.no_grad():
                 output = model(x)
             key, note = explained(output, key)
+    step("forward", 1, 1)
     remarks = [] if note is None else [f"explained: {note}"]
     for warning in caught:
         if issubclass(warning.category, CaptureWarning):
