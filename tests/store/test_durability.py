@@ -255,3 +255,15 @@ def test_a_killed_run_with_a_damaged_shard_opens_and_resume_extracts_it_again(tm
     assert resumed.complete and resumed.batches == list(range(8)) and not resumed.damaged
     assert_batches_equal(resumed, reference, resumed.batches)
     assert (store.path / "damaged" / damaged.name).is_file()
+
+
+def test_the_command_line_names_resume_as_a_flag_for_a_damaged_store(tmp_path: Path) -> None:
+    store = one_shard_per_batch(tmp_path / "cut")
+    damaged = shard_of(store, 1)
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    job = subprocess.run([sys.executable, "-m", "hookscope", "info", str(store.path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert job.returncode == 0, job.stderr
+    assert f"{damaged.name} is damaged" in job.stderr and "batch 1 left out" in job.stderr
+    assert "--resume extracts them again" in job.stderr and "resume=True" not in job.stderr
+    assert "1 damaged shard(s) left out" in job.stdout

@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..errors import HookscopeError, StoreError
+from ..errors import HookscopeError, StoreError, StoreWarning
 from .outputs import cli_flags
 from .parser import parser
 
@@ -26,7 +28,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        result: int = args.run(args)
+        with warnings.catch_warnings():  # restores showwarning after
+            warnings.showwarning = _in_cli_terms(warnings.showwarning)
+            result: int = args.run(args)
         return result
     except (HookscopeError, OSError) as err:
         if args.debug:
@@ -38,3 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hookscope: interrupted", file=sys.stderr)
         return 130
+
+
+def _in_cli_terms(show: Callable[..., Any]) -> Callable[..., Any]:
+    """``warnings.showwarning`` that writes a store warning's ``resume=True`` as ``--resume`` (``cli_flags``)."""
+
+    def shown(message: Warning | str, category: type[Warning], *where: Any, **more: Any) -> Any:
+        if issubclass(category, StoreWarning):
+            message = StoreWarning(cli_flags(str(message)))
+        return show(message, category, *where, **more)
+
+    return shown
