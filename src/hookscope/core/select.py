@@ -119,9 +119,8 @@ def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
             return True
         return False
 
-    visit("", unwrap(model))
-    order = {id(m): i for i, (_, m) in enumerate(named_modules(model))}
-    return sorted(_unique(found), key=lambda pair: order.get(id(pair[1]), 0))
+    visit("", unwrap(model))  # depth first, children in order: the order of named_modules()
+    return _unique(found)
 
 
 def _untrivial(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:

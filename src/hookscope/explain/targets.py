@@ -26,17 +26,12 @@ Target = Union[int, Sequence[int], Tensor, Callable[[Tensor], Tensor], None]
 
 
 def logits(output: object, key: str | None = None) -> Tensor:
-    """The tensor a target indexes: the output itself, its tensor at ``key``, or its first tensor."""
-    leaves = dict(flatten(output))
-    if not leaves:
-        raise TargetError(f"the model returned {type(output).__name__} with no tensor in it; nothing to explain")
-    keys = list(leaves)
-    if key is not None:
-        return leaves[choose_key(keys, key, f"the output of the model ({type(output).__name__})", "output")]
-    if len(keys) > 1:
-        note = several_tensors(f"the model's output ({type(output).__name__})", keys, "output")
+    """The tensor a target indexes: the output itself, its tensor at ``key``, or its first tensor
+    (with a ``CaptureWarning`` naming it when there are several; see ``explained``)."""
+    chosen, note = explained(output, key)
+    if note is not None:
         warnings.warn(note, CaptureWarning, stacklevel=2)
-    return leaves[keys[0]]
+    return dict(flatten(output))[chosen]
 
 
 def explained(output: object, key: str | None = None) -> tuple[str, str | None]:

@@ -83,14 +83,15 @@ class Run(Mapping[str, Record]):
         self._index: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
         self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
+        self._tensors: dict[tuple[int, str], Tensor] = {}
+        self._stats: dict[Label, RunningStats] | None = None
+        self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
+        self._files = [shard["file"] for shard in manifest.get("shards", [])]  # shard number -> file
         self.damaged: dict[str, str] = {}  # shard file -> what is wrong with it; its tensors are left out
         self._lost: dict[int, str] | None = None  # batch -> the damaged shard that held it, on first use
         found = {**manifest.get("damaged", {}), **_wrong_sizes(root, manifest.get("shards", []))}
         for file, why in found.items():
             self._leave_out(file, why)
-        self._tensors: dict[tuple[int, str], Tensor] = {}
-        self._stats: dict[Label, RunningStats] | None = None
-        self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
 
     def __getitem__(self, site: str) -> Record:
         if site not in self._records:
@@ -123,13 +124,18 @@ class Run(Mapping[str, Record]):
 
     def batch(self, index: int) -> dict[str, Record]:
         """The records of batch ``index`` alone: ``run.batch(3)["features.3"].output``."""
+        self._check_batch(index)
         records = self._intact(lambda: {site: self._record(site, batch=index) for site in self._sites})
-        if index in self._lost_batches():
-            file = self._lost_batches()[index]
+        self._check_batch(index)  # reading it may have found its shard damaged
+        return records
+
+    def _check_batch(self, index: int) -> None:
+        """Raise when batch ``index`` is not in the store, or was in a damaged shard."""
+        file = self._lost_batches().get(index)
+        if file is not None:
             raise DamagedShardError(file, self.damaged[file], f"; batch {index} was in it, the others read as usual")
         if index not in self.batches:
             raise NotCapturedError(f"batch {index} is not in {self.path}; it holds {_ranges(self.batches)}")
-        return records
 
     def stats(self, site: str, kind: Kind = "output", key: str | None = None) -> RunningStats:
         """The statistics of ``site``'s ``kind`` at ``key`` (the first key without one), over the run."""
@@ -234,9 +240,8 @@ class Run(Mapping[str, Record]):
 
     def _entries(self) -> Iterator[Entry]:
         """Every row of the index, less those in damaged shards."""
-        files = [shard["file"] for shard in self.manifest.get("shards", [])]
         rows = (Entry(*row) for row in self.manifest.get("tensors", []))
-        return (e for e in rows if files[e.shard] not in self.damaged) if self.damaged else rows
+        return (e for e in rows if self._files[e.shard] not in self.damaged) if self.damaged else rows
 
     def _indexed(self) -> dict[str, dict[int, list[Entry]]]:
         if self._index is None:
@@ -248,9 +253,8 @@ class Run(Mapping[str, Record]):
     def _lost_batches(self) -> dict[int, str]:
         """The batches with a tensor in a damaged shard, and that shard."""
         if self._lost is None:
-            files = [shard["file"] for shard in self.manifest.get("shards", [])]
             rows = (Entry(*row) for row in self.manifest.get("tensors", [])) if self.damaged else iter(())
-            self._lost = {e.batch: files[e.shard] for e in rows if files[e.shard] in self.damaged}
+            self._lost = {e.batch: self._files[e.shard] for e in rows if self._files[e.shard] in self.damaged}
         return self._lost
 
     def _intact(self, build: Callable[[], T]) -> T:
@@ -264,9 +268,10 @@ class Run(Mapping[str, Record]):
                 self._leave_out(err.shard, err.why)
 
     def _leave_out(self, file: str, why: str) -> None:
-        """Take the damaged shard ``file`` out of the index, and say which batches went with it."""
+        """Take the damaged shard ``file`` out of the index, and say which batches went with it (tensors
+        read from other shards stay valid; records are built again without it)."""
         self.damaged[file] = why
-        self._index, self._lost, self._tensors = None, None, {}
+        self._index, self._lost = None, None
         self._records.clear()
         lost = sorted(b for b, f in self._lost_batches().items() if f == file)
         gone = f"{_ranges(lost)} left out" if lost else "nothing of the index was in it"
