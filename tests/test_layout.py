@@ -14,8 +14,11 @@ import hookscope
 
 SRC = Path(hookscope.__file__).parent
 # A module of a sub-package may import from its own sub-package, from a lower one, and from the leaves.
-RANKS = {"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3, "report": 4, "cli": 5}
-LEAVES = {"errors", "_version", "optional", "files", "text", "tokens", "reducers"}
+RANKS = {
+    **{"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3},
+    **{"edit": 4, "train": 4, "transformer": 4, "report": 5, "cli": 6},
+}
+LEAVES = {"errors", "_version", "optional", "files", "text", "tokens", "reducers", "display"}
 TOP = {"__init__", "__main__", "cams", "lenet"}  # the curated API, the entry point, two forwarding names
 CODE_INITS = {"cli", "zoo"}  # hookscope.cli:main and the public hookscope.zoo live in their __init__
 

@@ -1,0 +1,1 @@
+"""Transformers and text: attention weights from any implementation, token views, token attributions, rollout, logit lens."""
