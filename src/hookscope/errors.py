@@ -16,10 +16,13 @@
      │    └── ForwardError         the model's own forward raised (the message names the module)
      ├── StoreError                a store that cannot be written (full disk, unwritable) or read
      │    └── DamagedShardError    one shard of a store is truncated, missing or fails its checksum
+     ├── EditError                 an edit that never took effect (site never ran, key absent,
+     │                             nothing changed), or one built or applied the wrong way
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     CaptureWarning (UserWarning)   something requested could not be captured, and why
     StoreWarning (UserWarning)     a store opened without part of it (a damaged shard), and which part
+    EditWarning (UserWarning)      what EditError would say, for an edit block with strict=False
 
 Every message says what was expected, what was received, and how to fix it.
 """
@@ -96,3 +99,12 @@ class StoreWarning(UserWarning):
 
 class ForwardError(ModelError):
     """The model's own forward raised; the message names the module it raised in."""
+
+
+class EditError(HookscopeError):
+    """An edit that did not take effect (its site never ran, its key never appeared, it changed
+    nothing), or one that was built or applied the wrong way; the message names the site."""
+
+
+class EditWarning(UserWarning):
+    """What ``EditError`` would say, from an edit block opened with ``strict=False``."""
