@@ -8,7 +8,8 @@ import torch
 from captum.attr import LayerAttribution, LayerGradCam
 
 from hookscope import zoo
-from hookscope.explain.cam import cam, pick_layer
+from hookscope.explain.cam import cam
+from hookscope.explain.layers import pick_layer
 
 CATS = range(281, 286)  # tabby, tiger cat, Persian, Siamese, Egyptian Mau
 ESPRESSO = 967

@@ -14,7 +14,8 @@ from torch import nn
 import hookscope
 from hookscope.errors import CaptureWarning
 from hookscope.explain import cam as maths
-from hookscope.explain.cam import CAM_METHODS, cam, pick_layer
+from hookscope.explain.cam import CAM_METHODS, cam
+from hookscope.explain.layers import pick_layer
 
 
 class TinyCNN(nn.Module):

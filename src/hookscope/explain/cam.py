@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,7 @@ from ..core.capture import capture
 from ..core.records import Call
 from ..errors import CaptureWarning, OptionError
 from ..tokens import spatial_maps
-from .layers import pick_layer
+from .layers import choose_among
 from .notes import once_each
 from .signed import warn_if_signed
 from .targets import Target, choose_key, scores, several_tensors
@@ -138,12 +138,31 @@ SIGN_SENSITIVE = ("gradcam++", "xgradcam")  # their weights divide by sum_ab A_a
 
 
 class Where(NamedTuple):
-    """Which tensors cam() reads: the layer's call and output key, and the model's output key."""
+    """Which tensors cam() reads: the layer's call and output key (layer None: cam() picks it from its
+    own forward pass), and the model's output key."""
 
-    layer: str
+    layer: str | None
     call: int
     key: str | None
     output: str | None
+
+
+class Pass(NamedTuple):
+    """One forward pass: the model's output, the chosen call of the layer (None when that call never
+    ran), whether an in-place op changed its output after the hook saw it, and the resolved Where."""
+
+    out: Any
+    chosen: Call | None
+    changed: bool
+    where: Where
+    ran: int  # calls of the layer in this pass
+
+    def call(self) -> Call:
+        """The chosen call, or an error that says how many calls there were."""
+        if self.chosen is None:
+            layer, call = self.where.layer, self.where.call
+            raise OptionError(f"layer {layer!r} ran {self.ran} time(s) in this forward; call={call} does not exist")
+        return self.chosen
 
 
 def cam(
@@ -163,33 +182,56 @@ def cam(
 
     ``layer`` is a module name; without one, the last layer whose output is still a spatial map
     is used, or on a vision transformer the tokens its last attention reads
-    (``hookscope.explain.layers``; the choice is logged on the "hookscope" logger). ``call`` picks the
-    layer's call when it runs several times (the last by default). ``key`` picks the tensor of a
-    layer that returns several (default: the first, with a ``CaptureWarning``); ``output`` the
-    tensor of the model's output that the target indexes (see ``hookscope.explain.targets``).
-    ``batch_size`` bounds the masked copies Score-CAM runs at once; ``progress("scorecam", done,
-    total)`` is told after each of those forward passes (one per channel and image, in batches).
-    Grad-CAM++ and XGrad-CAM warn when more than 5% of the layer's activations are negative (a
-    conv before its activation): their weights assume non-negative ones (``hookscope.explain.signed``).
+    (``hookscope.explain.layers``; the choice is logged on the "hookscope" logger), found in the
+    same forward pass that computes the map. ``call`` picks the layer's call when it runs several
+    times (the last by default). ``key`` picks the tensor of a layer that returns several (default:
+    the first, with a ``CaptureWarning``); ``output`` the tensor of the model's output that the
+    target indexes (see ``hookscope.explain.targets``). ``batch_size`` bounds the masked copies
+    Score-CAM runs at once; ``progress("scorecam", done, total)`` is told after each of those
+    forward passes (one per channel and image, in batches). Grad-CAM++ and XGrad-CAM warn when more
+    than 5% of the layer's activations are negative (a conv before its activation): their weights
+    assume non-negative ones (``hookscope.explain.signed``).
     """
     if method not in CAM_METHODS:
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
     with once_each():  # the passes below may each say the same thing
-        if layer is None:
-            layer, call = pick_layer(model, x)
         where = Where(layer, call, key, output)
         if method in GRAD_METHODS:
-            activations, gradients = _gradient_cam(model, x, target, where)
+            where, activations, gradients = _gradient_cam(model, x, target, where)
             if method in SIGN_SENSITIVE:
-                warn_if_signed(model, x, method, activations, where.layer, where.call)
+                warn_if_signed(model, x, method, activations, str(where.layer), where.call)
             raw = GRAD_METHODS[method](activations, gradients)
         elif method == "eigencam":
-            raw = eigen_cam(_activations(model, x, where))
+            raw = eigen_cam(_activations(model, x, where)[1])
         else:
             raw = _score_cam(model, x, target, where, batch_size, progress or _quiet)
     return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
+
+
+def _every(name: str, module: nn.Module) -> bool:
+    return True
+
+
+def _forward(model: nn.Module, x: Tensor, where: Where, *, grad: bool) -> Pass:
+    """One forward pass of a copy of ``x`` (the model may change its input in place). The layer's
+    outputs are kept by reference, or, when no layer was named, every module's, and the layer is
+    chosen from this pass (``choose_among``): no probe pass. A named layer without ``grad`` is
+    copied, as any capture, so an in-place op after it cannot change what is kept."""
+    leaf = x.detach().clone().requires_grad_(grad)
+    by_reference = grad or where.layer is None
+    with warnings.catch_warnings():  # what could go wrong is checked below, and by a second pass
+        warnings.simplefilter("ignore", CaptureWarning)
+        with capture(model, where.layer or _every, detach=not grad, clone=not by_reference) as live:
+            out = model(leaf.clone())
+    if where.layer is None:
+        choice = choose_among(model, live)
+        where = where._replace(layer=choice.layer, call=choice.call)
+    calls = live[str(where.layer)].calls
+    chosen = calls[where.call] if -len(calls) <= where.call < len(calls) else None
+    changed = any(label.startswith(f"{where.layer!r} ") for label in live.changed_in_place())
+    return Pass(out, chosen, changed, where, len(calls))
 
 
 def _layer_key(chosen: Call, where: Where) -> str | None:
@@ -203,36 +245,33 @@ def _layer_key(chosen: Call, where: Where) -> str | None:
     return keys[0] if keys else None
 
 
-def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor]:
+def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Where, Tensor, Tensor]:
     """The layer's activations and the gradient of the target score with respect to them, as maps."""
     with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
-        found = _at_the_layer(model, x, target, where) or _through_the_input(model, x, target, where)
-    activations, gradients = found
-    return spatial_maps(activations, tokens=True), spatial_maps(gradients, tokens=True)
+        where, found = _at_the_layer(model, x, target, where)
+        activations, gradients = found or _through_the_input(model, x, target, where)
+    return where, spatial_maps(activations, tokens=True), spatial_maps(gradients, tokens=True)
 
 
-def _at_the_layer(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor] | None:
+def _at_the_layer(
+    model: nn.Module, x: Tensor, target: Target, where: Where
+) -> tuple[Where, tuple[Tensor, Tensor] | None]:
     """One forward pass, the layer's outputs kept by reference (no copy), and a backward pass that
     stops at the chosen call's output (on a CNN, half the work). None when an in-place op changed an
     output of the layer after the hook saw it (the values and the gradient would be those of the
     changed tensor), or the output does not require grad or reach the score: then
     ``_through_the_input`` runs the forward pass again."""
-    leaf = x.detach().clone().requires_grad_(True)
-    with warnings.catch_warnings():  # what could go wrong is checked below, and by the second pass
-        warnings.simplefilter("ignore", CaptureWarning)
-        with capture(model, where.layer, detach=False, clone=False) as live:
-            out = model(leaf.clone())  # a copy: the model may change its input in place
-    picked, _ = scores(out, target, where.output)
-    calls = live[where.layer].calls
-    if not -len(calls) <= where.call < len(calls) or live.changed_in_place():
-        return None
-    chosen = calls[where.call]
-    key = _layer_key(chosen, where)
-    output = chosen.get("output", key) if key is not None else None
+    passed = _forward(model, x, where, grad=True)
+    where = passed.where
+    picked, _ = scores(passed.out, target, where.output)
+    if passed.chosen is None or passed.changed:
+        return where, None
+    key = _layer_key(passed.chosen, where)
+    output = passed.chosen.get("output", key) if key is not None else None
     if output is None or not output.requires_grad:
-        return None
+        return where, None
     (gradient,) = torch.autograd.grad(picked.sum(), output, allow_unused=True)
-    return None if gradient is None else (output.detach(), gradient)
+    return where, None if gradient is None else (output.detach(), gradient)
 
 
 def _through_the_input(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor]:
@@ -242,16 +281,20 @@ def _through_the_input(model: nn.Module, x: Tensor, target: Target, where: Where
     with capture(model, where.layer, kinds=("output", "grad_output")) as cap:
         picked, _ = scores(model(leaf.clone()), target, where.output)
         torch.autograd.grad(picked.sum(), leaf)
-    chosen = _one_call(cap[where.layer].calls, where)
+    chosen = _one_call(cap[str(where.layer)].calls, where)
     key = _layer_key(chosen, where)
     return chosen.get("output", key), chosen.get("grad_output", key)
 
 
-def _activations(model: nn.Module, x: Tensor, where: Where) -> Tensor:
-    with capture(model, where.layer) as cap, torch.no_grad():
-        model(x)
-    chosen = _one_call(cap[where.layer].calls, where)
-    return spatial_maps(chosen.get("output", _layer_key(chosen, where)), tokens=True)
+def _activations(model: nn.Module, x: Tensor, where: Where) -> tuple[Pass, Tensor]:
+    """One forward pass without gradients and the layer's activations as maps (a second pass, copying
+    the layer's outputs, only when the first kept references that an in-place op changed)."""
+    with torch.no_grad():
+        passed = _forward(model, x, where, grad=False)
+        if passed.changed:
+            passed = _forward(model, x, passed.where, grad=False)  # the layer is named now: copies
+    chosen = passed.call()
+    return passed, spatial_maps(chosen.get("output", _layer_key(chosen, passed.where)), tokens=True)
 
 
 def _score_cam(
@@ -262,10 +305,9 @@ def _score_cam(
     batch_size: int,
     progress: Callable[[str, int, int], None],
 ) -> Tensor:
-    with capture(model, where.layer) as cap, torch.no_grad():
-        _, classes = scores(model(x), target, where.output)
-    chosen = _one_call(cap[where.layer].calls, where)
-    activations = spatial_maps(chosen.get("output", _layer_key(chosen, where)), tokens=True)
+    passed, activations = _activations(model, x, where)
+    with torch.no_grad():
+        _, classes = scores(passed.out, target, passed.where.output)
     masks = score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)
     per_image = [int(c) for c in classes] if classes is not None else [target] * len(x)
     chunks = -(-masks.shape[1] // batch_size)  # forward passes per image

@@ -1,6 +1,8 @@
 """Which layer a CAM reads when none is named, and how to say which, in words a user knows.
 
-``choose_layer(model, x)`` runs one probe pass (shapes only, no memory) and picks:
+``choose_among(model, cap)`` picks from the calls of a capture of every module (``cam()`` reads the
+capture of its own forward pass, so it runs no extra one); ``choose_layer(model, x)`` runs a probe
+pass (shapes only, no memory) for it. The pick:
 
 - the last module call (in the order calls return) whose output is a spatial map ``(B, C, H, W)``
   larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet;
@@ -19,13 +21,14 @@ more than once and the module that ran just before it, and the block it belongs 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from torch import Tensor, nn
 
 from ..core.capture import probe
 from ..core.compiled import unwrap
-from ..core.records import Call
+from ..core.records import Call, Record
 from ..errors import SelectionError, ShapeError
 from ..tokens import tokens_to_grid
 
@@ -48,7 +51,12 @@ def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
 
 def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
     """The layer a CAM reads without ``layer=`` (see the module docstring), logged on "hookscope"."""
-    calls = sorted((c for name, r in probe(model, x).items() if name for c in r.calls), key=lambda c: c.order)
+    return choose_among(model, probe(model, x))
+
+
+def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
+    """The layer a CAM reads, from the calls of one forward pass that recorded every module's output."""
+    calls = sorted((c for name, r in sites.items() if name for c in r.calls), key=lambda c: c.order)
     maps = [c for c in calls if _is_spatial(c) or _is_token_grid(c)]
     if not maps:
         raise SelectionError(
