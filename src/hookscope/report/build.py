@@ -44,7 +44,18 @@ from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..viz.images import overlay, to_pil
-from .views import CamView, FlowChart, Guess, Prediction, Report, flow_chart, human_time, layer_views, png
+from .views import (
+    CamView,
+    FlowChart,
+    Guess,
+    Prediction,
+    Report,
+    flow_chart,
+    human_time,
+    layer_views,
+    not_held,
+    png,
+)
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -90,7 +101,7 @@ def build_report(
     cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
     scores_2d = _class_scores(returned, labels, key)
     layers, left_out = layer_views(
-        cap, drawn, max_layers=max_layers, absent=_not_held, progress=lambda done, total: step("layers", done, total)
+        cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
     )
     shown = min(len(x), MAX_IMAGES)
     images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)
@@ -153,13 +164,6 @@ def _run(
         else:  # not ours to swallow
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return cap, output, key, remarks
-
-
-def _not_held(kind: str) -> str:
-    """Why a call holds none of ``kind`` when the capture left no reason."""
-    if is_gradient(kind):
-        return "no gradient reached it"
-    return {"input": "it received no tensor", "output": "it returned no tensor"}.get(kind, f"it held no {kind}")
 
 
 def _flow(cap: Capture, step: Progress) -> FlowChart | None:

@@ -16,7 +16,6 @@ is renamed into place only when complete, so an interrupted run never leaves a h
 
 from __future__ import annotations
 
-import base64
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from ..core.kinds import is_gradient
 from ..errors import OptionError
 from ..files import staged_folder
 from ..optional import require
+from ..viz.html import data_uri
 from .views import Report
 
 TEMPLATE = "report/templates/report.html.j2"  # the page's template, a file of the hookscope package
@@ -35,16 +35,35 @@ TEMPLATE = "report/templates/report.html.j2"  # the page's template, a file of t
 
 def render_html(report: Report) -> str:
     """The report as one HTML page: images inline, CSS and JS inline, nothing fetched when opened."""
+    types = sorted({layer.type for layer in report.layers})
+    html: str = environment().get_template(TEMPLATE.rsplit("/", 1)[1]).render(report=report, types=types)
+    return html
+
+
+def environment() -> Any:
+    """The jinja2 environment of the report's templates (autoescaped), with the page's filters and globals.
+
+    Its templates are the files beside ``TEMPLATE``: the page, and the partials it shares with the
+    inline views (``cards.html.j2``, ``cards.css``, ``palette.css.j2``).
+    """
     jinja2 = require("jinja2")
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(png=_data_uri, num=format_number, percent=_percent, shape=_shape, breakable=_breakable)
+    folder = TEMPLATE.rsplit("/", 1)[0]
+
+    def source(name: str) -> str:
+        return resources.files("hookscope").joinpath(folder, name).read_text(encoding="utf-8")
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(source),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(png=data_uri, num=format_number, percent=_percent, shape=_shape, breakable=_breakable)
     env.globals.update(
         histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite, is_gradient=is_gradient
     )
-    source = resources.files("hookscope").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    types = sorted({layer.type for layer in report.layers})
-    html: str = env.from_string(source).render(report=report, types=types)
-    return html
+    return env
 
 
 def write_report(report: Report, out: str | Path, *, force: bool = False) -> Path:
@@ -69,10 +88,6 @@ def write_report(report: Report, out: str | Path, *, force: bool = False) -> Pat
 
 
 # -- template helpers -------------------------------------------------------------------------
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
 def format_number(value: float | int | None) -> str:
     """Short: ints and floats from 1,000 with separators, 4 digits below, "-3.7e-4" far from 1, "0" for -0.0."""
     if value is None:  # as_dict's NaN

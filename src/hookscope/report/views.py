@@ -34,7 +34,6 @@ Pillow and matplotlib are imported when a picture is drawn (``pip install 'hooks
 from __future__ import annotations
 
 import datetime
-import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
 from ..errors import ShapeError
 from ..stats.summary import FlowRow, gradient_flow, summarize
+from ..viz.html import png_bytes
 from ..viz.images import feature_grid
 
 if TYPE_CHECKING:
@@ -230,6 +230,13 @@ def layer_views(
     return views, [record.name for record in called[max_layers:]]
 
 
+def not_held(kind: str) -> str:
+    """Why a call holds none of ``kind`` when the capture left no reason."""
+    if is_gradient(kind):
+        return "no gradient reached it"
+    return {"input": "it received no tensor", "output": "it returned no tensor"}.get(kind, f"it held no {kind}")
+
+
 def tensor_view(call: Call, kind: Kind) -> TensorView | None:
     """The first tensor of ``kind`` in ``call`` as numbers and a picture; None when it holds none."""
     keys = call.keys(kind)
@@ -328,6 +335,4 @@ def human_time(moment: datetime.datetime) -> str:
 
 def png(image: Image) -> bytes:
     """``image`` as PNG bytes."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
+    return png_bytes(image)
