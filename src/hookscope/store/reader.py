@@ -31,10 +31,13 @@ from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
+from ..display import Shows
 from ..errors import DamagedShardError, NotCapturedError, StoreError, StoreWarning
 from ..stats.streaming import RunningStats
 from ..text import closest, columns, format_size
+from . import series
 from .format import MANIFEST, Entry, index_parts, read_manifest
+from .series import Alert, History
 from .shards import MappedShards, inside, read_stats
 
 T = TypeVar("T")
@@ -70,7 +73,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
     return Run(root, manifest, verify=verify)
 
 
-class Run(Mapping[str, Record]):
+class Run(Mapping[str, Record], Shows):
     """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], *, verify: bool = True) -> None:
@@ -153,6 +156,19 @@ class Run(Mapping[str, Record]):
             self._stats = read_stats(self._mapped, section) if section else {}
         return self._stats
 
+    def history(self, name: str) -> History:
+        """The rows ``hookscope.watch`` logged for the module ``name`` (a watch store: ``hookscope.store.series``)."""
+        return series.pick(self.histories(), name, self.path)
+
+    def histories(self) -> dict[str, History]:
+        """Every watched module's ``History``, in model order (empty for a store not written by ``watch``)."""
+        return series.read_histories(self.path, self.manifest, self._mapped)
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """The alerts ``hookscope.watch`` raised, in the order it raised them (empty for other stores)."""
+        return series.read_alerts(self.manifest)
+
     def contents(self) -> list[Contents]:
         """One row per (site, kind, key): first shape, dtype, how many tensors, bytes on disk (aliases once)."""
         first: dict[Label, Entry] = {}
@@ -177,6 +193,8 @@ class Run(Mapping[str, Record]):
 
     def describe(self) -> str:
         """What ``hookscope info`` prints: the store, its provenance, then one row per (site, kind, key)."""
+        if series.is_watch(self.manifest):
+            return series.describe_watch(self.path, self.manifest, self.histories())
         run, prov, config = self, self.provenance, self.config
         shards = run.manifest.get("shards", [])
         state = "complete" if run.complete else "interrupted: `hookscope extract ... --resume` continues it"

@@ -1,0 +1,202 @@
+"""The time series of a training run in a store: ``History`` (one site's rows), ``Alert``, and the watch store.
+
+``hookscope.watch`` writes a store of the usual format (``hookscope.store.format``: a folder
+whose ``manifest.json`` is written atomically) that holds no batches of tensors but one table per
+site, a row per logged step::
+
+    exp.hookscope/
+      manifest.json        config.source "watch", sites, "series" and "alerts" (one line per alert)
+      series.safetensors   one float64 tensor (steps, len(COLUMNS)) per site, named by the site
+
+``write_watch`` writes both, each whole or not at all (``write_atomically``, with the shard's
+CRC-32s); ``read_histories`` and ``read_alerts`` read them back for ``hookscope.load``'s ``Run``
+(``run.history(name)``, ``run.alerts``), ``describe_watch`` is what ``hookscope info`` prints.
+A value that was not measured (a module without parameters has no weight norm) is NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import display
+from ..errors import NotCapturedError
+from ..text import closest, columns, format_size
+from .format import write_manifest
+from .shards import MappedShards, read_index, write_shard
+
+SOURCE = "watch"  # config.source of a watch store
+SERIES = "series.safetensors"
+COLUMNS = (
+    "step",
+    "act_mean",  # mean of the module's output over every call of the step
+    "act_std",
+    "act_abs_mean",  # mean |x|
+    "zeros",  # fraction of output values that are exactly 0
+    "dead",  # fraction of units (channels, features) zero for every sample over the dead window
+    "grad_output_norm",  # L2 norm of d loss / d output over every call of the step
+    "grad_norm",  # L2 norm of the module's parameter gradients, as the optimizer sees them
+    "weight_norm",  # L2 norm of its parameters after the step
+    "update_ratio",  # |w_after - w_before| / |w_before| over the optimizer step
+)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Something going wrong at one module: ``kind`` (vanishing, exploding, dead, update_ratio, non_finite)."""
+
+    step: int
+    module: str
+    kind: str
+    column: str  # the statistic that crossed its bound
+    value: float
+    bound: float
+    message: str
+
+    def __str__(self) -> str:
+        return f"step {self.step}: {self.kind} at {self.module!r}: {self.message}"
+
+
+class History(display.Shows):
+    """One site's statistics over the logged steps: ``h["grad_norm"]`` is a list, a float per logged step."""
+
+    def __init__(self, name: str, type: str, rows: Tensor) -> None:
+        self.name, self.type = name, type
+        self.rows = rows  # (steps, len(COLUMNS)) float64
+        self.columns = COLUMNS
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def __getitem__(self, column: str) -> list[float]:
+        if column not in COLUMNS:
+            raise KeyError(f"{column!r} is not a column of a history; the columns are {', '.join(COLUMNS)}")
+        values: list[float] = self.rows[:, COLUMNS.index(column)].tolist()
+        return values
+
+    @property
+    def steps(self) -> list[int]:
+        return [int(s) for s in self["step"]]
+
+    def row(self, step: int) -> dict[str, float]:
+        """The statistics logged at ``step``, by column."""
+        if step not in self.steps:
+            raise KeyError(f"step {step} was not logged for {self.name!r}; logged steps: {_span(self.steps)}")
+        values: list[float] = self.rows[self.steps.index(step)].tolist()
+        return dict(zip(COLUMNS, values, strict=True))
+
+    def last(self) -> dict[str, float]:
+        """The newest row (empty when nothing was logged)."""
+        return self.row(self.steps[-1]) if len(self) else {}
+
+    def __repr__(self) -> str:
+        return f"<History {self.name!r} ({self.type}): {len(self)} logged steps, {_span(self.steps)}>"
+
+
+def is_watch(manifest: Mapping[str, Any]) -> bool:
+    """Whether ``manifest`` is that of a store written by ``hookscope.watch``."""
+    return bool(manifest.get("config", {}).get("source") == SOURCE)
+
+
+def write_watch(
+    root: Path, manifest: dict[str, Any], histories: Mapping[str, History], alerts: Sequence[Alert]
+) -> None:
+    """Write the series file, then the manifest that names it (each atomically)."""
+    tensors = {name: h.rows.contiguous() for name, h in histories.items()}
+    write_shard(root / SERIES, tensors, {"columns": list(COLUMNS)})
+    steps = sorted({s for h in histories.values() for s in h.steps})
+    series = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps)}
+    write_manifest(root, {**manifest, "series": series, "alerts": [_alert_json(a) for a in alerts]})
+
+
+def read_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> dict[str, History]:
+    """Every site's history, in the manifest's site order (tensors memory-mapped)."""
+    series = manifest.get("series")
+    if not series:
+        return {}
+    index = read_index(root / series["file"])
+    types = {s["name"]: s.get("type", "?") for s in manifest.get("sites", [])}
+    crc = index["meta"].get("crc32", {})
+    out = {}
+    for name in [s for s in types if s in index["tensors"]]:
+        dtype, shape, offsets = index["tensors"][name]
+        rows = mapped.tensor(series["file"], index["data_start"], dtype, shape, offsets, crc.get(name, -1))
+        out[name] = History(name, types[name], rows)
+    return out
+
+
+def pick(histories: Mapping[str, History], name: str, root: Path) -> History:
+    """``histories[name]``, or a ``NotCapturedError`` naming the closest watched modules."""
+    if name not in histories:
+        what = (
+            "holds no time series (it was not written by hookscope.watch)"
+            if not histories
+            else (f"watched {len(histories)} modules{closest(name, histories)}")
+        )
+        raise NotCapturedError(f"{name!r} has no history in {root}: the store {what}")
+    return histories[name]
+
+
+def read_alerts(manifest: Mapping[str, Any]) -> list[Alert]:
+    return [
+        Alert(**{**a, "value": _number(a["value"]), "bound": _number(a["bound"])}) for a in manifest.get("alerts", [])
+    ]
+
+
+def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[str, History]) -> str:
+    """What ``hookscope info`` prints of a watch store: the run, its alerts, the last row of every site."""
+    prov, config = manifest.get("provenance", {}), manifest.get("config", {})
+    alerts = read_alerts(manifest)
+    steps = sorted({s for h in histories.values() for s in h.steps})
+    size = format_size(sum(p.stat().st_size for p in path.iterdir() if p.is_file()))
+    state = "complete" if manifest.get("status") == "complete" else "interrupted (the run did not reach its end)"
+    head = [
+        f"{path}: hookscope watch store (format {manifest.get('version')}), {state}",
+        f"model     {prov.get('model', '?')} ({prov.get('model_module', '?')}), "
+        f"{prov.get('parameters', 0):,} parameters",
+        f"made by   hookscope {prov.get('hookscope')}, torch {prov.get('torch')}, Python {prov.get('python')}, "
+        f"{prov.get('created')}",
+        f"run       watch every {config.get('every')} steps: {config.get('steps', 0):,} steps, {len(steps)} logged "
+        f"({_span(steps)}), select {config.get('select') or 'every leaf with parameters, and activations'}",
+        f"alerts    {len(alerts)}" + "".join(f"\n          {a}" for a in alerts[:10]),
+        f"size      {size}",
+        "",
+    ]
+    shown = ("grad_norm", "update_ratio", "dead", "act_std")
+    rows = [["site", "type", "steps", *(f"last {c}" for c in shown)]]
+    rows += [[n, h.type, str(len(h)), *(_cell(h.last().get(c)) for c in shown)] for n, h in histories.items()]
+    return "\n".join(head + columns(rows, right={2, 3, 4, 5, 6}))
+
+
+def _alert_json(alert: Alert) -> dict[str, Any]:
+    row = asdict(alert)
+    return {**row, "value": _text(alert.value), "bound": _text(alert.bound)}
+
+
+def _text(value: float) -> float | str:
+    """JSON has no NaN or infinity: those are written as text (``"nan"``, ``"inf"``)."""
+    return value if math.isfinite(value) else str(value)
+
+
+def _number(value: float | str) -> float:
+    return float(value)
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.3g}"
+
+
+def _span(steps: Sequence[int]) -> str:
+    if not steps:
+        return "none"
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
+
+
+def empty_rows() -> Tensor:
+    return torch.empty(0, len(COLUMNS), dtype=torch.float64)

@@ -1,0 +1,63 @@
+"""What one logged step gathers of one site, on the device, until the step ends: ``Gathered``.
+
+``watch`` keeps a ``Gathered`` per site while a logged step runs. Forward calls add their
+activation sums and units' alive mask, gradient hooks the squares of the output gradient, the
+optimizer hooks the parameter gradients and the update; ``values`` lays it all out as one float64
+vector (NaN where nothing was measured), so that every site of the step travels to the host in
+one transfer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .measures import F64, activation_sums
+
+SLOTS = ("sum", "sum_sq", "sum_abs", "zeros", "count", "grad_output_sq", "grad_sq", "weight_sq", "delta_sq",
+         "before_sq", "dead")  # fmt: skip
+
+
+@dataclass
+class Gathered:
+    """One site's sums over a logged step (tensors on the model's device)."""
+
+    act: Tensor | None = None  # (5,) activation_sums, added up over calls
+    alive: Tensor | None = None  # (units,) bool, OR over calls
+    grad_output_sq: Tensor | None = None
+    grad_sq: Tensor | None = None
+    delta_sq: Tensor | None = None
+    before_sq: Tensor | None = None
+    last_output: Tensor | None = None  # for TensorBoard's histograms only
+    last_grad_output: Tensor | None = None
+    grads: dict[str, Tensor] = field(default_factory=dict)  # parameter gradients, for histograms
+
+    def add_output(self, x: Tensor, dim: int, *, keep: bool) -> None:
+        sums, alive = activation_sums(x, dim)
+        self.act = sums if self.act is None else self.act + sums
+        if self.alive is None or self.alive.shape != alive.shape:  # a shape change starts the mask again
+            self.alive = alive
+        else:
+            self.alive = self.alive | alive
+        if keep:
+            self.last_output = x.detach().clone()
+
+    def add_grad_output(self, grad: Tensor, *, keep: bool) -> None:
+        part = grad.detach().square().sum(dtype=F64)
+        self.grad_output_sq = part if self.grad_output_sq is None else self.grad_output_sq + part
+        if keep:
+            self.last_grad_output = grad.detach().clone()
+
+    @property
+    def measured(self) -> bool:
+        return any(t is not None for t in (self.act, self.grad_output_sq, self.grad_sq, self.delta_sq))
+
+    def values(self, weight_sq: Tensor | None, dead: Tensor | None, device: torch.device) -> Tensor:
+        """``(len(SLOTS),)`` float64 on ``device``: the sums in ``SLOTS`` order, NaN where not measured."""
+        nan = torch.full((), math.nan, dtype=F64, device=device)
+        act = list(self.act.to(device).unbind()) if self.act is not None else [nan] * 5
+        rest = (self.grad_output_sq, self.grad_sq, weight_sq, self.delta_sq, self.before_sq, dead)
+        return torch.stack(act + [nan if t is None else t.to(device, F64) for t in rest])

@@ -1,0 +1,113 @@
+"""Training steps counted: ``StepClock``, driven by ``clock.step()`` or by the optimizers' step hooks.
+
+::
+
+    with StepClock(optimizers, on_end=flush) as clock:    # hooks on each optimizer, removed on exit
+        ...                                               # clock.step_index: the step being run
+
+The rule (no step is counted twice):
+
+- Each ``clock.step()`` ends the step being run.
+- With optimizers and no ``clock.step()`` call yet, a step ends when every optimizer has stepped
+  once since the last end (one optimizer: each ``optimizer.step()``), seen by its step post-hook
+  (``Optimizer.register_step_post_hook``). A ``GradScaler`` that skips ``optimizer.step()`` for an
+  inf gradient skips the hook too: that step is not counted.
+- The first ``clock.step()`` hands the count over to the caller for good: when the optimizers
+  have just ended the step (nothing ran since), it ends nothing more, so a loop that calls both
+  ``opt.step()`` and ``clock.step()`` counts each step once.
+
+``on_pre_optimizer(optimizer)`` and ``on_post_optimizer(optimizer)`` run in the optimizer's
+pre- and post-step hooks, ``on_end(step)`` when a step ends; ``touch()`` tells the clock that
+work happened (a forward pass), so that a later ``clock.step()`` is not mistaken for a repeat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from torch.optim import Optimizer
+from torch.utils.hooks import RemovableHandle
+
+from ..errors import OptionError
+
+OptimizerHook = Callable[[Optimizer], None]
+
+
+def optimizers_of(optimizer: Optimizer | Iterable[Optimizer] | None) -> list[Optimizer]:
+    """``None``, one optimizer or several, as a list; anything else is an ``OptionError``."""
+    if optimizer is None:
+        return []
+    found = [optimizer] if isinstance(optimizer, Optimizer) else list(optimizer)
+    wrong = [type(o).__name__ for o in found if not isinstance(o, Optimizer)]
+    if wrong:
+        raise OptionError(f"optimizer= takes torch.optim.Optimizer objects, got {', '.join(wrong)}")
+    return found
+
+
+class StepClock(contextlib.AbstractContextManager["StepClock"]):
+    """The index of the step being run, ended by ``step()`` or by the optimizers (see the module docstring)."""
+
+    def __init__(
+        self,
+        optimizers: Sequence[Optimizer] = (),
+        *,
+        on_end: Callable[[int], None] | None = None,
+        on_pre_optimizer: OptimizerHook | None = None,
+        on_post_optimizer: OptimizerHook | None = None,
+    ) -> None:
+        self.optimizers = list(optimizers)
+        self.step_index = 0  # the step being run; steps 0 .. step_index - 1 have ended
+        self.manual = False  # the caller's step() drives the count
+        self._on_end, self._on_pre, self._on_post = on_end, on_pre_optimizer, on_post_optimizer
+        self._stepped: set[int] = set()  # ids of the optimizers that stepped in this step
+        self._just_ended = False  # the optimizers ended a step and nothing ran since
+        self._handles: list[RemovableHandle] = []
+
+    def __enter__(self) -> StepClock:
+        for optimizer in self.optimizers:
+            self._handles.append(optimizer.register_step_pre_hook(self._pre))
+            self._handles.append(optimizer.register_step_post_hook(self._post))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the optimizer hooks (twice is a no-op)."""
+        handles, self._handles = self._handles, []
+        for handle in handles:
+            handle.remove()
+
+    def touch(self) -> None:
+        """Work happened in the current step (a forward or backward pass)."""
+        self._just_ended = False
+
+    def step(self) -> int:
+        """End the step being run (the caller's call); returns the index of the next one."""
+        first, self.manual = not self.manual, True
+        if not (first and self._just_ended):
+            self._end()
+        self._just_ended = False
+        return self.step_index
+
+    def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        if self._on_pre is not None:
+            self._on_pre(optimizer)
+
+    def _post(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        if self._on_post is not None:
+            self._on_post(optimizer)
+        if self.manual:
+            return
+        self._stepped.add(id(optimizer))
+        if len(self._stepped) == len(self.optimizers):
+            self._end()
+            self._just_ended = True
+
+    def _end(self) -> None:
+        ended, self.step_index = self.step_index, self.step_index + 1
+        self._stepped.clear()
+        if self._on_end is not None:
+            self._on_end(ended)

@@ -1,0 +1,339 @@
+"""Watch a model while it trains: ``watch(model, optimizer, every=50) -> Watch``, a context manager.
+
+::
+
+    with hookscope.watch(model, optimizer=opt, every=50, out="runs/exp1.hookscope") as w:
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+            w.step()                       # optional when an optimizer is given (steps.StepClock)
+    w.history("conv2")["grad_norm"]        # one value per logged step
+    w.alerts                               # vanishing / exploding gradients, dead units, update ratio, NaN
+
+What is watched (``hookscope.store.series.COLUMNS``): per selected module (by default every leaf
+with parameters and every activation module, ``nn.ReLU`` and its kin) the mean, std, mean |x| and
+zero fraction of its output, the fraction of dead units, the norm of the output gradient, of the
+parameter gradients (as the optimizer sees them, after accumulation), of the weights, and the
+update ratio |Δw| / |w| of the optimizer step (its pre- and post-step hooks).
+
+Cost: only steps ``0, every, 2 * every, ...`` are logged, and the module hooks exist only while a
+logged step runs (registered when the step before it ends, removed when it ends), so the other
+steps run the bare model, with nothing but the optimizers' step hooks, which return at once. A
+logged step computes its statistics where the tensors are and brings them to the host once, when
+it ends. Forward passes under ``torch.no_grad()`` (evaluation) are ignored. Watching changes
+nothing of the training: no value, no flag, no random number.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from .. import display
+from ..core.hooks import HandleGroup
+from ..core.select import Selector, select_modules, selector_text
+from ..errors import OptionError, StoreError
+from ..store.format import new_manifest
+from ..store.save import provenance
+from ..store.series import COLUMNS, SOURCE, Alert, History, write_watch
+from .alerts import Detector, Thresholds, thresholds_of
+from .board import Board
+from .collect import SLOTS, Gathered
+from .measures import activation_row, dead_fraction, squared_norm, unit_dim
+from .steps import StepClock, optimizers_of
+
+ACTIVATIONS = "torch.nn.modules.activation"  # the module of nn.ReLU, nn.GELU, nn.Sigmoid, ...
+
+
+def watch(
+    model: nn.Module,
+    optimizer: Optimizer | Iterable[Optimizer] | None = None,
+    *,
+    every: int = 50,
+    select: Selector | None = None,
+    out: str | os.PathLike[str] | None = None,
+    tensorboard: str | os.PathLike[str] | None = None,
+    thresholds: Thresholds | Mapping[str, Any] | None = None,
+    force: bool = False,
+    flush_every: float = 30.0,
+) -> Watch:
+    """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
+
+    ``optimizer``: one or several; their step hooks measure the update ratio and, until ``w.step()``
+    is first called, count the steps. ``select``: any selector (default: leaves with parameters and
+    activation modules). ``out``: a store written when the block ends (and every ``flush_every``
+    seconds of logged steps), refused if it exists unless ``force``. ``tensorboard``: a log folder for
+    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights).
+    """
+    if not isinstance(every, int) or every < 1:
+        raise OptionError(f"every= is the number of steps between logged steps, at least 1; got {every!r}")
+    return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, tensorboard=tensorboard,
+                 thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every)  # fmt: skip
+
+
+def default_sites(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every leaf with parameters, and every activation module (their outputs show dead units)."""
+
+    def chosen(name: str, module: nn.Module) -> bool:
+        leaf = next(module.children(), None) is None
+        return leaf and (next(module.parameters(), None) is not None or type(module).__module__ == ACTIVATIONS)
+
+    return select_modules(model, chosen)
+
+
+class Watch(display.Shows):
+    """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``)."""
+
+    def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
+                 out: str | os.PathLike[str] | None, tensorboard: str | os.PathLike[str] | None,
+                 thresholds: Thresholds, force: bool, flush_every: float) -> None:  # fmt: skip
+        self.model, self.every, self.thresholds = model, every, thresholds
+        self.sites = default_sites(model) if select is None else select_modules(model, select)
+        self.alerts: list[Alert] = []
+        self.out = None if out is None else Path(os.path.abspath(out))
+        self._select, self._force, self._flush_every, self._board_dir = select, force, flush_every, tensorboard
+        self._params = {name: list(m.parameters()) for name, m in self.sites}
+        self._owner = {id(p): name for name, ps in self._params.items() for p in ps}
+        self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
+        self._alive: dict[str, collections.deque[Tensor]] = {n: collections.deque(maxlen=thresholds.dead_window)
+                                                             for n, _ in self.sites}  # fmt: skip
+        self._clock = StepClock(
+            optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
+        )
+        self._hooks = HandleGroup()
+        self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
+        self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
+        self._detector = Detector(thresholds)
+        self._board: Board | None = None
+        self._manifest: dict[str, Any] = {}
+        self._written = -math.inf
+
+    # -- the block --------------------------------------------------------------------------
+    def __enter__(self) -> Watch:
+        if self.out is not None:
+            self._open_store()
+        self._board = Board(self._board_dir) if self._board_dir is not None else None
+        self._clock.__enter__()
+        self._arm()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if self._gathered is not None and any(g.measured for g in self._gathered.values()):
+                self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
+        finally:
+            self._hooks.remove()
+            self._gathered = None
+            self._clock.close()
+            if self._board is not None:
+                self._board.close()
+            if self.out is not None:
+                ended = "normally" if exc_type is None else f"by {exc_type.__name__}"
+                self._write(status="complete", ended=ended)
+
+    def step(self) -> int:
+        """End the current training step; returns the index of the next. Optional with an optimizer."""
+        return self._clock.step()
+
+    @property
+    def steps(self) -> int:
+        """Steps ended so far."""
+        return self._clock.step_index
+
+    def history(self, name: str) -> History:
+        """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``)."""
+        if name not in self._rows:
+            raise KeyError(f"{name!r} is not watched; the watched modules are {', '.join(self._rows)}")
+        rows = torch.tensor(self._rows[name], dtype=torch.float64).reshape(-1, len(COLUMNS))
+        return History(name, type(dict(self.sites)[name]).__name__, rows)
+
+    def histories(self) -> dict[str, History]:
+        return {name: self.history(name) for name in self._rows}
+
+    def __repr__(self) -> str:
+        return (f"<Watch of {type(self.model).__name__}: {len(self.sites)} modules, {self.steps} steps, "
+                f"every {self.every}, {len(self.alerts)} alerts>")  # fmt: skip
+
+    # -- logged steps -----------------------------------------------------------------------
+    def _arm(self) -> None:
+        """Hooks on every site for the step about to run, if it is one that is logged."""
+        if self._clock.step_index % self.every:
+            return
+        self._gathered = {name: Gathered() for name, _ in self.sites}
+        for name, module in self.sites:
+            self._hooks.on_forward(module, self._forward_hook(name))
+
+    def _forward_hook(self, name: str) -> Any:
+        keep = self._board is not None
+
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if not torch.is_grad_enabled() or self._gathered is None:  # an evaluation pass
+                return
+            self._clock.touch()
+            x = next((t for t in _tensors(output) if t.is_floating_point()), None)
+            if x is None:
+                return
+            gathered = self._gathered[name]
+            gathered.add_output(x, unit_dim(module, x), keep=keep)
+            if x.requires_grad:
+                self._hooks.on_grad(x, lambda grad: gathered.add_grad_output(grad, keep=keep))
+
+        return hook
+
+    def _pre(self, optimizer: Optimizer) -> None:
+        if self._gathered is None:
+            return
+        for p in (p for group in optimizer.param_groups for p in group["params"]):
+            site = self._owner.get(id(p))
+            if site is not None:
+                self._before[id(p)] = p.detach().clone()
+        self._read_grads(optimizer, self._gathered)
+
+    def _post(self, optimizer: Optimizer) -> None:
+        if self._gathered is None:
+            return
+        for p in (p for group in optimizer.param_groups for p in group["params"]):
+            before, site = self._before.pop(id(p), None), self._owner.get(id(p))
+            if before is None or site is None:
+                continue
+            g = self._gathered[site]
+            delta, old = (
+                (p.detach() - before).square().sum(dtype=torch.float64),
+                before.square().sum(dtype=torch.float64),
+            )
+            g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta
+            g.before_sq = old if g.before_sq is None else g.before_sq + old
+
+    def _read_grads(self, optimizer: Optimizer | None, gathered: dict[str, Gathered]) -> None:
+        """The parameter gradients of the sites that ``optimizer`` steps, or (None) of those still without."""
+        chosen = None if optimizer is None else {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for site, g in gathered.items():
+            if optimizer is None and g.grad_sq is not None:
+                continue
+            named = [
+                (n, p)
+                for n, p in _named(site, self.sites)
+                if p.grad is not None and (chosen is None or id(p) in chosen)
+            ]
+            part = squared_norm(p.grad for _, p in named if p.grad is not None)
+            if part is None:
+                continue
+            g.grad_sq = part if g.grad_sq is None else g.grad_sq + part
+            if self._board is not None:
+                g.grads.update({n: p.grad.detach().clone() for n, p in named if p.grad is not None})
+
+    def _ended(self, step: int) -> None:
+        if self._gathered is not None:
+            self._flush(step)
+        self._arm()
+
+    def _flush(self, step: int) -> None:
+        """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
+        gathered, self._gathered = self._gathered, None
+        self._hooks.remove()
+        self._before.clear()
+        assert gathered is not None
+        self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
+        device = _device(self.model)
+        vectors = [self._vector(name, g, device) for name, g in gathered.items()]
+        table = torch.stack(vectors).cpu().tolist() if vectors else []  # the one sync of the step
+        for (name, g), slots in zip(gathered.items(), table, strict=True):
+            row = _row(step, slots)
+            self._rows[name].append([row[c] for c in COLUMNS])
+            new = self._detector.check(step, name, row, _measured(g, bool(self._params[name])))
+            self.alerts.extend(new)
+            if self._board is not None:
+                self._board.log(step, name, row, g, dict(_named(name, self.sites)))
+        if self.out is not None and time.monotonic() - self._written > self._flush_every:
+            self._write(status="running", ended="")
+
+    def _vector(self, name: str, g: Gathered, device: torch.device) -> Tensor:
+        if g.alive is not None:
+            window = self._alive[name]
+            if window and window[-1].shape != g.alive.shape:
+                window.clear()
+            window.append(g.alive)
+        dead = dead_fraction(self._alive[name]) if g.alive is not None else None
+        weight_sq = squared_norm(self._params[name])
+        return g.values(weight_sq, dead, device)
+
+    # -- the store --------------------------------------------------------------------------
+    def _open_store(self) -> None:
+        assert self.out is not None
+        if self.out.exists():
+            if not self._force:
+                raise StoreError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
+            shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
+        try:
+            self.out.mkdir(parents=True)
+        except OSError as err:
+            raise StoreError(f"cannot write the store {self.out}: {err.strerror or err}") from err
+        sites = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
+                 for n, m in self.sites]  # fmt: skip
+        config = {
+            "source": SOURCE,
+            "every": self.every,
+            "select": selector_text(self._select),
+            "thresholds": {**vars(self.thresholds), "update_ratio": list(self.thresholds.update_ratio)},
+        }
+        self._manifest = new_manifest(provenance(self.model), config, sites)  # fmt: skip
+        self._write(status="running", ended="")
+
+    def _write(self, *, status: str, ended: str) -> None:
+        assert self.out is not None
+        config = {**self._manifest["config"], "steps": self.steps, "ended": ended}
+        manifest = {**self._manifest, "status": status, "config": config}
+        write_watch(self.out, manifest, self.histories(), self.alerts)
+        self._written = time.monotonic()
+
+
+def _row(step: int, slots: list[float]) -> dict[str, float]:
+    """A row of ``COLUMNS`` from a site's ``SLOTS`` on the host."""
+    s = dict(zip(SLOTS, slots, strict=True))
+    mean, std, abs_mean, zeros = activation_row([s[k] for k in ("sum", "sum_sq", "sum_abs", "zeros", "count")])
+    ratio = math.sqrt(s["delta_sq"]) / math.sqrt(s["before_sq"]) if s["before_sq"] > 0 else math.nan
+    if math.isnan(s["delta_sq"]) or not math.isfinite(s["before_sq"]):
+        ratio = math.nan if math.isnan(s["before_sq"]) and math.isnan(s["delta_sq"]) else math.inf
+    return {"step": float(step), "act_mean": mean, "act_std": std, "act_abs_mean": abs_mean, "zeros": zeros,
+            "dead": s["dead"], "grad_output_norm": math.sqrt(s["grad_output_sq"]), "grad_norm": math.sqrt(s["grad_sq"]),
+            "weight_norm": math.sqrt(s["weight_sq"]), "update_ratio": ratio}  # fmt: skip
+
+
+def _measured(g: Gathered, has_params: bool) -> set[str]:
+    found = {"act_mean", "act_std", "act_abs_mean", "zeros", "dead"} if g.act is not None else set()
+    found |= {"grad_output_norm"} if g.grad_output_sq is not None else set()
+    found |= {"grad_norm"} if g.grad_sq is not None else set()
+    found |= {"weight_norm"} if has_params else set()
+    return found | ({"update_ratio"} if g.delta_sq is not None else set())
+
+
+def _tensors(value: Any) -> Iterable[Tensor]:
+    """The tensors of a module's output: itself, or those inside a tuple, list or dict (one level)."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [v for v in value.values() if isinstance(v, Tensor)]
+    if isinstance(value, (tuple, list)):
+        return [v for v in value if isinstance(v, Tensor)]
+    return [v for v in vars(value).values() if isinstance(v, Tensor)] if hasattr(value, "__dict__") else []
+
+
+def _named(site: str, sites: list[tuple[str, nn.Module]]) -> list[tuple[str, Tensor]]:
+    return list(dict(sites)[site].named_parameters())
+
+
+def _device(model: nn.Module) -> torch.device:
+    with contextlib.suppress(StopIteration):
+        return next(model.parameters()).device
+    return torch.device("cpu")
