@@ -14,7 +14,7 @@ matplotlib when they are drawn.
 
 from __future__ import annotations
 
-from . import zoo
+from . import edits, zoo
 from ._version import __version__
 from .core.capture import Capture, capture
 from .core.hooks import HookInfo, find_hooks
@@ -22,11 +22,16 @@ from .core.kinds import KINDS, Kind
 from .core.policy import Policy
 from .core.records import Call, Record
 from .core.select import ModuleInfo, Selector, list_modules, select_modules
+from .edit.block import Edit, edit
+from .edit.effects import PatchSweep
+from .edit.patching import patch_sweep
 from .errors import (
     AmbiguousCallError,
     CaptureError,
     CaptureWarning,
     DamagedShardError,
+    EditError,
+    EditWarning,
     HookscopeError,
     MissingDependencyError,
     NotCapturedError,
@@ -42,31 +47,45 @@ from .explain.cam import cam
 from .explain.layers import pick_layer
 from .report.build import build_report
 from .report.html import render_html, write_report
+from .report.inline import show
 from .report.views import Report
 from .stats.streaming import RunningStats
 from .stats.summary import Summary, gradient_flow, summarize
 from .store.extract import extract
 from .store.reader import Run, load
 from .store.save import save
+from .store.series import Alert, History
 from .tokens import spatial_maps, tokens_to_grid
+from .train.alerts import Thresholds
+from .train.watch import Watch, watch
+from .transformer.attribution import TokenAttribution, token_attribution
+from .transformer.lens import LogitLens, logit_lens
+from .transformer.rollout import attention_rollout
 from .viz.charts import gradient_flow_plot, histogram_plot
 from .viz.images import feature_grid, overlay, panel
 
 __all__ = [
     "KINDS",
+    "Alert",
     "AmbiguousCallError",
     "Call",
     "Capture",
     "CaptureError",
     "CaptureWarning",
     "DamagedShardError",
+    "Edit",
+    "EditError",
+    "EditWarning",
+    "History",
     "HookInfo",
     "HookscopeError",
     "Kind",
+    "LogitLens",
     "MissingDependencyError",
     "ModuleInfo",
     "NotCapturedError",
     "OptionError",
+    "PatchSweep",
     "Policy",
     "Record",
     "Report",
@@ -79,11 +98,17 @@ __all__ = [
     "StoreWarning",
     "Summary",
     "TargetError",
+    "Thresholds",
+    "TokenAttribution",
+    "Watch",
     "__version__",
+    "attention_rollout",
     "attribute",
     "build_report",
     "cam",
     "capture",
+    "edit",
+    "edits",
     "extract",
     "feature_grid",
     "find_hooks",
@@ -92,15 +117,20 @@ __all__ = [
     "histogram_plot",
     "list_modules",
     "load",
+    "logit_lens",
     "overlay",
     "panel",
+    "patch_sweep",
     "pick_layer",
     "render_html",
     "save",
     "select_modules",
+    "show",
     "spatial_maps",
     "summarize",
+    "token_attribution",
     "tokens_to_grid",
+    "watch",
     "write_report",
     "zoo",
 ]
