@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Collection
@@ -21,10 +22,14 @@ from tests.store.test_extract import ROOT, assert_equal_runs
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def job(*command: str) -> None:
+def job_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
     env["OMP_NUM_THREADS"] = "1"  # as torchrun sets it: the same kernels, so the same bits, in both runs
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return env
+
+
+def job(*command: str) -> None:
+    done = subprocess.run(command, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
@@ -40,7 +45,40 @@ def test_two_ranks_write_the_store_one_process_writes(tmp_path: Path) -> None:
     assert two.rows == one.rows == 10
     assert_equal_runs(two, one)
 
-    two_stats, one_stats = load(tmp_path / "two" / "stats"), load(tmp_path / "one" / "stats")
+    assert_equal_runs(load(tmp_path / "two" / "grads"), load(tmp_path / "one" / "grads"))  # with a backward pass each
+    assert_same_statistics(tmp_path / "two", tmp_path / "one")
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
+def test_two_nodes_write_the_store_one_process_writes(tmp_path: Path) -> None:
+    """Two launchers, one per node (``--nnodes 2``), meeting at a rendezvous on the loopback address;
+    the store's folder is the shared filesystem both nodes write to."""
+    port = free_port()
+    launch = [str(TORCHRUN), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "hookscope-test"]  # fmt: skip
+    env = job_env()
+    nodes = [subprocess.Popen([*launch, "--node-rank", str(rank), "-m", "tests.jobs", "ranks", str(tmp_path / "two")],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]  # fmt: skip
+    outputs = [node.communicate(timeout=180)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    job(sys.executable, "-m", "tests.jobs", "ranks", str(tmp_path / "one"))
+    for store in ("acts", "grads"):
+        two, one = load(tmp_path / "two" / store), load(tmp_path / "one" / store)
+        assert two.complete and two.config["world_size"] == 2
+        assert sorted({b["rank"] for b in two.manifest["batches"]}) == [0, 1]
+        assert_equal_runs(two, one)
+    assert_same_statistics(tmp_path / "two", tmp_path / "one")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def assert_same_statistics(two_root: Path, one_root: Path) -> None:
+    two_stats, one_stats = load(two_root / "stats"), load(one_root / "stats")
     assert two_stats.batches == one_stats.batches == [0, 1, 2, 3, 4]  # a generator, strided over the ranks
     assert two_stats.statistics().keys() == one_stats.statistics().keys()
     for label, merged in two_stats.statistics().items():

@@ -11,7 +11,8 @@ One capture stays open for the whole run (hooks registered once); each batch run
 (``hookscope.store.shard_writer``) and the capture is cleared, so memory stays flat: what hookscope holds
 never exceeds ``max_memory`` plus the batch being computed. ``reduce=`` shrinks each tensor
 in the hook (``hookscope.reducers``). Only the kinds that are not gradients are extracted
-(``hookscope.core.kinds.forward_kinds()``: ``input``, ``output``).
+(``hookscope.core.kinds.forward_kinds()``: ``input``, ``output``), and with ``loss=`` the
+gradients of a call too (``grad_input``, ``grad_output``): each batch then runs its backward pass.
 
 ``stats_only=True`` keeps nothing but a ``RunningStats`` per (site, kind, key), updated in the
 hook and merged batch by batch (``per_channel=True``: also per channel, along dim 1, or the
@@ -29,12 +30,11 @@ into its own shards and rank 0 writes the manifest at the end.
 
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,12 +47,12 @@ from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Label
 from ..core.select import Selector, select_modules, selector_text
-from ..core.tree import flatten
 from ..errors import OptionError, StoreError
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from ..text import bar, format_size, parse_size
 from . import format as store_format
+from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
 from .format import SHARDS, STATS_PARTS
 from .ranks import World, share
 from .reader import Run, load
@@ -60,7 +60,6 @@ from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter, StatsCheckpoint
 
 FLUSH_EVERY = 5.0  # seconds: the default bound between finishing a batch and having it on disk
-Forward = Callable[[nn.Module, Any], Any]
 
 
 def extract(
@@ -80,6 +79,7 @@ def extract(
     forward: Forward | None = None,
     shard_size: int | str = "256MB",
     flush_every: float | None = FLUSH_EVERY,
+    loss: Loss | None = None,
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
@@ -89,20 +89,26 @@ def extract(
     a terminal (``True``), on the given stream, or none (``False``). An existing store is
     refused unless ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a
     finished batch may wait in memory before it is written, in a shard not yet full (``None``:
-    only full shards and the end of the run). Returns ``load(out)``.
+    only full shards and the end of the run). ``loss(output, batch)``: a scalar whose backward pass
+    each batch runs, so the gradient kinds of a call (``grad_output``, ``grad_input``) can be
+    extracted too, with the same memory bound, resume and ranks (``param.grad`` is never written).
+    Returns ``load(out)``.
     """
-    chosen = _check_kinds(kinds)
+    chosen = _check_kinds(kinds, loss)
+    if loss is not None:
+        trainable_parameters(model)
     limit = parse_size(max_memory)
     _check_flush(flush_every)
     root = Path(os.path.abspath(out))
-    run_forward = forward or _default_forward(_device(model))
-    world = World.join(_device(model))
+    run_forward = forward or default_forward(model_device(model))
+    world = World.join(model_device(model))
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world)
+    header["config"]["loss"] = None if loss is None else getattr(loss, "__qualname__", type(loss).__name__)
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = _Meter(_stream(progress) if world.rank == 0 else None, total)
-    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every)
-    todo = _unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
+    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, loss)
+    todo = unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
     try:
         if todo is not None and stats_only:
             job.statistics(todo, _channel_dim(per_channel))
@@ -125,9 +131,10 @@ class _Job:
 
     def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
                  reduce: Reducer | None, world: World, meter: _Meter, forward: Forward,
-                 flush_every: float | None) -> None:  # fmt: skip
+                 flush_every: float | None, loss: Loss | None) -> None:  # fmt: skip
         self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
         self.world, self.meter, self.forward, self.flush_every = world, meter, forward, flush_every
+        self.loss = loss
         self.token = f"r{world.rank}-{secrets.token_hex(4)}"  # this rank, this run: file names never collide
 
     def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
@@ -140,7 +147,7 @@ class _Job:
                     self._run(batch)
                     listed, tensors, table = entries(cap, index, prefix=f"b{index}.")
                     cap.clear()
-                    rows, nbytes = _rows(batch), sum(t.nbytes for t in tensors.values())
+                    rows, nbytes = rows_of(batch), sum(t.nbytes for t in tensors.values())
                     writer.put(Pending(index, rows, listed, tensors, nbytes, table))
                     self.meter.step(rows, writer.written)
         except StoreError as err:  # the writer's: the disk is full, the folder went away
@@ -169,16 +176,20 @@ class _Job:
                     self._run(batch)
                     cap.clear()
                     table = merge_tables([table, accumulate.table])  # only whole batches count
-                    covered.append({"index": index, "rows": _rows(batch)})
+                    covered.append({"index": index, "rows": rows_of(batch)})
                     checkpoint.offer(table, covered)
-                    self.meter.step(_rows(batch), 0)
+                    self.meter.step(rows_of(batch), 0)
         finally:
             checkpoint.close()
             self.meter.close(0)
 
     def _run(self, batch: Any) -> None:
-        with torch.no_grad():
-            self.forward(self.model, batch)
+        if self.loss is None:
+            with torch.no_grad():
+                self.forward(self.model, batch)
+            return
+        with torch.inference_mode(False), torch.enable_grad():
+            backward(self.model, self.loss, self.forward(self.model, batch), batch)
 
 
 class _StatsAccumulator:
@@ -252,14 +263,20 @@ def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...],
     return store_format.new_manifest(provenance(model), config, sites)
 
 
-def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
+def _check_kinds(asked: Kind | Iterable[Kind], loss: Loss | None) -> tuple[Kind, ...]:
     forward = kinds.forward_kinds()
-    chosen, wrong = kinds.choose(asked, forward)
-    if wrong or not chosen:
+    per_call = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)
+    chosen, wrong = kinds.choose(asked, forward if loss is None else per_call)
+    if loss is None and (wrong or not chosen):
         raise OptionError(
             f"extract captures forward kinds ({', '.join(forward)}), "
             f"got {', '.join(map(repr, wrong)) or 'none'}; "
-            "for gradients, capture one batch with hookscope.capture and hookscope.save it"
+            "for gradients, pass loss=fn(output, batch) -> scalar, whose backward pass each batch runs"
+        )
+    if wrong or not chosen:
+        raise OptionError(
+            f"extract keeps the kinds of a call ({', '.join(per_call)}), got {', '.join(map(repr, wrong)) or 'none'}; "
+            "a parameter's gradient per batch is a copy of the weights per batch: use hookscope.capture for one"
         )
     return chosen
 
@@ -278,37 +295,6 @@ def _channel_dim(per_channel: bool | int) -> int | None:
     if not isinstance(per_channel, int):
         raise OptionError(f"per_channel must be True, False or a dimension (int), got {per_channel!r}")
     return per_channel
-
-
-def _device(model: nn.Module) -> torch.device:
-    first = next(itertools.chain(model.parameters(), model.buffers()), None)
-    return first.device if first is not None else torch.device("cpu")
-
-
-def _default_forward(device: torch.device) -> Forward:
-    def forward(model: nn.Module, batch: Any) -> Any:
-        if isinstance(batch, Tensor):
-            return model(batch.to(device))
-        if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], Tensor):
-            return model(batch[0].to(device))
-        if isinstance(batch, Mapping):
-            return model(**{k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()})
-        raise OptionError(
-            f"cannot feed a batch of type {type(batch).__name__} to the model; pass a tensor, an (inputs, ...) "
-            "tuple, a dict of keyword arguments, or forward=lambda model, batch: model(...)"
-        )
-
-    return forward
-
-
-def _unless_empty(batches: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]] | None:
-    first = next(batches, None)
-    return None if first is None else itertools.chain([first], batches)
-
-
-def _rows(batch: Any) -> int | None:
-    leaves = flatten(batch, "batch")
-    return int(leaves[0][1].shape[0]) if leaves and leaves[0][1].dim() else None
 
 
 def _stream(progress: bool | TextIO) -> TextIO | None:

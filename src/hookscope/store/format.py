@@ -51,7 +51,7 @@ SHARDS = "shards"  # folder of tensor shards
 STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
 STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
 DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
-RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel")  # what a resumed run must repeat
+RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss")  # what a resumed run must repeat
 
 
 class Entry(NamedTuple):

@@ -1,0 +1,94 @@
+"""extract(loss=...): the gradient kinds of a call over a whole dataset, checked against autograd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from hookscope.errors import OptionError, StoreError
+from hookscope.store.extract import extract
+from hookscope.store.reader import load
+from tests.store.test_extract import assert_equal_runs
+
+KINDS = ("input", "output", "grad_input", "grad_output")
+
+
+def _net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3)).double()
+
+
+def _batches() -> list[tuple[Tensor, Tensor]]:
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(n, 5, generator=g, dtype=torch.float64), torch.tensor([0, 2, 1][:n])) for n in (3, 2, 3)]
+
+
+def _loss(out: Tensor, batch: Any) -> Tensor:
+    return nn.functional.cross_entropy(out, batch[1], reduction="sum")
+
+
+def _by_hand(net: nn.Sequential, x: Tensor, y: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+    """(output, d loss / d output) of each layer, the network written out."""
+    h0 = x @ net[0].weight.T + net[0].bias
+    h1 = torch.tanh(h0)
+    out = h1 @ net[2].weight.T + net[2].bias
+    grads = torch.autograd.grad(nn.functional.cross_entropy(out, y, reduction="sum"), [h0, h1, out])
+    return {"0": (h0, grads[0]), "1": (h1, grads[1]), "2": (out, grads[2])}
+
+
+def test_each_batch_holds_the_gradients_autograd_gives(tmp_path: Path) -> None:
+    net, batches = _net(), _batches()
+    weights = {k: v.clone() for k, v in net.state_dict().items()}
+    run = extract(net, batches, out=tmp_path / "g", select=["0", "1", "2"], kinds=KINDS, loss=_loss, progress=False)
+    assert run.complete and run.batches == [0, 1, 2] and run.config["loss"] == "_loss"
+    for index, (x, y) in enumerate(batches):
+        expected = _by_hand(net, x, y)
+        for site, (output, grad) in expected.items():
+            call = run.batch(index)[site].calls[0]
+            torch.testing.assert_close(call.get("output"), output.detach())
+            torch.testing.assert_close(call.get("grad_output"), grad)
+        torch.testing.assert_close(run.batch(index)["2"].calls[0].get("grad_input"), expected["1"][1])
+    assert all(p.grad is None for p in net.parameters())  # the backward pass wrote no param.grad
+    assert all(torch.equal(v, weights[k]) for k, v in net.state_dict().items())
+
+
+def test_a_resumed_gradient_run_equals_one_run(tmp_path: Path) -> None:
+    net, batches = _net(), _batches()
+    whole = extract(net, batches, out=tmp_path / "whole", kinds=KINDS, loss=_loss, progress=False)
+    extract(net, batches[:1], out=tmp_path / "part", kinds=KINDS, loss=_loss, progress=False)
+    resumed = extract(net, batches, out=tmp_path / "part", kinds=KINDS, loss=_loss, progress=False, resume=True)
+    assert_equal_runs(resumed, whole)
+    with pytest.raises(StoreError, match="made with loss '_loss'"):  # another loss is another store
+        extract(net, batches, out=tmp_path / "part", kinds=KINDS, loss=lambda o, b: o.sum(), resume=True)
+
+
+def test_statistics_of_gradients_over_the_dataset(tmp_path: Path) -> None:
+    net, batches = _net(), _batches()
+    run = extract(net, batches, out=tmp_path / "s", select="1", kinds="grad_output", loss=_loss,
+                  stats_only=True, progress=False)  # fmt: skip
+    grads = torch.cat([_by_hand(net, x, y)["1"][1] for x, y in batches])
+    stats = load(tmp_path / "s").statistics()[("1", "grad_output", "out")]
+    assert stats.count == grads.numel() and run.complete
+    assert stats.mean == pytest.approx(grads.mean().item(), rel=1e-9)
+    assert stats.var == pytest.approx(grads.var(unbiased=False).item(), rel=1e-6)
+
+
+def test_what_a_gradient_run_refuses_says_how_to_fix_it(tmp_path: Path) -> None:
+    net, batches = _net(), _batches()
+    with pytest.raises(OptionError, match=r"forward kinds .*pass loss=fn\(output, batch\)"):
+        extract(net, batches, out=tmp_path / "a", kinds=("output", "grad_output"), progress=False)
+    with pytest.raises(OptionError, match="a parameter's gradient per batch"):
+        extract(net, batches, out=tmp_path / "b", kinds=("param_grad",), loss=_loss, progress=False)
+    with pytest.raises(OptionError, match=r"must return a scalar tensor, got \(3, 3\)"):
+        extract(net, batches, out=tmp_path / "c", kinds="grad_output", loss=lambda o, b: o, progress=False)
+    with pytest.raises(OptionError, match=r"no \.detach"):
+        extract(net, batches, out=tmp_path / "d", kinds="grad_output", loss=lambda o, b: o.detach().sum(),
+                progress=False)  # fmt: skip
+    frozen = _net().requires_grad_(False)
+    with pytest.raises(OptionError, match="trainable parameters"):
+        extract(frozen, batches, out=tmp_path / "e", kinds="grad_output", loss=_loss, progress=False)
+    assert not any((tmp_path / name).exists() for name in "abe")  # refused before the store was made
