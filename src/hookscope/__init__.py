@@ -56,6 +56,8 @@ from .store.reader import Run, load
 from .store.save import save
 from .store.series import Alert, History
 from .tokens import spatial_maps, tokens_to_grid
+from .transformer.attention import Attention, attention
+from .transformer.grid import attention_grid
 from .train.alerts import Thresholds
 from .train.watch import Watch, watch
 from .transformer.attribution import TokenAttribution, token_attribution
@@ -68,6 +70,7 @@ __all__ = [
     "KINDS",
     "Alert",
     "AmbiguousCallError",
+    "Attention",
     "Call",
     "Capture",
     "CaptureError",
@@ -102,6 +105,8 @@ __all__ = [
     "TokenAttribution",
     "Watch",
     "__version__",
+    "attention",
+    "attention_grid",
     "attention_rollout",
     "attribute",
     "build_report",

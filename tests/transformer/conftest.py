@@ -46,5 +46,7 @@ def tiny_gpt2() -> Any:
     """``GPT2LMHeadModel`` from a seeded random config: 2 layers, 2 heads, 32 wide, vocab 50, float64, eval."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=50)
+    config = transformers.GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=50, bos_token_id=49, eos_token_id=49
+    )
     return transformers.GPT2LMHeadModel(config).double().eval()

@@ -1,0 +1,161 @@
+"""Attention weights of a transformer, from whatever attention implementation it runs.
+
+::
+
+    att = hookscope.attention(model, tokenizer(["The cat sat.", "Hi"], padding=True, return_tensors="pt"))
+    att.layers                       # ['encoder.layer.0.attention.self', ...], in forward order
+    att.weights("encoder.layer.3")   # (B, heads, T, T): row i is where token i looks; rows sum to 1
+    att.tokens[0], att.mask[0]       # the tokens as the tokenizer wrote them; True = a real token
+    att.output                       # what the model returned, the same as outside (bit for bit)
+
+The model runs once, under ``torch.no_grad()``, with its own attention implementation (SDPA by
+default): :mod:`hookscope.transformer.recorder` explains how the weights are read without
+switching it to eager. Padding is honoured: a padded key gets weight 0 in every row, and the
+rows of padded queries are there (what the model computed) but mean nothing; ``mask`` says which
+they are. Causal models (GPT-2) have zeros above the diagonal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..core.select import Selector, select_modules
+from ..display import Shows
+from ..errors import CaptureError, NotCapturedError, SelectionError
+from ..text import closest
+from .recorder import recording
+from .text import Groups, encode, input_ids, tokens_of, word_groups, word_ids_of
+
+
+@dataclass(frozen=True, repr=False)
+class Attention(Shows):
+    """The attention probabilities of each attention call of one forward pass, with its tokens."""
+
+    layers: list[str]  # attention modules in forward order; a shared module's later calls are 'name#1', ...
+    tokens: list[list[str]]  # per sequence, as the tokenizer wrote them (padding included)
+    mask: Tensor  # (B, T) bool: True for a real token, False for padding
+    output: Any = None  # what the model returned
+    word_ids: list[list[int | None]] | None = None  # a fast tokenizer's word index per token
+    probs: dict[str, Tensor] = field(default_factory=dict)  # layer -> (B, heads, Tq, Tk)
+
+    def weights(self, layer: str | int) -> Tensor:
+        """``(B, heads, Tq, Tk)`` of one layer: its name, the block holding it, or its index in ``layers``."""
+        return self.probs[self.layer_name(layer)]
+
+    def layer_name(self, layer: str | int) -> str:
+        """The name in ``layers`` that ``layer`` means (an index, a name, or the one attention under a block)."""
+        if isinstance(layer, int) and not isinstance(layer, bool):
+            if not -len(self.layers) <= layer < len(self.layers):
+                raise NotCapturedError(f"layer {layer} is out of range: {len(self.layers)} attention layers ran")
+            return self.layers[layer]
+        if layer in self.probs:
+            return str(layer)
+        under = [name for name in self.layers if name.startswith(f"{layer}.") and "#" not in name]
+        if len(under) == 1:
+            return under[0]
+        if under:
+            raise SelectionError(f"{layer!r} holds {len(under)} attention modules ({', '.join(under)}); name one")
+        raise NotCapturedError(
+            f"no attention ran at {layer!r}{closest(str(layer), self.layers)}; att.layers lists the {len(self.layers)} "
+            "that did"
+        )
+
+    @property
+    def heads(self) -> int:
+        """Heads of the first layer."""
+        return int(next(iter(self.probs.values())).shape[1]) if self.probs else 0
+
+    def mean_heads(self, layer: str | int) -> Tensor:
+        """``(B, Tq, Tk)``: the layer's weights averaged over its heads (rows still sum to 1)."""
+        return self.weights(layer).mean(dim=1)
+
+    def real_tokens(self, batch: int = 0) -> list[str]:
+        """Sequence ``batch``'s tokens without its padding."""
+        return [t for t, keep in zip(self.tokens[batch], self.mask[batch].tolist(), strict=True) if keep]
+
+    def words(self, batch: int = 0) -> Groups:
+        """``[(word, [token positions])]`` of sequence ``batch``: word pieces merged (padding left out)."""
+        keep = self.mask[batch].tolist()
+        ids = None if self.word_ids is None else self.word_ids[batch]
+        groups = word_groups(self.tokens[batch], ids)
+        return [(word, members) for word, members in groups if all(keep[i] for i in members)]
+
+    def __repr__(self) -> str:
+        size = tuple(self.mask.shape)
+        return f"<Attention: {len(self.layers)} layers, {self.heads} heads, batch x tokens {size}>"
+
+
+def attention(
+    model: nn.Module,
+    inputs: Any,
+    *,
+    layers: Selector | None = None,
+    tokenizer: Any = None,
+) -> Attention:
+    """Run ``model`` on ``inputs`` once and return the attention of every attention call (see module doc).
+
+    ``inputs`` is what the model takes: a tokenizer's ``BatchEncoding`` or a dict (passed as
+    keyword arguments), a ``(B, T)`` tensor of token ids, or text (a string or a list of strings,
+    a batch) with ``tokenizer=``, which pads it. ``layers`` selects modules as ``hookscope.capture``
+    does; an attention is kept when it or a module above it is selected (``"encoder.layer.1*"``).
+    Attention probabilities are those of the softmax before dropout; call it in ``eval()`` mode.
+    """
+    if isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str)):
+        if tokenizer is None:
+            raise CaptureError("text needs tokenizer=: hookscope.attention(model, text, tokenizer=tokenizer)")
+        inputs = encode(tokenizer, inputs)
+    wanted = _wanted(model, layers)
+    order: list[str] = []
+    probs: dict[str, Tensor] = {}
+
+    def record(module: nn.Module, weights: Tensor) -> None:
+        name = wanted.get(id(module))
+        if name is not None:
+            label = name if name not in probs else f"{name}#{sum(n.split('#')[0] == name for n in order)}"
+            order.append(label)
+            probs[label] = weights
+
+    with recording(model, record), torch.no_grad():
+        output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+    if not order:
+        raise CaptureError(_nothing_ran(model, layers))
+    return Attention(
+        layers=order,
+        tokens=tokens_of(inputs, tokenizer),
+        mask=_padding(inputs, probs[order[0]]),
+        output=output,
+        word_ids=word_ids_of(inputs),
+        probs=probs,
+    )
+
+
+def _wanted(model: nn.Module, layers: Selector | None) -> dict[int, str]:
+    """id(module) -> name for every module whose attention is kept."""
+    everything = {id(m): n for n, m in reversed(list(model.named_modules()))}  # a shared module: its first name
+    if layers is None:
+        return everything
+    chosen = {n for n, _ in select_modules(model, layers)}
+    return {i: n for i, n in everything.items() if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)}
+
+
+def _padding(inputs: Any, first: Tensor) -> Tensor:
+    """``(B, T)`` bool: the inputs' ``attention_mask``, or every token real."""
+    mask = inputs.get("attention_mask") if isinstance(inputs, Mapping) else None
+    if isinstance(mask, Tensor) and mask.dim() == 2:
+        return mask.bool().cpu()
+    ids = input_ids(inputs)
+    batch, length = ids.shape if ids is not None else (first.shape[0], first.shape[-1])
+    return torch.ones(batch, length, dtype=torch.bool)
+
+
+def _nothing_ran(model: nn.Module, layers: Selector | None) -> str:
+    where = "" if layers is None else f" under layers={layers!r}"
+    return (
+        f"no attention of {type(model).__name__} ran through transformers' attention interface{where}; "
+        "check the selection, or the model computes attention its own way"
+    )
