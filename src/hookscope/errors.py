@@ -18,10 +18,12 @@
      │    └── DamagedShardError    one shard of a store is truncated, missing or fails its checksum
      ├── EditError                 an edit that never took effect (site never ran, key absent,
      │                             nothing changed), or one built or applied the wrong way
+     ├── NonFiniteError            a NaN or an infinity, named where it was produced (nan_guard)
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     CaptureWarning (UserWarning)   something requested could not be captured, and why
     StoreWarning (UserWarning)     a store opened without part of it (a damaged shard), and which part
+    NonFiniteWarning (UserWarning) what NonFiniteError would say, from nan_guard(mode="warn")
     EditWarning (UserWarning)      what EditError would say, for an edit block with strict=False
 
 Every message says what was expected, what was received, and how to fix it.
@@ -108,3 +110,42 @@ class EditError(HookscopeError):
 
 class EditWarning(UserWarning):
     """What ``EditError`` would say, from an edit block opened with ``strict=False``."""
+
+
+class NonFiniteError(HookscopeError, FloatingPointError):
+    """A NaN or an infinity where it was produced; the attributes say where and how much.
+
+    ``step`` (the training step), ``phase`` (``forward``, ``backward`` or ``optimizer``), ``module``
+    (dotted name; ``""`` is the model), ``call`` (the module's call in that step, None for a
+    parameter), ``kind`` (``output``, ``grad_input``, ``input``, ``grad_output``, ``param``,
+    ``param_grad``), ``key`` (``out[0]``, ``args[0]``, ``weight``), ``value`` (``nan``, ``inf``,
+    ``-inf``...), ``count`` and ``numel`` (non-finite elements, of how many; None when the tensor
+    was gone before it could be counted) and ``input_absmax`` (max |x| of what the producer received).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: int = 0,
+        phase: str = "forward",
+        module: str = "",
+        call: int | None = None,
+        kind: str = "output",
+        key: str = "",
+        value: str = "nan",
+        count: int | None = None,
+        numel: int | None = None,
+        input_absmax: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.step, self.phase, self.module, self.call = step, phase, module, call
+        self.kind, self.key, self.value = kind, key, value
+        self.count, self.numel, self.input_absmax = count, numel, input_absmax
+
+    def __reduce__(self) -> tuple[object, ...]:  # pickles with its attributes (to and from worker processes)
+        return type(self), (str(self),), self.__dict__
+
+
+class NonFiniteWarning(UserWarning):
+    """What ``NonFiniteError`` would say, from ``nan_guard(mode="warn")``: one warning per producer."""
