@@ -17,10 +17,10 @@ T = TypeVar("T")
 Renderer = Callable[[Any], str]
 
 _HTML: dict[type, Renderer] = {}
-_PNG: dict[type, Callable[[Any], bytes]] = {}
+_PNG: dict[type, Callable[[Any], bytes | None]] = {}
 
 
-def shows_as(cls: type, *, png: Callable[[Any], bytes] | None = None) -> Callable[[Renderer], Renderer]:
+def shows_as(cls: type, *, png: Callable[[Any], bytes | None] | None = None) -> Callable[[Renderer], Renderer]:
     """Register the decorated function as the HTML view of ``cls`` (and ``png`` as its picture)."""
 
     def register(html: Renderer) -> Renderer:

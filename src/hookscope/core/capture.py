@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..display import Shows
 from ..errors import CaptureError, CaptureWarning, NotCapturedError
 from ..text import closest
 from .compiled import compiled_note, eager_keyed, run_eagerly
@@ -74,7 +75,7 @@ def probe(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
     return cap
 
 
-class Capture(Mapping[str, Record]):
+class Capture(Mapping[str, Record], Shows):
     """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
 
     def __init__(

@@ -33,6 +33,7 @@ from typing import Any, overload
 import torch
 from torch import Tensor
 
+from ..display import Shows
 from ..errors import AmbiguousCallError, NotCapturedError
 from . import kinds
 from .kinds import Kind
@@ -70,7 +71,7 @@ class _Shortcuts:
 
 
 @dataclass(eq=False)
-class Call(_Shortcuts):
+class Call(_Shortcuts, Shows):
     """One call of a site: the tensors of each kind, by key, and why any kind is empty."""
 
     site: str
@@ -152,7 +153,7 @@ class Call(_Shortcuts):
 
 
 @dataclass(eq=False)
-class Record(_Shortcuts):
+class Record(_Shortcuts, Shows):
     """Everything captured at one site (a module or a tap), across all of its calls."""
 
     name: str

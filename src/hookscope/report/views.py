@@ -44,6 +44,7 @@ from torch import Tensor
 
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
+from ..display import Shows
 from ..errors import ShapeError
 from ..stats.summary import FlowRow, gradient_flow, summarize
 from ..viz.html import png_bytes
@@ -169,7 +170,7 @@ class FlowChart:
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(Shows):
     """Everything the page shows. PNGs are bytes; ``render_html`` inlines them as data: URIs."""
 
     title: str
@@ -189,6 +190,9 @@ class Report:
     layers: tuple[LayerView, ...]
     selected: int  # sites the selector picked (shown, left out, never called)
     image_names: tuple[str, ...] = ()  # one per picture (file names), or none: "image 0", "image 1", ...
+
+    def __repr__(self) -> str:
+        return f"<Report {self.title!r}: {self.model}, {len(self.layers)} layers, kinds={self.kinds}>"
 
     def image_name(self, index: int) -> str:
         """What the page calls image ``index``: its file name when known, else ``image 0``."""

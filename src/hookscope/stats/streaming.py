@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from ..core.records import Label
+from ..display import Shows
 from ..errors import OptionError
 from .moments import Moments, empty_moments, merge_moments, moments, moments_to
 
@@ -76,7 +77,7 @@ def _ascending(by_key: Tensor) -> Tensor:
     return counts
 
 
-class RunningStats:
+class RunningStats(Shows):
     """Statistics of every tensor passed to ``update``, without keeping any (module docstring)."""
 
     def __init__(self, *, channel_dim: int | None = None) -> None:

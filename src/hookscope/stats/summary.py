@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..core.kinds import Kind, gradient_kinds, is_gradient, per_call
 from ..core.records import Record, forward_order
+from ..display import Shows
 from ..errors import OptionError
 
 PERCENTILES: tuple[float, ...] = (1, 5, 25, 50, 75, 95, 99)
@@ -60,7 +61,7 @@ class ChannelSummary:
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(Shows):
     """What ``summarize`` found in one tensor (the module docstring has the rules)."""
 
     count: int
@@ -76,6 +77,10 @@ class Summary:
     percentiles: dict[float, float]  # percentile in [0, 100] -> value
     histogram: Histogram
     channels: ChannelSummary | None = None
+
+    def __repr__(self) -> str:
+        numbers = f"mean {self.mean:.4g}, std {self.std:.4g}, min {self.min:.4g}, max {self.max:.4g}"
+        return f"<Summary of {self.count:,} values: {numbers}>"
 
     def as_dict(self) -> dict[str, Any]:
         """Plain Python for ``json.dumps(..., allow_nan=False)``: NaN becomes None, keys strings."""

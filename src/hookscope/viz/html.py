@@ -41,7 +41,7 @@ CSS = """
 .hookscope-view .hs-table th { text-align: left; color: var(--hs-muted); font-weight: 600; font-size: 11px;
   text-transform: uppercase; letter-spacing: .04em; border-bottom: 1px solid var(--hs-line); padding: 3px 10px 3px 0; }
 .hookscope-view .hs-table td { text-align: left; vertical-align: middle; border-bottom: 1px solid var(--hs-line);
-  padding: 3px 10px 3px 0; overflow-wrap: anywhere; }
+  padding: 3px 10px 3px 0; overflow-wrap: break-word; }
 .hookscope-view .hs-table td.hs-n { text-align: right; }
 .hookscope-view .hs-thumb { display: block; image-rendering: pixelated; border-radius: 3px; background: #fff; }
 .hookscope-view .hs-more, .hookscope-view .hs-note { color: var(--hs-muted); font-size: 12px; margin: 4px 0 0; }
@@ -53,7 +53,13 @@ CSS = """
 
 
 class Safe(str):
-    """A string of HTML built by these helpers: ``table`` and ``view`` put it in as it is, unescaped."""
+    """A string of HTML built by these helpers: ``table`` and ``view`` put it in as it is, unescaped.
+
+    ``Safe + text`` escapes ``text`` (unless it is ``Safe`` too) and is ``Safe``.
+    """
+
+    def __add__(self, other: str) -> Safe:
+        return Safe(str.__add__(self, escape(other)))
 
 
 def escape(value: object) -> Safe:
