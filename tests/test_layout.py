@@ -19,7 +19,8 @@ RANKS = {
     **{"edit": 4, "train": 4, "transformer": 4, "report": 5, "cli": 6},
 }
 LEAVES = {"errors", "_version", "optional", "files", "text", "tokens", "reducers", "display"}
-TOP = {"__init__", "__main__", "cams", "lenet"}  # the curated API, the entry point, two forwarding names
+# the curated API, the entry point, forwarding names (edits: the helpers of hookscope.edit.ops as hookscope.edits)
+TOP = {"__init__", "__main__", "cams", "lenet", "edits"}
 CODE_INITS = {"cli", "zoo"}  # hookscope.cli:main and the public hookscope.zoo live in their __init__
 
 

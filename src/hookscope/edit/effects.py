@@ -1,0 +1,131 @@
+"""The result of ``patch_sweep``: restored fractions by site (and position), as a table and a heatmap.
+
+``PatchSweep.restored[site]`` is a float, or a list of floats (one per token position);
+``table()`` is text, ``plot()`` a PIL heatmap (sites down, positions across, diverging colours
+centred on 0: red restores, blue makes it worse), and in a notebook the sweep shows itself as both.
+matplotlib and Pillow are imported when the heatmap is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..display import Shows, shows_as
+from ..optional import require
+from ..text import columns
+from ..viz.html import Safe, image_tag, note, table, view
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+DPI = 100
+
+
+@dataclass(frozen=True)
+class PatchSweep(Shows):
+    """Per site, the fraction of the metric's clean-minus-corrupted gap that patching it restored."""
+
+    restored: dict[str, float | list[float]]  # site -> fraction, or one fraction per position
+    metric_clean: float
+    metric_corrupt: float
+    patched: dict[str, float | list[float]]  # site -> the metric of the patched run(s)
+    forwards: int  # forward passes the sweep ran (clean and corrupted included)
+
+    @classmethod
+    def made(cls, values: Mapping[Any, float], clean: float, corrupt: float, *, forwards: int) -> PatchSweep:
+        """From ``{unit: metric}`` (units with ``site`` and ``position``), in the units' order."""
+        patched: dict[str, Any] = {}
+        for unit, value in values.items():
+            if unit.position is None:
+                patched[unit.site] = value
+            else:
+                patched.setdefault(unit.site, []).append(value)
+        gap = clean - corrupt
+
+        def fraction(m: Any) -> Any:
+            return [(v - corrupt) / gap for v in m] if isinstance(m, list) else (m - corrupt) / gap
+
+        return cls({s: fraction(m) for s, m in patched.items()}, clean, corrupt, patched, forwards)
+
+    def __repr__(self) -> str:
+        clean, corrupt = self.metric_clean, self.metric_corrupt
+        return f"<PatchSweep of {len(self.restored)} sites, metric clean {clean:.4g}, corrupted {corrupt:.4g}>"
+
+    def fraction(self, site: str, position: int | None = None) -> float:
+        """The restored fraction at ``site`` (and ``position`` for a token site)."""
+        value = self.restored[site]
+        if isinstance(value, list):
+            if position is None:
+                raise KeyError(f"{site!r} was patched per position; pass position= (0 to {len(value) - 1})")
+            return value[position]
+        return value
+
+    @property
+    def positions(self) -> int:
+        """The most positions of any site (0 when no site was patched per position)."""
+        return max((len(v) for v in self.restored.values() if isinstance(v, list)), default=0)
+
+    def table(self) -> str:
+        """Site by site (position across for token sites): the restored fraction, as text."""
+        width = self.positions
+        header = ["site", "restored"] if not width else ["site", *(f"pos {p}" for p in range(width))]
+        rows = [header] + [[site, *_cells(value, width)] for site, value in self.restored.items()]
+        return "\n".join([*columns(rows, right=range(1, len(header))), _gap(self)])
+
+    def plot(self, *, cmap: str = "RdBu_r") -> Image:
+        """A heatmap: sites down, positions across (one column for whole-activation sites)."""
+        figure: Any = require("matplotlib.figure")
+        agg: Any = require("matplotlib.backends.backend_agg")
+        pil: Any = require("PIL.Image")
+        grid = self._grid()
+        rows, cols = len(grid), len(grid[0])
+        fig = figure.Figure(figsize=(2.4 + 0.45 * cols, 0.9 + 0.28 * rows), dpi=DPI, layout="constrained")
+        ax = fig.add_subplot()
+        shown = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+        ax.set_yticks(range(rows), list(self.restored), fontsize=7)
+        ax.set_xticks(range(cols), [str(p) for p in range(cols)] if self.positions else ["all"], fontsize=7)
+        ax.set_xlabel("position" if self.positions else "")
+        ax.set_title("restored fraction of the metric", fontsize=9)
+        for r in range(rows):
+            for c in range(cols):
+                if math.isfinite(grid[r][c]) and rows * cols <= 400:
+                    ax.text(c, r, f"{grid[r][c]:.2f}", ha="center", va="center", fontsize=6)
+        fig.colorbar(shown, ax=ax, shrink=0.8)
+        canvas = agg.FigureCanvasAgg(fig)
+        canvas.draw()
+        image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+        return image.convert("RGB")  # type: ignore[no-any-return]
+
+    def _grid(self) -> list[list[float]]:
+        width = max(self.positions, 1)
+        return [
+            v + [math.nan] * (width - len(v)) if isinstance(v, list) else [v] + [math.nan] * (width - 1)
+            for v in self.restored.values()
+        ]
+
+
+def _gap(sweep: PatchSweep) -> str:
+    clean, corrupt = sweep.metric_clean, sweep.metric_corrupt
+    return f"metric: clean {clean:.4g}, corrupted {corrupt:.4g}; {sweep.forwards} forward passes"
+
+
+def _cells(value: float | list[float], width: int) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    return [f"{v:.3f}" for v in values] + [""] * (max(width, 1) - len(values))
+
+
+@shows_as(PatchSweep)
+def patch_sweep_html(sweep: PatchSweep) -> Safe:
+    """The heatmap and the table of a sweep, one self-contained block."""
+    width = sweep.positions
+    header = ["site", "restored"] if not width else ["site", *(f"pos {p}" for p in range(width))]
+    rows = [[site, *_cells(value, width)] for site, value in sweep.restored.items()]
+    body = image_tag(sweep.plot(), alt="restored fraction by site", width=None)
+    body = Safe(body + table(header, rows, numeric=range(1, len(header))))
+    gap = (
+        f"metric: clean {sweep.metric_clean:.4g}, corrupted {sweep.metric_corrupt:.4g}; {sweep.forwards} forward passes"
+    )
+    return view(body + note(gap), title=f"Patch sweep over {len(sweep.restored)} sites")

@@ -1,0 +1,374 @@
+"""The edits themselves: small objects that turn a tensor into its edited copy, never in place.
+
+::
+
+    edits.zero(channels=[3, 17])            (N, C, ...) channels 3 and 17 set to 0
+    edits.zero(units=[5])                   the last dimension's unit 5 (a Linear's feature)
+    edits.zero(positions=[0])               (B, T, ...) token 0
+    edits.mean(stats)                       replaced by a mean: a RunningStats, a store's statistics,
+                                            a tensor, or (no source) the batch's own mean
+    edits.scale(0.5), edits.clamp(min=0)    elementwise
+    edits.add(vector)                       a vector broadcast over the other dims (steering)
+    edits.replace(clean_capture)            the values another run had at the same site, key and call
+    edits.function(fn)                      any ``fn(tensor, call) -> tensor`` (a plain function works too)
+
+Every helper takes ``kind=`` (``output``, the default; ``input``, what the module receives;
+``grad_output``, the gradient flowing back into the module's output), ``key=`` (which tensor of a
+structured value: ``out[0]``, ``out.last_hidden_state``, ``args[1]``, ``kwargs.mask``; needed
+when the value holds several) and ``call=`` (one call of a module that runs several times;
+None: every call). ``channels`` is dimension 1, ``positions`` dimension 1 (batch-first tokens),
+``units`` the last dimension. The edited tensor is always a new one: the graph runs through it
+(``torch.where``, never an in-place write), so gradients flow and the caller's tensors stay as
+they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from ..errors import EditError
+from ..stats.streaming import RunningStats
+
+EditKind = Literal["input", "output", "grad_output"]
+EDIT_KINDS: tuple[str, ...] = ("input", "output", "grad_output")
+Indices = int | Sequence[int] | Tensor
+UserFunction = Callable[[Tensor, int], Tensor]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where an edit is applied: the site, the kind, the key of the tensor and the call's index."""
+
+    site: str
+    kind: str
+    key: str
+    call: int
+
+    def __str__(self) -> str:
+        return f"{self.site!r} {self.kind} {self.key} (call {self.call})"
+
+
+@dataclass(frozen=True)
+class Along:
+    """Part of a tensor: ``indices`` along dimension ``dim`` (``what`` names it in messages)."""
+
+    what: str
+    dim: int
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class EditOp:
+    """One edit: ``change(tensor, where)`` returns the edited copy; ``zeroes`` marks a zero-ablation
+    (a tensor that was already zero is left as it was, and that is no failure)."""
+
+    name: str
+    change: Callable[[Tensor, Where], Tensor]
+    kind: EditKind = "output"
+    key: str | None = None
+    call: int | None = None
+    zeroes: bool = False
+
+    def __repr__(self) -> str:
+        return f"edits.{self.name}"
+
+    def __call__(self, tensor: Tensor, where: Where) -> Tensor:
+        version = tensor._version
+        edited = self.change(tensor, where)
+        if not isinstance(edited, Tensor) or edited.shape != tensor.shape:
+            got = tuple(edited.shape) if isinstance(edited, Tensor) else type(edited).__name__
+            raise EditError(f"{self!r} at {where} returned {got}, expected a tensor of shape {tuple(tensor.shape)}")
+        if tensor._version != version or edited is tensor:
+            raise EditError(
+                f"{self!r} at {where} changed the tensor in place; return a new tensor (x * 0, not x.zero_())"
+            )
+        return edited
+
+
+def zero(
+    *,
+    channels: Indices | None = None,
+    units: Indices | None = None,
+    positions: Indices | None = None,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Set to 0 everything, or the ``channels`` (dim 1), ``units`` (last dim) or ``positions`` (dim 1)."""
+    part = _along(channels, units, positions)
+    return _op(
+        _named("zero", part),
+        lambda t, w: _put(t, torch.zeros((), dtype=t.dtype), part, w),
+        kind,
+        key,
+        call,
+        zeroes=True,
+    )
+
+
+def mean(
+    source: RunningStats | Mapping[Any, RunningStats] | Tensor | Any | None = None,
+    *,
+    channels: Indices | None = None,
+    units: Indices | None = None,
+    positions: Indices | None = None,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Replace by a mean (mean ablation): of a ``RunningStats`` (per channel when it has them), of a
+    store's statistics (a ``Run``, or ``run.statistics()``: the site's own), a tensor, or with no
+    source the mean over the batch (dim 0) of the tensor itself."""
+    part = _along(channels, units, positions)
+
+    def change(tensor: Tensor, where: Where) -> Tensor:
+        return _put(tensor, _mean_of(source, tensor, where), part, where)
+
+    return _op(_named("mean", part, "batch" if source is None else type(source).__name__), change, kind, key, call)
+
+
+def scale(
+    factor: float | Tensor,
+    *,
+    channels: Indices | None = None,
+    units: Indices | None = None,
+    positions: Indices | None = None,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Multiply by ``factor`` (all, or the channels / units / positions given)."""
+    part = _along(channels, units, positions)
+    return _op(_named("scale", part, factor), lambda t, w: _put(t, t * factor, part, w), kind, key, call)
+
+
+def add(
+    vector: Tensor | float,
+    *,
+    dim: int | None = None,
+    positions: Indices | None = None,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Add ``vector``, broadcast over the other dims: a (D,) vector lies along ``dim`` (default: the
+    last dimension, or dim 1 when only that one has its length); ``positions`` adds at those tokens only."""
+    part = _along(None, None, positions)
+
+    def change(tensor: Tensor, where: Where) -> Tensor:
+        return _put(tensor, tensor + _laid_along(vector, tensor, dim, where), part, where)
+
+    return _op(_named("add", part, _short(vector)), change, kind, key, call)
+
+
+def replace(
+    value: Tensor | Mapping[str, Any],
+    *,
+    channels: Indices | None = None,
+    units: Indices | None = None,
+    positions: Indices | None = None,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Replace by ``value``: a tensor (broadcast to the shape), or a ``Capture`` or ``Run`` whose same
+    site, kind, key and call are taken (patching); the channels / units / positions given only."""
+    part = _along(channels, units, positions)
+
+    def change(tensor: Tensor, where: Where) -> Tensor:
+        return _put(tensor, _value_of(value, tensor, where), part, where)
+
+    return _op(_named("replace", part, _short(value)), change, kind, key, call)
+
+
+def clamp(
+    min: float | None = None,
+    max: float | None = None,
+    *,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Clamp into ``[min, max]`` (either may be None)."""
+    if min is None and max is None:
+        raise EditError("edits.clamp needs min=, max= or both")
+    return _op(f"clamp(min={min}, max={max})", lambda t, w: t.clamp(min=min, max=max), kind, key, call)
+
+
+def function(fn: UserFunction, *, kind: EditKind = "output", key: str | None = None, call: int | None = None) -> EditOp:
+    """Any ``fn(tensor, call) -> tensor`` of the same shape (``call``: the index of the module's call)."""
+    if not callable(fn):
+        raise EditError(f"edits.function needs a function (tensor, call) -> tensor, got {type(fn).__name__}")
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return _op(f"function({name})", lambda t, w: fn(t, w.call), kind, key, call)
+
+
+def as_op(value: EditOp | UserFunction) -> EditOp:
+    """An ``EditOp`` as it is; a plain function as ``function(fn)``; anything else is an error."""
+    if isinstance(value, EditOp):
+        return value
+    if callable(value):
+        return function(value)
+    raise EditError(f"an edit is an edits.* helper or a function (tensor, call) -> tensor, got {type(value).__name__}")
+
+
+# -- pieces ------------------------------------------------------------------------------------
+def _op(
+    name: str,
+    change: Callable[[Tensor, Where], Tensor],
+    kind: str,
+    key: str | None,
+    call: int | None,
+    *,
+    zeroes: bool = False,
+) -> EditOp:
+    if kind not in EDIT_KINDS:
+        raise EditError(f"an edit's kind is one of {', '.join(EDIT_KINDS)}, got {kind!r}")
+    if call is not None and (not isinstance(call, int) or call < 0):
+        raise EditError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
+    return EditOp(name, change, kind, key, call, zeroes)  # type: ignore[arg-type]
+
+
+def _along(channels: Indices | None, units: Indices | None, positions: Indices | None) -> Along | None:
+    given = [
+        (w, d, i)
+        for w, d, i in (("channels", 1, channels), ("units", -1, units), ("positions", 1, positions))
+        if i is not None
+    ]
+    if len(given) > 1:
+        raise EditError(f"pass one of channels=, units=, positions= to an edit, got {', '.join(g[0] for g in given)}")
+    if not given:
+        return None
+    what, dim, indices = given[0]
+    flat = (
+        indices.reshape(-1).tolist()
+        if isinstance(indices, Tensor)
+        else [indices]
+        if isinstance(indices, int)
+        else list(indices)
+    )
+    if not flat or not all(isinstance(i, int) for i in flat):
+        raise EditError(f"{what}= takes integer indices, got {indices!r}")
+    return Along(what, dim, tuple(flat))
+
+
+def _named(verb: str, part: Along | None, *shown: Any) -> str:
+    args = [str(s) for s in shown]
+    if part is not None:
+        args.append(f"{part.what}={list(part.indices)}")
+    return f"{verb}({', '.join(args)})"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"tensor{tuple(value.shape)}" if value.dim() else f"{value.item():g}"
+    return type(value).__name__ if isinstance(value, Mapping) else repr(value)
+
+
+def _put(tensor: Tensor, new: Tensor, part: Along | None, where: Where) -> Tensor:
+    """``tensor`` with ``new`` (broadcast) where ``part`` says (everywhere without one), out of place."""
+    new = new.to(device=tensor.device, dtype=tensor.dtype)
+    if part is None:
+        return torch.where(torch.ones((), dtype=torch.bool, device=tensor.device), new, tensor)  # keeps the graph
+    if tensor.dim() < 2:
+        raise EditError(f"{part.what}= needs a tensor of 2 or more dims at {where}, got shape {tuple(tensor.shape)}")
+    size = tensor.shape[part.dim]
+    wrong = [i for i in part.indices if not -size <= i < size]
+    if wrong:
+        raise EditError(
+            f"{part.what} {wrong} out of range at {where}: dim {part.dim} has {size} (shape {tuple(tensor.shape)})"
+        )
+    mask = torch.zeros(size, dtype=torch.bool, device=tensor.device)
+    mask[list(part.indices)] = True
+    shape = [1] * tensor.dim()
+    shape[part.dim] = size
+    return torch.where(mask.reshape(shape), new, tensor)
+
+
+def _laid_along(vector: Tensor | float, tensor: Tensor, dim: int | None, where: Where) -> Tensor:
+    """A (D,) vector shaped to broadcast along ``dim`` of ``tensor``; anything else as it is."""
+    if not isinstance(vector, Tensor) or vector.dim() != 1 or tensor.dim() < 2:
+        return torch.as_tensor(vector)
+    n = len(vector)
+    if dim is None:
+        fits = [d for d in (tensor.dim() - 1, 1) if tensor.shape[d] == n]
+        if not fits:
+            raise EditError(
+                f"edits.add: a vector of {n} fits neither the last dim nor dim 1 at {where} "
+                f"(shape {tuple(tensor.shape)}); pass dim="
+            )
+        dim = fits[0]
+    if tensor.shape[dim] != n:
+        raise EditError(f"edits.add: a vector of {n} does not fit dim {dim} at {where} (shape {tuple(tensor.shape)})")
+    shape = [1] * tensor.dim()
+    shape[dim] = n
+    return vector.reshape(shape)
+
+
+def _mean_of(source: Any, tensor: Tensor, where: Where) -> Tensor:
+    if source is None:
+        return tensor.mean(dim=0, keepdim=True)
+    if isinstance(source, Tensor):
+        return _broadcastable(source, tensor, where, "mean")
+    if not isinstance(source, RunningStats):
+        source = _stats_of(source, where)
+    if source.channels is None or source.channel_dim is None:
+        return torch.tensor(source.mean, dtype=torch.float64)
+    means = source.channels.mean  # (C,) one mean per channel along channel_dim
+    dim = source.channel_dim % tensor.dim()
+    if tensor.shape[dim] != len(means):
+        raise EditError(
+            f"edits.mean: {len(means)} channel means along dim {dim} at {where}, shape {tuple(tensor.shape)}"
+        )
+    shape = [1] * tensor.dim()
+    shape[dim] = len(means)
+    reshaped: Tensor = means.reshape(shape)
+    return reshaped
+
+
+def _stats_of(source: Any, where: Where) -> RunningStats:
+    """The site's statistics in a store (``Run.stats``) or a statistics table ``{(site, kind, key): stats}``."""
+    if hasattr(source, "stats") and callable(source.stats):
+        found = source.stats(where.site, where.kind, where.key)
+        if isinstance(found, RunningStats):
+            return found
+    if isinstance(source, Mapping):
+        found = source.get((where.site, where.kind, where.key))
+        if isinstance(found, RunningStats):
+            return found
+        raise EditError(f"edits.mean: the statistics hold no ({where.site!r}, {where.kind!r}, {where.key!r})")
+    raise EditError(
+        f"edits.mean takes a RunningStats, a store, its statistics() or a tensor, got {type(source).__name__}"
+    )
+
+
+def _value_of(value: Any, tensor: Tensor, where: Where) -> Tensor:
+    if isinstance(value, Tensor):
+        return _broadcastable(value, tensor, where, "replacement")
+    if not isinstance(value, Mapping):
+        raise EditError(f"edits.replace takes a tensor, a Capture or a Run, got {type(value).__name__}")
+    if where.site not in value:
+        raise EditError(f"edits.replace: the run given holds no site {where.site!r}; capture it there too")
+    calls = value[where.site].calls
+    if where.call >= len(calls):
+        raise EditError(
+            f"edits.replace: the run given has {len(calls)} call(s) of {where.site!r}, not call {where.call}"
+        )
+    return _broadcastable(calls[where.call].get(where.kind, where.key), tensor, where, "replacement")
+
+
+def _broadcastable(value: Tensor, tensor: Tensor, where: Where, what: str) -> Tensor:
+    try:
+        shape = torch.broadcast_shapes(value.shape, tensor.shape)  # type: ignore[no-untyped-call]
+    except RuntimeError:
+        raise EditError(
+            f"the {what} of shape {tuple(value.shape)} does not fit {tuple(tensor.shape)} at {where}"
+        ) from None
+    if shape != tensor.shape:
+        raise EditError(f"the {what} of shape {tuple(value.shape)} would grow {tuple(tensor.shape)} at {where}")
+    return value

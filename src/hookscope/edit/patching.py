@@ -1,0 +1,184 @@
+"""Activation patching: which site (and which token) carries what tells a clean run from a corrupted one.
+
+::
+
+    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, sites="layer*",
+                                    metric=lambda out: out[:, 285] - out[:, 282])
+    print(effects.table())        # site (x position) -> restored fraction
+    effects.plot()                # a heatmap, PIL
+
+The clean and the corrupted inputs run once each (the clean run under a capture of ``sites``);
+then, for every site, and for every position of a token output ``(B, T, D)`` (batch first), the
+clean activation is put into the corrupted run (``edits.replace``) and the metric measured. The
+restored fraction is ``(m_patched - m_corrupt) / (m_clean - m_corrupt)``: 0 where the patch does
+nothing, 1 where it brings the clean answer back. A metric that returns one value per image is
+averaged over the batch.
+
+Batched where shapes allow: ``copies`` patched runs go through one forward pass as copies of the
+corrupted batch stacked along dim 0, copy ``i`` patched at its own site (the model must be in
+``eval()`` mode: batch statistics would mix the copies, so a model in training mode runs one copy
+at a time). Everything runs under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..core.capture import capture
+from ..core.select import Selector
+from ..core.tree import flatten_layout, rebuild
+from ..errors import CaptureWarning, EditError, EditWarning
+from .block import edit
+from .effects import PatchSweep
+from .ops import function
+
+Metric = Callable[[Any], Tensor | float]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One patched run: the site and, for tokens, the position patched (None: the whole activation)."""
+
+    site: str
+    position: int | None
+
+
+def patch_sweep(
+    model: nn.Module,
+    clean_x: Tensor,
+    corrupt_x: Tensor,
+    *,
+    sites: Selector,
+    metric: Metric,
+    positions: bool | None = None,
+    key: str | None = None,
+    copies: int = 8,
+) -> PatchSweep:
+    """Patch each site's clean activation into the corrupted run and measure ``metric`` (module doc).
+
+    ``positions``: patch token outputs one position at a time (None: for 3-D outputs ``(B, T, D)``).
+    ``key``: the tensor of a structured output that is patched (needed when it holds several).
+    ``copies``: patched runs per forward pass.
+    """
+    if clean_x.shape != corrupt_x.shape:
+        raise EditError(
+            f"clean and corrupted inputs differ in shape: {tuple(clean_x.shape)} and {tuple(corrupt_x.shape)}"
+        )
+    if copies < 1:
+        raise EditError(f"copies= is the number of patched runs per forward pass, 1 or more, got {copies}")
+    with torch.no_grad():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
+            with capture(model, sites) as cap:
+                m_clean = _scalar(metric(model(clean_x)))
+        m_corrupt = _scalar(metric(model(corrupt_x)))
+        if math.isclose(m_clean, m_corrupt, rel_tol=0.0, abs_tol=1e-12):
+            raise EditError(
+                f"the metric is {m_clean:.6g} on both the clean and the corrupted input: nothing to restore"
+            )
+        clean, keys = _clean_values(cap, key)
+        units = _units(clean, positions)
+        per_forward = 1 if model.training else copies
+        values: dict[Unit, float] = {}
+        for start in range(0, len(units), per_forward):
+            group = units[start : start + per_forward]
+            values.update(zip(group, _patched(model, corrupt_x, group, clean, keys, metric), strict=True))
+    forwards = 2 + math.ceil(len(units) / per_forward)
+    return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
+
+
+def _scalar(value: Tensor | float) -> float:
+    """A metric's value as one number: a tensor's mean (one value per image is averaged)."""
+    if isinstance(value, Tensor):
+        if value.numel() == 0:
+            raise EditError("the metric returned an empty tensor; return one number, or one per image")
+        return float(value.detach().double().mean())
+    return float(value)
+
+
+def _clean_values(cap: Any, key: str | None) -> tuple[dict[str, list[Tensor]], dict[str, str]]:
+    """Per site, the clean tensor of every call at the patched key; and that key."""
+    clean, keys = {}, {}
+    idle = [site for site in cap if not cap[site].calls]
+    if len(idle) == len(cap):
+        raise EditError(f"no site of the sweep ran on the clean input ({', '.join(idle[:4])}); pick sites that run")
+    if idle:
+        warnings.warn(
+            f"patch_sweep leaves out {', '.join(map(repr, idle[:6]))}: never called in the forward pass",
+            EditWarning,
+            stacklevel=3,
+        )
+    for site in (s for s in cap if cap[s].calls):
+        calls = cap[site].calls
+        held = calls[0].keys("output")
+        chosen = key if key is not None else (held[0] if len(held) == 1 else None)
+        if chosen is None or chosen not in held:
+            raise EditError(
+                f"site {site!r} returns {', '.join(held) or 'no tensor'}; pass key= to name the one to patch"
+            )
+        clean[site], keys[site] = [call.get("output", chosen) for call in calls], chosen
+    return clean, keys
+
+
+def _units(clean: dict[str, list[Tensor]], positions: bool | None) -> list[Unit]:
+    units = []
+    for site, values in clean.items():
+        tokens = values[0].dim() == 3 if positions is None else positions
+        if tokens and values[0].dim() < 2:
+            raise EditError(
+                f"positions=True needs an output of shape (B, T, ...) at {site!r}, got {tuple(values[0].shape)}"
+            )
+        units += [Unit(site, p) for p in range(values[0].shape[1])] if tokens else [Unit(site, None)]
+    return units
+
+
+def _patched(
+    model: nn.Module,
+    corrupt_x: Tensor,
+    group: Sequence[Unit],
+    clean: dict[str, list[Tensor]],
+    keys: dict[str, str],
+    metric: Metric,
+) -> list[float]:
+    """The metric of each unit of ``group``, patched in copy ``i`` of one stacked forward pass."""
+    rows = len(corrupt_x)
+    stacked = corrupt_x.repeat(len(group), *([1] * (corrupt_x.dim() - 1)))  # (copies * B, ...)
+    by_site: dict[str, list[tuple[int, int | None]]] = {}
+    for copy, unit in enumerate(group):
+        by_site.setdefault(unit.site, []).append((copy, unit.position))
+
+    def patcher(site: str) -> Callable[[Tensor, int], Tensor]:
+        def patch(tensor: Tensor, call: int) -> Tensor:
+            out, source = tensor.clone(), clean[site][call]
+            for copy, position in by_site[site]:
+                part = slice(copy * rows, (copy + 1) * rows)
+                if position is None:
+                    out[part] = source
+                else:
+                    out[part, position] = source[:, position]
+            return out
+
+        return patch
+
+    plan = {site: function(patcher(site), key=keys[site]) for site in by_site}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EditWarning)  # a patch that changes nothing is a finding here
+        with edit(model, plan, strict=False):  # type: ignore[arg-type]
+            out = model(stacked)
+    return [_scalar(metric(_copy(out, i, rows, len(group)))) for i in range(len(group))]
+
+
+def _copy(out: Any, index: int, rows: int, copies: int) -> Any:
+    """Copy ``index`` of a stacked output: every tensor with ``copies * rows`` rows cut to its own."""
+    part = slice(index * rows, (index + 1) * rows)
+    if isinstance(out, Tensor):
+        return out[part]
+    leaves, layout = flatten_layout(out)
+    return rebuild(layout, {k: t[part] if t.dim() and len(t) == copies * rows else t for k, t in leaves})

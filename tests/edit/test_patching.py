@@ -1,0 +1,146 @@
+"""patch_sweep against a manual loop over sites (hookscope.edit + edits.replace, one run per site):
+on a CNN with two photos swapped, and on an nn.TransformerEncoder position by position."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import skimage.data
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import hookscope
+from hookscope import edits
+
+D = torch.float64
+Metric = Callable[[Tensor], Tensor]
+
+
+def photo(image: object) -> Tensor:
+    x = torch.as_tensor(image, dtype=D).permute(2, 0, 1)[None] / 255  # (1, 3, H, W)
+    return F.interpolate(x, size=(32, 32), mode="bilinear", antialias=True)
+
+
+def cnn() -> nn.Sequential:
+    torch.manual_seed(0)
+    return (
+        nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(8 * 8 * 8, 5),
+        )
+        .to(D)
+        .eval()
+    )
+
+
+def metric(out: Tensor) -> Tensor:
+    return out[:, 0] - out[:, 1]
+
+
+def manual(model: nn.Module, clean_x: Tensor, corrupt_x: Tensor, site: str, measure: Metric, **where: object) -> float:
+    """The restored fraction of one site, the slow way."""
+    with torch.no_grad():
+        with hookscope.capture(model, site) as clean:
+            m_clean = float(measure(model(clean_x)).mean())
+        m_corrupt = float(measure(model(corrupt_x)).mean())
+        with hookscope.edit(model, {site: edits.replace(clean, **where)}, strict=False):  # type: ignore[arg-type]
+            m = float(measure(model(corrupt_x)).mean())
+    return (m - m_corrupt) / (m_clean - m_corrupt)
+
+
+SITES = ["0", "2", "3", "4", "6", "8"]
+
+
+@pytest.mark.parametrize("copies", [1, 4])
+def test_a_cnn_sweep_over_swapped_photos_equals_the_manual_loop(copies: int) -> None:
+    model = cnn()
+    cat, coffee = photo(skimage.data.chelsea()), photo(skimage.data.coffee())
+    clean_x, corrupt_x = torch.cat([cat, coffee]), torch.cat([coffee, cat])  # the two photos swapped
+    shift = torch.tensor([[1.0], [2.0]], dtype=D)  # so the batch mean of the metric does not cancel out
+
+    def weighted(out: Tensor) -> Tensor:
+        return metric(out) * shift[:, 0]
+
+    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, sites=SITES, metric=weighted, copies=copies)
+    assert list(effects.restored) == SITES
+    assert effects.forwards == 2 + math.ceil(len(SITES) / copies)
+    expected = {site: manual(model, clean_x, corrupt_x, site, weighted) for site in SITES}
+    for site in SITES:
+        assert effects.fraction(site) == pytest.approx(expected[site], abs=1e-9)
+    assert effects.fraction("8") == pytest.approx(1.0, abs=1e-12)  # the output itself restores fully
+    assert effects.metric_clean == pytest.approx(float(weighted(model(clean_x)).detach().mean()), abs=1e-12)
+
+
+def encoder() -> nn.TransformerEncoder:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(D).eval()
+
+
+def last_token(out: Tensor) -> Tensor:
+    return out[:, -1, 0]
+
+
+def test_a_transformer_sweep_over_positions_equals_the_manual_loop() -> None:
+    model = encoder()
+    torch.manual_seed(1)
+    clean_x, corrupt_x = torch.randn(2, 5, 8, dtype=D), torch.randn(2, 5, 8, dtype=D)
+    effects = hookscope.patch_sweep(
+        model, clean_x, corrupt_x, sites=["layers.0", "layers.1"], metric=last_token, copies=3
+    )
+    for site in ("layers.0", "layers.1"):
+        assert isinstance(effects.restored[site], list) and len(effects.restored[site]) == 5
+        for p in range(5):
+            expected = manual(model, clean_x, corrupt_x, site, last_token, positions=[p])
+            assert effects.fraction(site, p) == pytest.approx(expected, abs=1e-9), (site, p)
+    assert effects.fraction("layers.1", 4) == pytest.approx(1.0, abs=1e-12)  # the last token of the last layer
+    assert effects.fraction("layers.1", 0) == pytest.approx(0.0, abs=1e-12)  # the metric reads token 4 only there
+    assert effects.forwards == 2 + math.ceil(10 / 3)
+    whole = hookscope.patch_sweep(model, clean_x, corrupt_x, sites="layers.1", metric=last_token, positions=False)
+    assert whole.restored == {"layers.1": pytest.approx(1.0, abs=1e-12)}
+
+
+def test_the_table_the_heatmap_and_the_notebook_view() -> None:
+    model = encoder()
+    torch.manual_seed(1)
+    effects = hookscope.patch_sweep(
+        model,
+        torch.randn(1, 4, 8, dtype=D),
+        torch.randn(1, 4, 8, dtype=D),
+        sites=["layers.0", "layers.1"],
+        metric=last_token,
+    )
+    lines = effects.table().splitlines()
+    assert lines[0].split() == ["site", "pos", "0", "pos", "1", "pos", "2", "pos", "3"]
+    assert lines[2].split()[0] == "layers.1" and lines[2].split()[-1] == "1.000"
+    image = effects.plot()
+    assert image.mode == "RGB" and image.width > image.height > 50
+    html = effects._repr_html_()
+    assert html is not None and "data:image/png;base64," in html and "<script" not in html and "http" not in html
+
+
+def test_an_equal_metric_or_idle_sites_are_said() -> None:
+    model = encoder()
+    x = torch.randn(1, 4, 8, dtype=D)
+    with pytest.raises(hookscope.EditError, match=r"the metric is .* on both the clean and the corrupted input"):
+        hookscope.patch_sweep(model, x, x.clone(), sites="layers.0", metric=last_token)
+    with pytest.warns(hookscope.EditWarning, match=r"leaves out 'layers.0.self_attn.out_proj'.*never called"):
+        hookscope.patch_sweep(
+            model,
+            x,
+            torch.randn(1, 4, 8, dtype=D),
+            sites=["layers.0", "layers.0.self_attn.out_proj"],
+            metric=last_token,
+        )
+    with pytest.raises(hookscope.EditError, match="differ in shape"):
+        hookscope.patch_sweep(model, x, x[:, :2], sites="layers.0", metric=last_token)
