@@ -7,6 +7,7 @@ this module gives them the short public name, so ``from hookscope import edits``
 
 from __future__ import annotations
 
-from .edit.ops import EDIT_KINDS, EditOp, Where, add, clamp, function, mean, replace, scale, zero
+from .edit.ops import EDIT_KINDS, EditOp, add, clamp, function, mean, replace, scale, zero
+from .edit.values import Where
 
 __all__ = ["EDIT_KINDS", "EditOp", "Where", "add", "clamp", "function", "mean", "replace", "scale", "zero"]

@@ -44,8 +44,9 @@ from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
 from ..errors import EditError, EditWarning
-from .ops import EditOp, UserFunction, Where, as_op
+from .ops import EditOp, UserFunction, as_op
 from .tally import EditReport, Tally
+from .values import Where
 
 EditSpec = EditOp | UserFunction | Sequence[EditOp | UserFunction]
 
