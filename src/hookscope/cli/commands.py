@@ -82,13 +82,19 @@ def run_report(args: argparse.Namespace) -> int:
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
         report = build_report(
-            loaded.model, x, select=args.select, grads=args.grads, pictures=batch.pictures,
+            loaded.model, x, select=args.select, grads=args.grads or _gradients(args.kinds), kinds=args.kinds,
+            pictures=batch.pictures,
             labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
             title=_title(loaded.name, batch.names, len(x)), notes=notes, progress=progress,
             output=args.output, max_layers=args.max_layers, image_names=batch.names,
         )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0
+
+
+def _gradients(chosen: Sequence[str] | None) -> bool:
+    """Whether ``--kinds`` names a gradient kind (which needs the backward pass ``--grads`` asks for)."""
+    return any(kinds.is_gradient(kind) for kind in chosen or ())
 
 
 def _title(model: str, names: Sequence[str], images: int) -> str:
@@ -102,6 +108,8 @@ def _title(model: str, names: Sequence[str], images: int) -> str:
 def _report_from_store(args: argparse.Namespace) -> int:
     if args.model is not None or args.inputs:
         args.parser.error("--from STORE reports a store: pass no MODEL or INPUT with it")
+    if args.kinds:
+        args.parser.error("--from STORE draws the kinds the store holds: pass no --kinds with it")
     check_folder(args.out, force=args.force)
     report = build_report_from_store(load(args.store), batch=args.batch, max_layers=args.max_layers)
     print(write_report(report, args.out, force=args.force))

@@ -22,6 +22,9 @@ from .models import load_model
 from .outputs import check_folder
 from .progress import progress
 from .text_inputs import minilm_demo
+from .walkthrough import walkthrough
+
+LENET_KINDS = ("input", "output", "grad_input", "grad_output")  # the four hook kinds the tutorials teach
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -46,16 +49,19 @@ def efficientnet_demo(args: argparse.Namespace) -> int:
 
 
 def lenet_demo(args: argparse.Namespace) -> int:
-    """LeNet-5 on the first eight test digits: every layer, with gradients."""
+    """LeNet-5 on the first eight test digits: every layer's input, output and both gradients, as the
+    hooks tutorials show them; the terminal tells what each hook kind captured at conv1 and conv2."""
     model = lenet.lenet().to(args.device)
     x, y = lenet.digits("test")
     pick = x[:8]
     report = build_report(
         model, pick.to(args.device), select=["conv1", "conv2", "fc1", "fc2", "fc3"], grads=True,
-        pictures=[lenet.digit_picture(row) for row in pick], labels=lenet.DIGIT_LABELS, top_k=3,
-        title="hookscope demo: LeNet on handwritten digits", progress=progress,
+        kinds=LENET_KINDS, pictures=[lenet.digit_picture(row) for row in pick], labels=lenet.DIGIT_LABELS,
+        top_k=3, title="hookscope demo: LeNet on handwritten digits", progress=progress,
         notes=(f"LeNet trained on scikit-learn's digits; true labels of these 8: {y[:8].tolist()}",),
     )  # fmt: skip
+    for line in walkthrough(report, ["conv1", "conv2"]):
+        print(line)
     print(write_report(report, args.out, force=args.force))
     return 0
 

@@ -104,6 +104,10 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="with --from: the batch whose tensors are shown (default: the first)")
     _shared(p, "select")
     p.add_argument("--grads", action="store_true", help="also capture gradients (of the target score)")
+    drawable = [k for k in kinds.names() if kinds.per_call(k)]
+    p.add_argument("--kinds", nargs="+", choices=drawable, metavar="KIND",
+                   help=f"drawn on each layer's card: {', '.join(drawable)} (default: output, and grad_output "
+                        "with --grads; a gradient kind implies --grads)")  # fmt: skip
     p.add_argument("--cam", nargs="+", default=["gradcam"], choices=CAM_METHODS, metavar="METHOD", help="CAM methods")
     p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
     p.add_argument("--output", metavar="KEY",
