@@ -1,0 +1,196 @@
+"""The training report of a store written by ``hookscope.watch``: ``training_report(run) -> TrainingReport``.
+
+::
+
+    report = training_report(hookscope.load("runs/exp1.hookscope"))
+    write_training_report(report, "runs/exp1-report")   # runs/exp1-report/index.html
+
+``hookscope report --from runs/exp1.hookscope`` writes it for a watch store. The page, from the
+top: the alerts (module, kind, step, numbers) and the first non-finite value (module, step); per-
+layer curves over the logged steps of the parameter-gradient norm (log), the update ratio |Δw| / |w|
+(log, the healthy band of the thresholds shaded) and the dead-unit fraction; a heatmap of layers x
+steps of the gradient norm (log10) with the first non-finite cell boxed; and a table of every layer's
+last row with a sparkline. One self-contained HTML file (template ``templates/training.html.j2``):
+pictures are inline PNGs, CSS inline, no script, nothing fetched, every name escaped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import OptionError
+from ..files import staged_folder
+from ..optional import require
+from ..store.reader import Run
+from ..store.series import Alert, History
+from ..viz.curves import curves_png, heatmap_png, sparkline_png
+from ..viz.html import data_uri
+from .html import format_number
+from .views import human_time
+
+TEMPLATE = "report/templates/training.html.j2"
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    png: bytes
+    caption: str
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str
+    type: str
+    last: dict[str, float]
+    sparkline: bytes | None  # the gradient norm (or the output-gradient norm) over the steps
+
+
+@dataclass(frozen=True)
+class TrainingReport:
+    """What the training page shows (see the module docstring)."""
+
+    title: str
+    model: str
+    parameters: int
+    created: str
+    version: str
+    steps: int
+    every: int
+    logged: int
+    ended: str
+    alerts: tuple[Alert, ...]
+    first_non_finite: Alert | None
+    charts: tuple[Chart, ...]
+    layers: tuple[LayerRow, ...]
+    left_out: int  # layers beyond max_layers, not drawn in the curves
+
+
+def training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
+    """The training report of the watch store ``run`` (see the module docstring)."""
+    histories = run.histories()
+    if not histories:
+        raise OptionError(
+            f"{run.path} holds no time series; a training report needs a store written by hookscope.watch"
+        )
+    prov, config = run.provenance, run.config
+    shown = dict(list(histories.items())[:max_layers])
+    first = next((a for a in run.alerts if a.kind == "non_finite"), None)
+    band = tuple(config.get("thresholds", {}).get("update_ratio", (3e-5, 1e-1)))
+    steps = sorted({s for h in histories.values() for s in h.steps})
+    return TrainingReport(
+        title=title or f"{prov.get('model', 'model')}: training from {run.path.name}",
+        model=str(prov.get("model", "?")),
+        parameters=int(prov.get("parameters", 0)),
+        created=_created(str(prov.get("created", ""))),
+        version=str(prov.get("hookscope", "")),
+        steps=int(config.get("steps", 0)),
+        every=int(config.get("every", 0)),
+        logged=len(steps),
+        ended=str(config.get("ended", "")) or "while running",
+        alerts=tuple(run.alerts),
+        first_non_finite=first,
+        charts=_charts(shown, (band[0], band[1]), first),
+        layers=tuple(_row(h) for h in histories.values()),
+        left_out=len(histories) - len(shown),
+    )
+
+
+def render_training(report: TrainingReport) -> str:
+    """The report as one self-contained HTML page."""
+    jinja2 = require("jinja2")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(png=data_uri, num=_number, percent=lambda v: "–" if v is None or _nan(v) else f"{100 * v:.1f}%")
+    source = resources.files("hookscope").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    html: str = env.from_string(source).render(report=report)
+    return html
+
+
+def write_training_report(report: TrainingReport, out: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Write ``out/index.html`` (replacing ``out`` only when complete, and only with ``force``)."""
+    target = Path(os.path.abspath(out))
+    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
+        raise OptionError(f"{target} already exists and is not empty; pass --force (force=True) to replace it")
+
+    def cannot(err: OSError, folder: Path) -> OptionError:
+        return OptionError(f"cannot write the report to {target}: {err.strerror} ({folder})")
+
+    with staged_folder(target, cannot) as staging:
+        (staging / "index.html").write_text(render_training(report), encoding="utf-8")
+    return target / "index.html"
+
+
+def _charts(histories: dict[str, History], band: tuple[float, float], first: Alert | None) -> tuple[Chart, ...]:
+    marks = [(first.module, first.step)] if first is not None else []
+    with_params = {n: h for n, h in histories.items() if any(not _nan(v) for v in h["grad_norm"])}
+    with_units = {n: h for n, h in histories.items() if any(v > 0 for v in h["zeros"])}  # NaN > 0 is False
+    charts = []
+    if with_params:
+        grads = {n: (h.steps, h["grad_norm"]) for n, h in with_params.items()}
+        charts.append(
+            Chart(
+                "Parameter-gradient norm",
+                curves_png(grads, title="parameter-gradient norm (log)", log=True, marks=marks),
+                "one line per layer, in model order (dark: first, yellow: last)",
+            )
+        )
+        ratios = {n: (h.steps, h["update_ratio"]) for n, h in with_params.items()}
+        charts.append(
+            Chart(
+                "Update ratio",
+                curves_png(ratios, title="update |dw| / |w| (log)", log=True, band=band),
+                f"the shaded band {band[0]:g}..{band[1]:g} is healthy (about 1e-3 is the rule of thumb)",
+            )
+        )
+    if with_units:
+        dead = {n: (h.steps, h["dead"]) for n, h in with_units.items()}
+        charts.append(
+            Chart(
+                "Dead units",
+                curves_png(dead, title="fraction of dead units"),
+                "units zero for every sample over the dead window",
+            )
+        )
+    if with_params:
+        names = list(with_params)
+        steps = sorted({s for h in with_params.values() for s in h.steps})
+        grid = [[_by_step(h, "grad_norm").get(s, math.nan) for s in steps] for h in with_params.values()]
+        mark = (first.module, first.step) if first is not None else None
+        charts.append(
+            Chart(
+                "Layers x steps",
+                heatmap_png(names, steps, grid, title="parameter-gradient norm, log10", mark=mark),
+                "each row a layer, each column a logged step; blank: not finite",
+            )
+        )
+    return tuple(charts)  # fmt: skip
+
+
+def _row(history: History) -> LayerRow:
+    values = history["grad_norm"] if any(not _nan(v) for v in history["grad_norm"]) else history["grad_output_norm"]
+    drawn = [v for v in values if not _nan(v)]
+    return LayerRow(history.name, history.type, history.last(), sparkline_png(values, log=True) if drawn else None)
+
+
+def _by_step(history: History, column: str) -> dict[int, float]:
+    return dict(zip(history.steps, history[column], strict=True))
+
+
+def _nan(value: float) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _created(stored: str) -> str:
+    try:
+        return human_time(datetime.datetime.fromisoformat(stored))
+    except ValueError:
+        return stored
+
+
+def _number(value: float | int | None) -> str:
+    return "–" if value is None or _nan(value) else format_number(value)

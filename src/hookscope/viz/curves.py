@@ -1,0 +1,97 @@
+"""Pictures of statistics over training steps, as PNG bytes: curves per layer, a layers x steps heatmap, a sparkline.
+
+They take plain numbers (``{layer: (steps, values)}``), so any time series draws: a training
+report (``hookscope.report.training``) and a ``History``'s notebook view use them. matplotlib is
+imported inside the functions, figures are drawn on the Agg canvas (never pyplot), NaN is a gap.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..optional import require
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+DPI = 100
+Series = Mapping[str, tuple[Sequence[int], Sequence[float]]]  # layer -> (steps, values)
+
+
+def curves_png(series: Series, *, title: str, log: bool = False, band: tuple[float, float] | None = None,
+               marks: Sequence[tuple[str, int]] = (), width: float = 6.4) -> bytes:  # fmt: skip
+    """One line per layer over the steps (colours follow the layers' order), ``band`` shaded as healthy,
+    ``marks`` ``(layer, step)`` drawn as red crosses; a log axis leaves out values <= 0."""
+    fig = _figure(width, 3.2)
+    ax = fig.add_subplot()
+    cmap = require("matplotlib").colormaps["viridis"]
+    names = list(series)
+    for i, name in enumerate(names):
+        steps, values = series[name]
+        shown = [v if math.isfinite(v) and (v > 0 or not log) else math.nan for v in values]
+        ax.plot(steps, shown, color=cmap(i / max(len(names) - 1, 1)), linewidth=1.4, label=name)
+        for layer, step in marks:
+            if layer == name and step in steps:
+                y = next((v for v in shown if math.isfinite(v)), 1.0)
+                ax.plot([step], [y], "x", color="#d62728", markersize=10, markeredgewidth=2.5)
+    if log and any(v > 0 for _, vs in series.values() for v in vs if math.isfinite(v)):
+        ax.set_yscale("log")
+    if band is not None:
+        ax.axhspan(band[0], band[1], color="#2ca02c", alpha=0.10, linewidth=0)
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_xlabel("step", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.25, linewidth=0.6)
+    if 1 < len(names) <= 12:
+        ax.legend(fontsize=7, ncol=2 if len(names) > 6 else 1, frameon=False, loc="best")
+    return _png(fig)
+
+
+def heatmap_png(names: Sequence[str], steps: Sequence[int], values: Sequence[Sequence[float]], *, title: str,
+                mark: tuple[str, int] | None = None) -> bytes:  # fmt: skip
+    """``values`` (layers x steps) as colours, log10, NaN blank; ``mark`` ``(layer, step)`` boxed in red."""
+    numpy = require("numpy")
+    grid = numpy.array([[math.log10(v) if math.isfinite(v) and v > 0 else math.nan for v in row] for row in values])
+    height = min(max(2.0, 0.18 * len(names) + 1.2), 14.0)
+    fig = _figure(max(6.4, min(12.0, 0.06 * len(steps) + 4)), height)
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma")
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("log10", fontsize=8)
+    ax.set_yticks(range(len(names)), names, fontsize=7 if len(names) < 40 else 5)
+    ticks = sorted({round(i * (len(steps) - 1) / 5) for i in range(6)}) if steps else []
+    ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=8)
+    ax.set_xlabel("step", fontsize=9)
+    ax.set_title(title, fontsize=10, loc="left")
+    if mark is not None and mark[0] in names and mark[1] in steps:
+        y, x = list(names).index(mark[0]), list(steps).index(mark[1])
+        patches: Any = require("matplotlib.patches")
+        ax.add_patch(patches.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="#00e5ff", linewidth=2.5))
+    return _png(fig)
+
+
+def sparkline_png(values: Sequence[float], *, log: bool = False, width: float = 1.6, height: float = 0.4) -> bytes:
+    """A small line of ``values`` with no axes, for a table cell."""
+    fig = _figure(width, height, layout=None)
+    ax = fig.add_axes((0, 0, 1, 1))
+    shown = [v if math.isfinite(v) and (v > 0 or not log) else math.nan for v in values]
+    ax.plot(range(len(shown)), shown, color="#4f46e5", linewidth=1.2)
+    if log and any(math.isfinite(v) for v in shown):
+        ax.set_yscale("log")
+    ax.axis("off")
+    return _png(fig)
+
+
+def _figure(width: float, height: float, layout: str | None = "constrained") -> Figure:
+    figure: Any = require("matplotlib.figure")
+    fig: Figure = figure.Figure(figsize=(width, height), dpi=DPI, layout=layout)
+    return fig
+
+
+def _png(fig: Figure) -> bytes:
+    agg: Any = require("matplotlib.backends.backend_agg")
+    buffer = io.BytesIO()
+    agg.FigureCanvasAgg(fig).print_png(buffer)
+    return buffer.getvalue()
