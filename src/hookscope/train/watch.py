@@ -52,6 +52,7 @@ from .board import Board
 from .collect import SLOTS, Gathered
 from .measures import activation_row, dead_fraction, squared_norm, unit_dim
 from .steps import StepClock, optimizers_of
+from .view import watch_html
 
 ACTIVATIONS = "torch.nn.modules.activation"  # the module of nn.ReLU, nn.GELU, nn.Sigmoid, ...
 
@@ -337,3 +338,8 @@ def _device(model: nn.Module) -> torch.device:
     with contextlib.suppress(StopIteration):
         return next(model.parameters()).device
     return torch.device("cpu")
+
+
+@display.shows_as(Watch)
+def _watch_html(w: Watch) -> str:
+    return watch_html(w.histories(), w.alerts, steps=w.steps, every=w.every)
