@@ -1,0 +1,289 @@
+"""Token attributions: how much each token counts for one number computed from a model's output.
+
+::
+
+    result = token_attribution(model, enc, similarity, steps=32)   # enc: a tokenizer's batch
+    result.words[0], result.word_scores[0]    # per word of the first text (word pieces summed)
+    result.delta                              # sum of attributions - (f(x) - f(baseline))
+
+Token ids cannot be differentiated, so the attributions are taken at the output of
+``model.get_input_embeddings()`` (Captum's answer too, captum#1237): a forward hook replaces that
+output with a point of the path from the baseline to the real embeddings, and
+``torch.autograd.grad`` gives ``d f / d point``. ``f = scalar_fn(model_output)`` is one number for
+the whole batch (for a sentence-embedding model, the cosine similarity of two texts), so
+``hookscope.attribute``, which explains one score per image, does not fit; its Gauss-Legendre rule
+(``gauss_legendre``) does, so the sums match Captum's ``LayerIntegratedGradients``.
+
+    ig                (x - x') * sum_s w_s d f / d e at x' + a_s (x - x')   (Sundararajan et al. 2017)
+    input_x_gradient  x * d f / d e at x
+
+``steps`` points run one forward and one backward each. Each token's score is the sum over the
+embedding axis; words sum their pieces (the fast tokenizer's ``word_ids()``, else BERT's ``##``
+continuation rule). Padding (``attention_mask == 0``) is left out of the lists.
+
+Baselines: ``"pad"`` (the default) gives every token the embedding of the pad token and leaves
+special tokens ([CLS], [SEP]) as they are, so they score 0 and the attributions fall on the
+text (Captum's BERT tutorial does the same); ``"zeros"`` is the zero vector; a tensor is used as
+given. The embedding module is called on the baseline's ids (the model's other inputs stay).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+import torch
+from torch import Tensor, nn
+
+from ..core.hooks import HandleGroup
+from ..display import Shows, shows_as
+from ..errors import OptionError
+from ..explain.attribute import gauss_legendre
+from ..viz.highlight import token_html
+
+Method = Literal["ig", "input_x_gradient"]
+Baseline = Union[Literal["pad", "zeros"], Tensor]
+Inputs = Union[Tensor, Mapping[str, Any]]  # input ids, or a tokenizer's batch (BatchEncoding)
+Scalar = Callable[[Any], Tensor]  # model output -> one number
+
+
+@dataclass(eq=False)
+class TokenAttribution(Shows):
+    """Per-token and per-word attributions of one scalar, one list entry per input row."""
+
+    tokens: list[list[str]]
+    scores: list[Tensor]  # (tokens,) per row, padding left out
+    words: list[list[str]]
+    word_scores: list[Tensor]  # (words,) per row
+    attributions: Tensor  # (B, T): every position, padding included
+    value: float  # f(x)
+    baseline_value: float | None  # f(baseline) (ig)
+    delta: float | None  # sum of attributions - (f(x) - f(baseline)) (ig)
+    method: str
+    steps: int
+
+    def __repr__(self) -> str:
+        tail = "" if self.delta is None else f", delta {self.delta:+.2e}"
+        return f"<TokenAttribution {self.method}: {len(self.tokens)} row(s), f(x) = {self.value:.4g}{tail}>"
+
+
+def token_attribution(
+    model: nn.Module,
+    inputs: Inputs,
+    scalar_fn: Scalar,
+    *,
+    method: Method = "ig",
+    steps: int = 32,
+    baseline: Baseline = "pad",
+    tokenizer: Any = None,
+    embeddings: nn.Module | None = None,
+    rows: Sequence[int] | None = None,
+) -> TokenAttribution:
+    """Attributions of ``scalar_fn(model(**inputs))`` to each token's embedding (see the module doc).
+
+    ``inputs`` is a tokenizer's batch (a fast tokenizer's keeps its tokens and word ids) or a tensor
+    of ids. ``tokenizer`` names the tokens when ``inputs`` cannot, and its special tokens are kept in
+    the ``"pad"`` baseline. ``embeddings`` is the module whose output is attributed (default
+    ``model.get_input_embeddings()``). ``rows`` (ig) attributes those rows only: the others keep
+    their own embeddings in the baseline and score 0 (``rows=[0]``: which words of text 0 make it
+    similar to text 1).
+    """
+    if method not in ("ig", "input_x_gradient"):
+        raise OptionError(f"method={method!r} is not a token attribution method; use 'ig' or 'input_x_gradient'")
+    if not isinstance(steps, int) or steps < 1:
+        raise OptionError(f"steps must be a positive int, got {steps!r}")
+    layer = embeddings if embeddings is not None else _input_embeddings(model)
+    ids = inputs if isinstance(inputs, Tensor) else inputs["input_ids"]
+
+    def run(point: Tensor | None) -> tuple[Tensor, Tensor]:
+        return _scalar(model, inputs, layer, point, scalar_fn)
+
+    with torch.inference_mode(False), torch.enable_grad():
+        with torch.no_grad():
+            value, x = run(None)
+        if method == "input_x_gradient":
+            attr, base_value = x * _gradient(run, x), None
+        else:
+            base = _baseline(baseline, layer, x, ids, _keep(inputs, tokenizer, ids), _pad_id(model, tokenizer))
+            base = _only_rows(base, x, rows)
+            attr = integrated_gradients(run, x, base, steps)
+            with torch.no_grad():
+                base_value = float(run(base)[0])
+    per_token = attr.sum(dim=-1).detach()  # (B, T)
+    delta = None if base_value is None else float(per_token.sum()) - (float(value) - base_value)
+    result = TokenAttribution([], [], [], [], per_token, float(value), base_value, delta, method, steps)
+    _fill_rows(result, inputs, tokenizer, ids)
+    return result
+
+
+def integrated_gradients(
+    run: Callable[[Tensor | None], tuple[Tensor, Tensor]], x: Tensor, base: Tensor, steps: int
+) -> Tensor:
+    """``(x - base) * sum_s w_s grad f(base + a_s (x - base))`` by ``steps``-point Gauss-Legendre."""
+    nodes, weights = gauss_legendre(steps)
+    total = torch.zeros_like(x)
+    for alpha, weight in zip(nodes.tolist(), weights.tolist(), strict=True):
+        total += weight * _gradient(run, base + alpha * (x - base))
+    return (x - base) * total
+
+
+def merge_words(
+    tokens: Sequence[str], scores: Tensor, word_ids: Sequence[int | None] | None = None
+) -> tuple[list[str], Tensor]:
+    """Words and their summed scores from word pieces: pieces with one word id, or ``##`` pieces, join the one before.
+
+    A token whose word id is None (a special token) is a word of its own. The word's text is its
+    pieces joined, ``##`` dropped (``un ##believ ##ably`` -> ``unbelievably``).
+    """
+    groups: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        if word_ids is not None:
+            joins = i > 0 and word_ids[i] is not None and word_ids[i] == word_ids[i - 1]
+        else:
+            joins = i > 0 and token.startswith("##")
+        if joins:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    words = [tokens[g[0]] + "".join(tokens[j].removeprefix("##") for j in g[1:]) for g in groups]
+    sums = [scores[g].sum() for g in groups]
+    return words, torch.stack(sums) if sums else scores.new_zeros(0)
+
+
+def _gradient(run: Callable[[Tensor | None], tuple[Tensor, Tensor]], at: Tensor) -> Tensor:
+    point = at.detach().requires_grad_(True)
+    value, _ = run(point)
+    if not value.requires_grad:
+        raise OptionError(
+            "scalar_fn's value does not depend on the embeddings through autograd; nothing to differentiate"
+        )
+    (grad,) = torch.autograd.grad(value, point, allow_unused=True, materialize_grads=True)
+    return grad
+
+
+def _scalar(
+    model: nn.Module, inputs: Inputs, layer: nn.Module, point: Tensor | None, scalar_fn: Scalar
+) -> tuple[Tensor, Tensor]:
+    """``scalar_fn`` of the model's output with ``layer``'s output replaced by ``point`` (None: kept),
+    and what ``layer`` computed itself."""
+    seen: list[Tensor] = []
+
+    def replace(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        seen.append(output)
+        return point
+
+    handles = HandleGroup()
+    try:
+        handles.on_forward(layer, replace)
+        output = model(inputs) if isinstance(inputs, Tensor) else model(**inputs)
+    finally:
+        handles.remove()
+    if not seen:
+        raise OptionError(f"the model never called its embedding module {type(layer).__name__}; pass embeddings=")
+    value = scalar_fn(output)
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+        raise OptionError(f"scalar_fn must return one number (a tensor with one element), got {got}")
+    return value.reshape(()), seen[0].detach()
+
+
+def _input_embeddings(model: nn.Module) -> nn.Module:
+    get = getattr(model, "get_input_embeddings", None)
+    layer = get() if callable(get) else None
+    if not isinstance(layer, nn.Module):
+        raise OptionError(
+            f"{type(model).__name__} has no get_input_embeddings(); pass embeddings=<its token embedding module>"
+        )
+    return layer
+
+
+def _baseline(baseline: Baseline, layer: nn.Module, x: Tensor, ids: Tensor, keep: Tensor, pad: int | None) -> Tensor:
+    """The starting point of the path, with the embeddings' shape (see the module doc)."""
+    if isinstance(baseline, Tensor):
+        try:
+            return torch.broadcast_to(baseline.detach().to(x), x.shape)
+        except RuntimeError as err:
+            raise OptionError(
+                f"baseline of shape {tuple(baseline.shape)} does not broadcast to the embeddings' {tuple(x.shape)}"
+            ) from err
+    if baseline == "zeros":
+        return torch.zeros_like(x)
+    if baseline != "pad":
+        raise OptionError(
+            f"baseline={baseline!r} is not a baseline; pass 'pad', 'zeros' or a tensor shaped like the embeddings"
+        )
+    if pad is None:
+        raise OptionError("baseline='pad' needs a pad token id: pass tokenizer=, or baseline='zeros'")
+    with torch.no_grad():
+        embedded: Tensor = layer(torch.where(keep, ids, torch.full_like(ids, pad)))
+    return embedded.detach().to(x)
+
+
+def _only_rows(base: Tensor, x: Tensor, rows: Sequence[int] | None) -> Tensor:
+    """``base`` in ``rows``, ``x`` in the other rows (None: ``base`` everywhere)."""
+    if rows is None:
+        return base
+    chosen = torch.zeros(len(x), dtype=torch.bool, device=x.device)
+    try:
+        chosen[torch.as_tensor(list(rows), dtype=torch.long, device=x.device)] = True
+    except (IndexError, TypeError, ValueError, RuntimeError) as err:
+        raise OptionError(f"rows={rows!r} must be indices of the {len(x)} input rows") from err
+    return torch.where(chosen.view(-1, *[1] * (x.dim() - 1)), base, x)
+
+
+def _keep(inputs: Inputs, tokenizer: Any, ids: Tensor) -> Tensor:
+    """``(B, T)``: True at the special tokens the ``"pad"`` baseline keeps."""
+    if _is_fast(inputs):
+        return torch.tensor([[w is None for w in inputs.word_ids(row)] for row in range(len(ids))], device=ids.device)  # type: ignore[union-attr]
+    special = list(getattr(tokenizer, "all_special_ids", []) or [])
+    return torch.isin(ids, torch.tensor(special, dtype=ids.dtype, device=ids.device))
+
+
+def _pad_id(model: nn.Module, tokenizer: Any) -> int | None:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(getattr(model, "config", None), "pad_token_id", None)
+    return None if pad is None else int(pad)
+
+
+def _is_fast(inputs: Inputs) -> bool:
+    return bool(getattr(inputs, "is_fast", False)) and callable(getattr(inputs, "word_ids", None))
+
+
+def _fill_rows(result: TokenAttribution, inputs: Inputs, tokenizer: Any, ids: Tensor) -> None:
+    """Tokens, scores, words and word scores of each row, padding left out."""
+    mask = inputs.get("attention_mask") if isinstance(inputs, Mapping) else None
+    for row in range(len(ids)):
+        kept = torch.ones(ids.shape[1], dtype=torch.bool) if mask is None else mask[row].cpu().bool()
+        if _is_fast(inputs):
+            tokens, word_ids = list(inputs.tokens(row)), list(inputs.word_ids(row))  # type: ignore[union-attr]
+        elif tokenizer is not None:
+            tokens, word_ids = list(tokenizer.convert_ids_to_tokens(ids[row].tolist())), None
+        else:
+            tokens, word_ids = [str(i) for i in ids[row].tolist()], None
+        where = kept.nonzero().flatten().tolist()
+        scores = result.attributions[row].cpu()[where]
+        tokens = [tokens[i] for i in where]
+        words, word_scores = merge_words(tokens, scores, None if word_ids is None else [word_ids[i] for i in where])
+        result.tokens.append(tokens)
+        result.scores.append(scores)
+        result.words.append(words)
+        result.word_scores.append(word_scores)
+
+
+@shows_as(TokenAttribution)
+def attribution_html(result: TokenAttribution) -> str:
+    """Each row's words shaded by their scores on one shared scale, and the completeness line."""
+    reach = max((float(s.abs().max()) for s in result.word_scores if s.numel()), default=0.0)
+    rows = "".join(
+        f'<div style="margin:4px 0">{token_html(w, s, scale=reach)}</div>'
+        for w, s in zip(result.words, result.word_scores, strict=True)
+    )
+    what = "integrated gradients" if result.method == "ig" else "input x gradient"
+    line = f"{what}: f(x) = {result.value:.4g}"
+    if result.delta is not None and result.baseline_value is not None:
+        line += f", f(baseline) = {result.baseline_value:.4g}, {result.steps} steps, delta = {result.delta:+.2e}"
+    note = f'<div style="color:#555;font-size:12px">{html.escape(line)}; red raises f, blue lowers it</div>'
+    return f'<div class="hs-attribution" style="font:14px sans-serif">{rows}{note}</div>'

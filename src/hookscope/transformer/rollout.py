@@ -1,0 +1,176 @@
+"""Attention rollout for vision transformers (Abnar & Zuidema 2020): where the class token looks.
+
+::
+
+    heat = attention_rollout(model, x)              # (B, h, w) on the patch grid, each image's max 1
+    hookscope.overlay(photo, heat[0])               # over the picture, like a CAM
+
+Per layer the heads are fused (their mean, max or min), the residual is added as the identity
+and the rows renormalised; the layers are multiplied through, first layer on the right:
+
+    A_l = rownorm(fuse(W_l) + I),   R = A_L ... A_2 A_1,   heat = R[cls, patches] on the grid
+
+``discard_ratio`` zeroes that fraction of the smallest weights of each fused row before the
+identity is added (the class-token column is always kept), as jacobgil/vit-explain does.
+
+The weights come from the model's ``nn.MultiheadAttention`` modules (torchvision's
+``VisionTransformer``; timm's own attention class is not one). torchvision calls them with
+``need_weights=False``, so the block below runs each module once more inside its forward hook,
+with the same arguments and ``need_weights=True, average_attn_weights=False``, under no_grad:
+the weights are torch's own, and the model's output is untouched (the hook returns nothing; the
+tests check it is bit-identical). Put the model in eval mode: in training, attention dropout
+would make the weights random.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from functools import partial
+from types import TracebackType
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor, nn
+
+from ..core.hooks import HandleGroup
+from ..core.select import Selector, select_modules
+from ..errors import CaptureWarning, OptionError, SelectionError
+from ..tokens import tokens_to_grid
+
+HeadFusion = Literal["mean", "max", "min"]
+HEAD_FUSIONS: tuple[str, ...] = get_args(HeadFusion)
+
+
+def attention_rollout(
+    model: nn.Module,
+    x: Tensor,
+    *,
+    head_fusion: HeadFusion = "mean",
+    discard_ratio: float = 0.0,
+    layers: Selector = nn.MultiheadAttention,
+    prefix: int = 1,
+) -> Tensor:
+    """``(B, h, w)`` rollout of the class token's attention over the patches, each image's max 1.
+
+    ``layers`` selects the attention modules (every ``nn.MultiheadAttention`` by default); their
+    calls are multiplied in call order. ``prefix`` tokens lead the sequence (1: the class token,
+    whose row is read); the rest must make a square patch grid.
+    """
+    _check_options(head_fusion, discard_ratio)
+    with MultiheadWeights(model, layers) as watch, torch.no_grad():
+        model(x)
+    if not watch.weights:
+        raise SelectionError(f"{type(model).__name__} never called its attention modules; nothing to roll out")
+    joint = rollout([w for _, w in watch.weights], head_fusion=head_fusion, discard_ratio=discard_ratio)
+    cls = joint[:, 0, :]  # (B, N): how much each token fed the class token's final state
+    heat = tokens_to_grid(cls[:, :, None], prefix=prefix)[:, 0]  # (B, h, w)
+    peak = heat.flatten(1).amax(1).clamp_min(torch.finfo(heat.dtype).tiny)
+    return heat / peak[:, None, None]
+
+
+def rollout(attentions: Sequence[Tensor], *, head_fusion: HeadFusion = "mean", discard_ratio: float = 0.0) -> Tensor:
+    """``(B, N, N)`` joint attention from per-layer ``(B, heads, N, N)`` weights, first layer first."""
+    _check_options(head_fusion, discard_ratio)
+    if not attentions:
+        raise OptionError("rollout needs the weights of at least one attention layer")
+    first = attentions[0]
+    eye = torch.eye(first.shape[-1], dtype=first.dtype, device=first.device)
+    joint = eye.expand(len(first), -1, -1)  # (B, N, N)
+    for weights in attentions:
+        fused = fuse_heads(weights, head_fusion)  # (B, N, N)
+        if discard_ratio > 0:
+            fused = discard_smallest(fused, discard_ratio)
+        step = fused + eye
+        step = step / step.sum(dim=-1, keepdim=True)  # rows sum to 1 again
+        joint = step @ joint
+    return joint
+
+
+def fuse_heads(weights: Tensor, how: HeadFusion) -> Tensor:
+    """``(B, heads, N, N)`` -> ``(B, N, N)``: the heads' mean, max or min."""
+    if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise OptionError(f"expected (batch, heads, tokens, tokens) attention weights, got {tuple(weights.shape)}")
+    if how == "mean":
+        return weights.mean(dim=1)
+    return weights.amax(dim=1) if how == "max" else weights.amin(dim=1)
+
+
+def discard_smallest(fused: Tensor, ratio: float) -> Tensor:
+    """``(B, N, N)`` with the ``int(N * ratio)`` smallest weights of each row set to 0, column 0 kept."""
+    count = int(fused.shape[-1] * ratio)
+    if count == 0:
+        return fused
+    ranked = fused.clone()
+    ranked[..., 0] = torch.inf  # the class-token column is never discarded
+    drop = ranked.topk(count, dim=-1, largest=False).indices  # (B, N, count)
+    return fused.scatter(-1, drop, 0.0)
+
+
+class MultiheadWeights:
+    """``(name, (B, heads, L, S) weights)`` of each call of the selected ``nn.MultiheadAttention``
+    modules inside the ``with`` block, in call order (see the module doc for how)."""
+
+    def __init__(self, model: nn.Module, layers: Selector = nn.MultiheadAttention) -> None:
+        found = [(n, m) for n, m in _select(model, layers) if isinstance(m, nn.MultiheadAttention)]
+        if not found:
+            raise SelectionError(
+                f"{type(model).__name__} has no nn.MultiheadAttention module among layers={layers!r}; "
+                "rollout reads torch's attention modules (torchvision's VisionTransformer has them)"
+            )
+        self.modules = found
+        self.weights: list[tuple[str, Tensor]] = []
+        self._handles = HandleGroup()
+        self._pending: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def __enter__(self) -> MultiheadWeights:
+        try:
+            for name, module in self.modules:
+                self._handles.on_forward_pre(module, self._remember)
+                self._handles.on_forward(module, partial(self._weigh, name))
+        except BaseException:
+            self._handles.remove()
+            raise
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._handles.remove()
+        self._pending.clear()
+
+    def _remember(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._pending[id(module)] = (args, kwargs)
+
+    def _weigh(self, name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        called = self._pending.pop(id(module), None)
+        if called is None or output is None:  # forward raised: nothing to weigh
+            return
+        if module.training and getattr(module, "dropout", 0.0) > 0:
+            warnings.warn(
+                f"{name} is in training mode with attention dropout {module.dropout}: its weights are random; "
+                "call model.eval() first",
+                CaptureWarning,
+                stacklevel=2,
+            )
+        call_args, call_kwargs = called
+        kwargs = {**call_kwargs, "need_weights": True, "average_attn_weights": False}
+        with torch.no_grad():
+            _, weights = module.forward(*call_args, **kwargs)  # forward, not __call__: no hook runs again
+        self.weights.append((name, weights.detach()))
+
+
+def _select(model: nn.Module, layers: Selector) -> list[tuple[str, nn.Module]]:
+    try:
+        return select_modules(model, layers)
+    except SelectionError:
+        if layers is nn.MultiheadAttention:
+            return []
+        raise
+
+
+def _check_options(head_fusion: str, discard_ratio: float) -> None:
+    if head_fusion not in HEAD_FUSIONS:
+        raise OptionError(f"head_fusion={head_fusion!r} is not one of {', '.join(HEAD_FUSIONS)}")
+    if not isinstance(discard_ratio, (int, float)) or not 0.0 <= discard_ratio < 1.0:
+        raise OptionError(f"discard_ratio must be in [0, 1), got {discard_ratio!r}")
