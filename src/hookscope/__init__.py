@@ -34,6 +34,8 @@ from .errors import (
     EditWarning,
     HookscopeError,
     MissingDependencyError,
+    NonFiniteError,
+    NonFiniteWarning,
     NotCapturedError,
     OptionError,
     SelectionError,
@@ -56,11 +58,12 @@ from .store.reader import Run, load
 from .store.save import save
 from .store.series import Alert, History
 from .tokens import spatial_maps, tokens_to_grid
-from .transformer.attention import Attention, attention
-from .transformer.grid import attention_grid
 from .train.alerts import Thresholds
+from .train.guard import nan_guard
 from .train.watch import Watch, watch
+from .transformer.attention import Attention, attention
 from .transformer.attribution import TokenAttribution, token_attribution
+from .transformer.grid import attention_grid
 from .transformer.lens import LogitLens, logit_lens
 from .transformer.rollout import attention_rollout
 from .viz.charts import gradient_flow_plot, histogram_plot
@@ -86,6 +89,8 @@ __all__ = [
     "LogitLens",
     "MissingDependencyError",
     "ModuleInfo",
+    "NonFiniteError",
+    "NonFiniteWarning",
     "NotCapturedError",
     "OptionError",
     "PatchSweep",
@@ -123,6 +128,7 @@ __all__ = [
     "list_modules",
     "load",
     "logit_lens",
+    "nan_guard",
     "overlay",
     "panel",
     "patch_sweep",

@@ -1,0 +1,365 @@
+"""``nan_guard``: the first NaN or infinity of a training run, named where it was produced.
+
+::
+
+    with hookscope.nan_guard(model, optimizer=opt) as guard:      # raises NonFiniteError
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+
+Every checked module (default: all of them, the model included) gets a forward pre-hook and a
+forward hook; the tensors they see that need a gradient get a tensor hook (never
+``register_full_backward_hook``, which raises on in-place ops, pytorch/pytorch#61519); each
+optimizer gets step pre- and post-hooks (``hookscope.train.steps``). Every input, output and
+gradient is reduced once, with ``torch.aminmax`` (``hookscope.train.finite``); a tensor seen twice
+(a layer's output is the next one's input, a block returns its last layer's output) is reduced
+once. The producer rule (``hookscope.train.producer``) names the call that made things worse,
+never the calls downstream of it; the optimizer phase is ``hookscope.train.params``.
+
+When the numbers are read (``sync``):
+
+* ``"call"`` (the default on the CPU): at once, in the hook. On the CPU a read costs nothing
+  more than the reduction, and the producer is examined while its tensors are alive (the exact
+  count), and the error is raised from inside the forward or backward pass that made it.
+* ``"pass"`` (the default when the model has a parameter on an accelerator): the two numbers
+  stay on the device, and the guard reads all of them at once at the end of each outermost
+  forward call, before each ``optimizer.step()``, at the next forward pass and at the end of
+  the block: one host sync per pass instead of one per call, which would stall the GPU's queue.
+  A finding of a backward pass is raised by the next of those (``optimizer.step()``). Tensors
+  are held by weak references: the exact count is given when the tensor is still alive and
+  unchanged, its level and max |x| always.
+
+``allow=`` takes a selector (names, globs, types, a predicate ``(name, module) -> bool``) of the
+modules whose outputs are meant to hold infinities (an attention mask's ``-inf``): they may
+produce inf, never NaN, and what they feed is judged against their inf (``-inf`` that a softmax
+turns into NaN on a fully masked row is still found). ``scaler=`` is the ``torch.amp.GradScaler``
+the loop steps with: a backward finding is then held until the step, and when the scaler skips
+``optimizer.step()`` (its step hooks never run) the inf was the mechanism working; it is counted
+in ``guard.skipped_steps``, not reported.
+
+The step is the optimizer's step count (``hookscope.train.steps.StepClock``; a skipped step is
+not counted), or the caller's ``guard.step()`` calls; with neither, the forward passes of the
+model under grad mode. Evaluation passes under ``torch.no_grad()`` are checked, not counted.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+import weakref
+from collections.abc import Iterable
+from functools import partial
+from types import TracebackType
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from ..core.hooks import HandleGroup
+from ..core.select import Selector, select_modules
+from ..core.tree import Leaves, flatten, flatten_call
+from ..errors import NonFiniteError, NonFiniteWarning, OptionError
+from . import finite, params
+from .producer import Check, Finding, Judge, Reading, Site, error
+from .steps import StepClock, optimizers_of
+
+Mode = Literal["raise", "warn"]
+Sync = Literal["call", "pass"]
+Subscriber = tuple[str, Site, str]  # (event, site, key): who gets a gradient when it arrives
+
+
+def nan_guard(
+    model: nn.Module,
+    optimizer: Optimizer | Iterable[Optimizer] | None = None,
+    *,
+    mode: Mode = "raise",
+    allow: Selector | None = None,
+    select: Selector | None = None,
+    scaler: Any = None,
+    sync: Sync | None = None,
+) -> Guard:
+    """Find the first NaN or infinity where it is born, inside a ``with`` block (see the module docstring).
+
+    ``mode="raise"`` raises ``NonFiniteError`` at the first producer; ``mode="warn"`` warns once per
+    producer (``NonFiniteWarning``) and goes on; both keep them in ``guard.findings``.
+    """
+    return Guard(model, optimizer, mode=mode, allow=allow, select=select, scaler=scaler, sync=sync)
+
+
+def _every(name: str, module: nn.Module) -> bool:
+    return True
+
+
+class Guard:
+    """The hooks of one ``nan_guard`` block and what they found."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Optimizer | Iterable[Optimizer] | None,
+        *,
+        mode: Mode,
+        allow: Selector | None,
+        select: Selector | None,
+        scaler: Any,
+        sync: Sync | None,
+    ) -> None:
+        if mode not in ("raise", "warn"):
+            raise OptionError(f"mode must be 'raise' or 'warn', got {mode!r}")
+        if sync not in (None, "call", "pass"):
+            raise OptionError(f"sync must be 'call' or 'pass' (or None: by device), got {sync!r}")
+        if scaler is not None and not callable(getattr(scaler, "is_enabled", None)):
+            raise OptionError(f"scaler= takes a torch.amp.GradScaler, got {type(scaler).__name__}")
+        self.model, self.mode = model, mode
+        self.sync: Sync = sync or _default_sync(model)
+        self._modules = select_modules(model, _every if select is None else select)
+        self._by_name = dict(self._modules)
+        self._allowed = {id(m) for _, m in select_modules(model, allow)} if allow is not None else set()
+        optimizers = optimizers_of(optimizer)
+        self._clock = StepClock(optimizers, on_pre_optimizer=self._pre_step, on_post_optimizer=self._post_step)
+        names = params.parameter_names(model)
+        self._step_checks = {id(o): params.StepCheck(names) for o in optimizers}
+        self._scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self._scale = float(self._scaler.get_scale()) if self._scaler is not None else 0.0
+        self._handles = HandleGroup()
+        self._judge = Judge()
+        self._open: list[tuple[int, Site]] = []  # (id(module), site) of the calls running now
+        self._calls: dict[str, int] = {}
+        self._calls_step = 0
+        self._readings: dict[int, tuple[weakref.ref[Tensor], int, Reading]] = {}
+        self._watched: dict[int, tuple[weakref.ref[Tensor], list[Subscriber]]] = {}
+        self._unread: list[Reading] = []
+        self._events: list[tuple[str, Site, list[Check]]] = []
+        self._held: list[NonFiniteError] = []  # backward findings held until the scaler's decision
+        self._passes = 0
+        self._warned: set[tuple[str, str, str]] = set()
+        self.findings: list[NonFiniteError] = []
+        self.skipped_steps = 0
+        self._state = "new"
+
+    def __repr__(self) -> str:
+        return f"<Guard of {type(self.model).__name__}: {len(self._modules)} modules, {self.mode}, {self._state}>"
+
+    @property
+    def step_index(self) -> int:
+        """The step being run (see the module docstring)."""
+        if self._clock.optimizers or self._clock.manual:
+            return self._clock.step_index
+        return max(self._passes - 1, 0)
+
+    def step(self) -> int:
+        """End the step being run, for loops that count their own steps; returns the next index."""
+        return self._clock.step()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Guard:
+        if self._state != "new":
+            raise OptionError("this guard was already used; make a new one with hookscope.nan_guard(...)")
+        try:
+            for name, module in self._modules:
+                allowed = id(module) in self._allowed
+                self._handles.on_forward_pre(module, partial(self._before, name, allowed))
+                self._handles.on_forward(module, self._after)
+            self._clock.__enter__()
+        except BaseException:
+            self._close()
+            raise
+        self._state = "active"
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._close()
+        if exc is None:
+            self._read()
+            self._settle_held()
+            self._held.clear()  # the loop ended between a backward pass and its step: nothing was applied
+
+    def _close(self) -> None:
+        try:
+            self._handles.remove()
+        finally:
+            self._clock.close()
+            self._state = "closed"
+            self._open.clear()
+
+    # -- forward -----------------------------------------------------------------------------
+    def _before(
+        self, name: str, allowed: bool, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        outer = not self._open
+        if outer:
+            self._new_pass()
+        parent = self._open[-1][1] if self._open else None
+        site = Site(name, self._next_call(name), len(self._open), outer, allowed, parent)
+        self._open.append((id(module), site))
+        if not kwargs and len(args) == 1 and type(args[0]) is Tensor:
+            leaves: Leaves = [("args[0]", args[0])]
+        else:
+            leaves = flatten_call(args, kwargs)
+        site.inputs = self._checks(leaves)
+        self._see("enter", site, site.inputs)
+        if torch.is_grad_enabled():
+            self._watch(site, "grad_input", leaves)
+
+    def _after(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        site = self._pop(id(module))
+        if site is None or (output is None and sys.exc_info()[1] is not None):
+            return  # the forward raised: nothing to judge
+        leaves: Leaves = [("out", output)] if type(output) is Tensor else flatten(output)
+        site.outputs = self._checks(leaves)
+        self._see("leave", site, site.outputs)
+        if torch.is_grad_enabled():
+            self._watch(site, "grad_output", leaves)
+        if not self._open and self.sync == "pass":
+            self._read()
+
+    def _pop(self, module: int) -> Site | None:
+        for i in range(len(self._open) - 1, -1, -1):
+            if self._open[i][0] == module:
+                site = self._open[i][1]
+                del self._open[i:]  # calls inside it that never finished (their forward raised)
+                return site
+        return None
+
+    def _new_pass(self) -> None:
+        """An outermost call starts: what the last pass left is read, the rule starts afresh."""
+        self._read()
+        self._settle_held()
+        self._judge.new_pass()
+        self._clock.touch()
+        self._readings.clear()
+        self._watched.clear()
+        if torch.is_grad_enabled():
+            self._passes += 1
+
+    def _next_call(self, name: str) -> int:
+        step = self.step_index
+        if step != self._calls_step:
+            self._calls, self._calls_step = {}, step
+        index = self._calls.get(name, 0)
+        self._calls[name] = index + 1
+        return index
+
+    # -- backward ----------------------------------------------------------------------------
+    def _watch(self, site: Site, event: str, leaves: Leaves) -> None:
+        """Hand the gradient of each leaf to ``site`` when it arrives (one tensor hook per tensor)."""
+        for key, tensor in leaves:
+            if not tensor.requires_grad or not finite.checkable(tensor):
+                continue
+            known = self._watched.get(id(tensor))
+            if known is None or known[0]() is not tensor:
+                known = (weakref.ref(tensor), [])
+                self._watched[id(tensor)] = known
+                self._handles.on_grad(tensor, partial(self._on_grad, known[1]))
+            known[1].append((event, site, key))
+
+    def _on_grad(self, subscribers: list[Subscriber], grad: Tensor) -> None:
+        if not finite.checkable(grad):
+            return
+        reading = self._reading(grad)
+        # inner calls first: a block and its first layer share the input whose gradient broke
+        for event, site, key in sorted(subscribers, key=lambda s: (s[0] != "grad_input", -s[1].depth)):
+            self._see(event, site, [Check(key, reading)])
+
+    # -- checks and findings -----------------------------------------------------------------
+    def _checks(self, leaves: Leaves) -> list[Check]:
+        return [Check(key, self._reading(t)) for key, t in leaves if finite.checkable(t)]
+
+    def _reading(self, tensor: Tensor) -> Reading:
+        known = self._readings.get(id(tensor))
+        if known is not None and known[0]() is tensor and known[1] == tensor._version:
+            return known[2]
+        reading = Reading(finite.extremes(tensor), weakref.ref(tensor), tensor._version, tensor.dtype)
+        if self.sync == "call":
+            low, high = reading.extremes.tolist()  # type: ignore[union-attr]
+            reading.resolve(low, high)
+        else:
+            self._unread.append(reading)
+        self._readings[id(tensor)] = (reading.ref, reading.version, reading)
+        return reading
+
+    def _see(self, event: str, site: Site, checks: list[Check]) -> None:
+        if self.sync == "pass":
+            self._events.append((event, site, checks))
+            return
+        finding = self._judge.see(event, site, checks)
+        if finding is not None:
+            self._found(finding)
+
+    def _read(self) -> None:
+        """Read every number still on the device (one sync per device and dtype), then judge the events."""
+        unread, self._unread = self._unread, []
+        groups: dict[tuple[torch.device, torch.dtype], list[Reading]] = {}
+        for reading in unread:
+            assert reading.extremes is not None
+            groups.setdefault((reading.extremes.device, reading.extremes.dtype), []).append(reading)
+        for group in groups.values():
+            values = torch.stack([r.extremes for r in group]).tolist()  # type: ignore[misc]
+            for reading, (low, high) in zip(group, values, strict=True):
+                reading.resolve(low, high)
+        events, self._events = self._events, []
+        for event, site, checks in events:
+            finding = self._judge.see(event, site, checks)
+            if finding is not None:
+                self._found(finding)
+
+    def _found(self, finding: Finding) -> None:
+        err = error(finding, self.step_index, hint=self._hint(finding))
+        if finding.phase == "backward" and self._scaler is not None:
+            self._held.append(err)  # the scaler may skip this step: then it is no error
+            return
+        self._report(err)
+
+    def _hint(self, finding: Finding) -> str:
+        if finding.kind == "output":
+            module = self._by_name[finding.site.name]
+            bad = [n for n, p in module.named_parameters() if finite.checkable(p) and not bool(p.isfinite().all())]
+            if bad:
+                return f"; its own parameters are already non-finite ({', '.join(bad)}): made before this step"
+        if finding.phase != "backward" or self._scaler is not None or finding.check.reading.dtype != torch.float16:
+            return ""
+        return "; training with a GradScaler? pass it: nan_guard(model, optimizer, scaler=scaler)"
+
+    def _report(self, err: NonFiniteError) -> None:
+        if self.mode == "raise":
+            self.findings.append(err)
+            raise err
+        where = (err.phase, err.module, err.kind)
+        if where not in self._warned:
+            self._warned.add(where)
+            self.findings.append(err)
+            warnings.warn(str(err), NonFiniteWarning, stacklevel=3)
+
+    def _settle_held(self) -> None:
+        """The scaler lowered its scale since the last look: it skipped a step, and what was held was its inf."""
+        if self._scaler is None:
+            return
+        scale = float(self._scaler.get_scale())  # one host sync per forward pass, with a scaler only
+        if scale < self._scale:
+            self.skipped_steps += 1
+            self._held.clear()
+        self._scale = scale
+
+    # -- the optimizer step ------------------------------------------------------------------
+    def _pre_step(self, optimizer: Optimizer) -> None:
+        self._read()
+        held, self._held = self._held, []
+        for err in held:  # the step runs although the backward pass broke: the scaler did not skip it
+            self._report(err)
+        bad = self._step_checks[id(optimizer)].before(optimizer)
+        if bad is not None and not self._judge.tainted:
+            self._judge.found.add("backward")
+            self._report(params.gradient_error(bad[0], bad[1], optimizer, self.step_index, ""))
+
+    def _post_step(self, optimizer: Optimizer) -> None:
+        err = self._step_checks[id(optimizer)].after(optimizer, self.step_index)
+        if err is not None:
+            self._report(err)
+
+
+def _default_sync(model: nn.Module) -> Sync:
+    tensors = [*model.parameters(), *model.buffers()]
+    return "pass" if any(t.device.type != "cpu" for t in tensors) else "call"

@@ -1,0 +1,133 @@
+"""The optimizer phase of the NaN hunt: the first parameter that a step made non-finite.
+
+Before each ``optimizer.step()`` (its step pre-hook) the extremes of every parameter and of
+its gradient are read in one host sync; after it (the post-hook), those of every parameter
+again. A parameter is blamed on the step when it was finite before, its gradient was finite,
+and it is not after: the update itself overflowed (a learning rate that blows the weights up).
+A gradient that is already non-finite at the step is the backward pass's doing; the guard
+reports it as such when no module was found producing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from ..errors import NonFiniteError
+from . import finite
+
+
+def parameter_names(model: nn.Module) -> dict[int, str]:
+    """``id(param) -> dotted name`` for the model's parameters."""
+    return {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+
+
+def _params(optimizer: Optimizer) -> list[Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def _levels(tensors: Iterable[Tensor | None]) -> list[tuple[int, float]]:
+    """(level, max |x|) of each tensor (None and empty: finite), in one host sync per device."""
+    listed = list(tensors)
+    chosen = [i for i, t in enumerate(listed) if t is not None and finite.checkable(t)]
+    out = [(finite.FINITE, 0.0)] * len(listed)
+    by_device: dict[torch.device, list[int]] = {}
+    for i in chosen:
+        by_device.setdefault(listed[i].device, []).append(i)  # type: ignore[union-attr]
+    for indices in by_device.values():
+        stacked = torch.stack([finite.extremes(listed[i]).double() for i in indices]).tolist()  # type: ignore[arg-type]
+        for i, (low, high) in zip(indices, stacked, strict=True):
+            out[i] = (finite.level(low, high), finite.absmax(low, high))
+    return out
+
+
+class StepCheck:
+    """What one optimizer's parameters and gradients were before its step, to judge them after."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self._before: dict[int, tuple[tuple[int, float], tuple[int, float]]] = {}
+
+    def name(self, optimizer: Optimizer, param: Tensor) -> str:
+        if id(param) in self.names:
+            return self.names[id(param)]
+        where = next(
+            f"param_groups[{g}][{i}]"
+            for g, group in enumerate(optimizer.param_groups)
+            for i, p in enumerate(group["params"])
+            if p is param
+        )
+        return where
+
+    def before(self, optimizer: Optimizer) -> tuple[str, Tensor] | None:
+        """Remember the parameters; the first one whose gradient is non-finite, if any."""
+        params = _params(optimizer)
+        levels = _levels([*params, *(p.grad for p in params)])
+        self._before = {id(p): (levels[i], levels[len(params) + i]) for i, p in enumerate(params)}
+        bad = next((p for i, p in enumerate(params) if levels[len(params) + i][0] > finite.FINITE), None)
+        return None if bad is None else (self.name(optimizer, bad), bad)
+
+    def after(self, optimizer: Optimizer, step: int) -> NonFiniteError | None:
+        """The error for the first parameter the step made non-finite, or None."""
+        params = _params(optimizer)
+        for param, (lvl, _) in zip(params, _levels(params), strict=True):
+            (was, size), (grad_level, grad_size) = self._before.get(id(param), ((0, 0.0), (0, 0.0)))
+            if lvl > finite.FINITE and was == finite.FINITE and grad_level == finite.FINITE:
+                return self._error(optimizer, param, step, size, grad_size)
+        return None
+
+    def _error(self, optimizer: Optimizer, param: Tensor, step: int, size: float, grad_size: float) -> NonFiniteError:
+        name, counted = self.name(optimizer, param), finite.count(param)
+        lrs = sorted({g.get("lr") for g in optimizer.param_groups if _holds(g, param)}, key=str)
+        message = (
+            f"step {step}, optimizer: parameter {name!r} became {counted.words()} in "
+            f"{type(optimizer).__name__}.step() while it and its gradient were finite "
+            f"({counted.nonfinite} of {counted.numel} elements; max |w| before {size:.3g}, "
+            f"max |grad| {grad_size:.3g}, lr {', '.join(f'{lr:g}' for lr in lrs if isinstance(lr, float))}): "
+            "the update overflowed; lower the learning rate or clip the gradients"
+        )
+        return NonFiniteError(
+            message,
+            step=step,
+            phase="optimizer",
+            module=name,
+            kind="param",
+            key=name,
+            value=counted.words(),
+            count=counted.nonfinite,
+            numel=counted.numel,
+            input_absmax=size,
+        )
+
+
+def _holds(group: dict[str, object], param: Tensor) -> bool:
+    params = group.get("params", [])
+    return any(p is param for p in params) if isinstance(params, list) else False
+
+
+def gradient_error(name: str, param: Tensor, optimizer: Optimizer, step: int, hint: str) -> NonFiniteError:
+    """A parameter whose gradient is non-finite at the step, with no module found producing it."""
+    grad = param.grad
+    counted = finite.count(grad) if grad is not None else None
+    value = counted.words() if counted is not None else "nan"
+    message = (
+        f"step {step}, backward: the gradient of parameter {name!r} is {value} at "
+        f"{type(optimizer).__name__}.step() while every checked module's gradients were finite"
+        + (f" ({counted.nonfinite} of {counted.numel} elements)" if counted is not None else "")
+        + ": it was made accumulating into .grad, or outside the checked modules"
+        + hint
+    )
+    return NonFiniteError(
+        message,
+        step=step,
+        phase="backward",
+        module=name.rpartition(".")[0],
+        kind="param_grad",
+        key=name.rpartition(".")[2],
+        value=value,
+        count=None if counted is None else counted.nonfinite,
+        numel=None if counted is None else counted.numel,
+    )
