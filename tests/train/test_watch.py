@@ -121,7 +121,7 @@ def test_statistics_at_a_logged_step_equal_a_hand_computation(data: tuple[Tensor
     for name, dim in zip(names, (1, 1, 1, 1, 1), strict=True):
         got, want = w.history(name).row(6), expected(spy, name, dim)
         for column, value in want.items():
-            assert got[column] == pytest.approx(value, rel=1e-6, abs=1e-12), (name, column)
+            assert got[column] == pytest.approx(value, rel=1e-5, abs=1e-9), (name, column)  # float32 sums
         if not spy.params[name]:
             assert math.isnan(got["grad_norm"]) and math.isnan(got["weight_norm"]) and math.isnan(got["update_ratio"])
     assert w.history("relu3").row(6)["zeros"] > 0.1  # a ReLU's output has zeros; the Linear before it none
@@ -193,7 +193,7 @@ def test_gradient_accumulation_adds_every_backward_pass_of_a_step(data: tuple[Te
     assert w.steps == 3 and len(spy.outputs["fc1"]) == 3
     for name in ("conv2", "fc1"):
         got, want = w.history(name).row(2), expected(spy, name, 1)
-        assert got == pytest.approx({**got, **want}, rel=1e-6), name
+        assert got == pytest.approx({**got, **want}, rel=1e-5), name
 
 
 def test_steps_are_counted_once_whoever_drives_them(data: tuple[Tensor, Tensor]) -> None:

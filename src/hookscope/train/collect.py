@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .measures import F64, activation_sums
+from .measures import ACT, F64, activation_moments, combine
 
-SLOTS = ("sum", "sum_sq", "sum_abs", "zeros", "count", "grad_output_sq", "grad_sq", "weight_sq", "delta_sq",
+SLOTS = (*ACT, "grad_output_sq", "grad_sq", "weight_sq", "delta_sq",
          "before_sq", "dead")  # fmt: skip
 
 
@@ -25,7 +25,7 @@ SLOTS = ("sum", "sum_sq", "sum_abs", "zeros", "count", "grad_output_sq", "grad_s
 class Gathered:
     """One site's sums over a logged step (tensors on the model's device)."""
 
-    act: Tensor | None = None  # (5,) activation_sums, added up over calls
+    act: Tensor | None = None  # (5,) activation_moments, combined over calls
     alive: Tensor | None = None  # (units,) bool, OR over calls
     grad_output_sq: Tensor | None = None
     grad_sq: Tensor | None = None
@@ -36,8 +36,8 @@ class Gathered:
     grads: dict[str, Tensor] = field(default_factory=dict)  # parameter gradients, for histograms
 
     def add_output(self, x: Tensor, dim: int, *, keep: bool) -> None:
-        sums, alive = activation_sums(x, dim)
-        self.act = sums if self.act is None else self.act + sums
+        moments, alive = activation_moments(x, dim)
+        self.act = moments if self.act is None else combine(self.act, moments)
         if self.alive is None or self.alive.shape != alive.shape:  # a shape change starts the mask again
             self.alive = alive
         else:
@@ -46,7 +46,7 @@ class Gathered:
             self.last_output = x.detach().clone()
 
     def add_grad_output(self, grad: Tensor, *, keep: bool) -> None:
-        part = grad.detach().square().sum(dtype=F64)
+        part = torch.linalg.vector_norm(grad.detach()).to(F64).square()
         self.grad_output_sq = part if self.grad_output_sq is None else self.grad_output_sq + part
         if keep:
             self.last_grad_output = grad.detach().clone()

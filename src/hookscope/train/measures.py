@@ -1,9 +1,10 @@
 """The statistics ``watch`` logs, as pure functions on tensors, computed where the tensors are.
 
-Everything here stays on the tensors' device and returns tensors (float64 sums, bool masks):
-``watch`` adds up the sums of every call of a logged step and brings them to the host in one
-transfer when the step ends (``row``). Sums rather than means so that several forward and
-backward passes in one step (gradient accumulation) combine exactly.
+Everything here stays on the tensors' device and returns tensors (float64 moments, bool masks):
+``watch`` combines the moments of every call of a logged step and brings them to the host in one
+transfer when the step ends. Counts, means and sums of squared deviations rather than finished
+statistics, so that several forward and backward passes in one step (gradient accumulation)
+combine exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 F64 = torch.float64
-ACT = ("sum", "sum_sq", "sum_abs", "zeros", "count")  # the entries of activation_sums' vector
+ACT = ("count", "mean", "m2", "sum_abs", "zeros")  # the entries of activation_moments' vector
 CHANNELS_FIRST = (nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.modules.pooling._MaxPoolNd)
 
 
@@ -27,26 +28,38 @@ def unit_dim(module: nn.Module, output: Tensor) -> int:
     return 1 if output.dim() >= 4 or isinstance(module, CHANNELS_FIRST) else output.dim() - 1
 
 
-def activation_sums(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-    """``(ACT,)`` float64 sums of ``x`` (sum, sum of squares, sum |x|, zeros, count) and its units' alive
-    mask: ``(x.shape[dim],)`` bool, True where the unit is nonzero for some sample and position."""
+def activation_moments(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """``(len(ACT),)`` float64 (count, mean, M2 = the sum of squared deviations, sum |x|, zeros) of ``x`` and
+    its units' alive mask ``(x.shape[dim],)`` bool: True where the unit is nonzero for some sample.
+
+    Three passes over ``x`` (``var_mean``, the L1 norm, ``count_nonzero`` per unit), in its own dtype;
+    the float64 results combine exactly over calls (``combine``).
+    """
     x = x.detach()
-    sums = torch.stack([
-        x.sum(dtype=F64),
-        x.square().sum(dtype=F64),
-        x.abs().sum(dtype=F64),
-        (x == 0).sum().to(F64),
-        torch.tensor(float(x.numel()), dtype=F64, device=x.device),
-    ])  # fmt: skip
-    alive = (x != 0).movedim(dim, 0).reshape(x.shape[dim], -1).any(1) if x.dim() else (x != 0).reshape(1)
-    return sums, alive
+    n = x.numel()
+    var, mean = torch.var_mean(x, correction=0)
+    absolute = torch.linalg.vector_norm(x, 1)
+    nonzero = torch.count_nonzero(x, dim=[d for d in range(x.dim()) if d != dim]) if x.dim() else (x != 0).reshape(1)
+    scalars = torch.stack([var * n, mean, absolute]).to(F64)
+    count = torch.tensor(float(n), dtype=F64, device=x.device)
+    zeros = count - nonzero.sum().to(F64)
+    return torch.stack([count, scalars[1], scalars[0], scalars[2], zeros]), nonzero > 0
+
+
+def combine(a: Tensor, b: Tensor) -> Tensor:
+    """Two ``activation_moments`` vectors as one (Chan et al.'s parallel formula for the mean and M2)."""
+    n = a[0] + b[0]
+    delta = b[1] - a[1]
+    mean = a[1] + delta * b[0] / n
+    m2 = a[2] + b[2] + delta.square() * a[0] * b[0] / n
+    return torch.stack([n, mean, m2, a[3] + b[3], a[4] + b[4]])
 
 
 def squared_norm(tensors: Iterable[Tensor]) -> Tensor | None:
     """The sum of squares of every tensor's elements (float64, on their device); None when there is none."""
     total: Tensor | None = None
     for t in tensors:
-        part = t.detach().square().sum(dtype=F64)
+        part = torch.linalg.vector_norm(t.detach()).to(F64).square()
         total = part if total is None else total + part.to(total.device)
     return total
 
@@ -57,13 +70,10 @@ def dead_fraction(masks: Iterable[Tensor]) -> Tensor:
     return 1 - alive.to(F64).mean()
 
 
-def activation_row(sums: list[float]) -> tuple[float, float, float, float]:
-    """Mean, std (unbiased), mean |x| and the fraction of zeros from ``activation_sums`` added up."""
-    total, squares, absolute, zeros, count = sums
+def activation_row(moments: list[float]) -> tuple[float, float, float, float]:
+    """Mean, std (unbiased), mean |x| and the fraction of zeros from ``activation_moments`` combined."""
+    count, mean, m2, absolute, zeros = moments
     if count == 0:
         return (math.nan,) * 4
-    mean = total / count
-    var = max(squares - total * mean, 0.0) / (count - 1) if count > 1 else 0.0
-    if not (math.isfinite(total) and math.isfinite(squares)):
-        var = math.nan
-    return mean, math.sqrt(var), absolute / count, zeros / count
+    std = math.sqrt(max(m2, 0.0) / (count - 1)) if count > 1 else 0.0
+    return mean, std if math.isfinite(m2) else math.nan, absolute / count, zeros / count

@@ -50,7 +50,7 @@ from ..store.series import COLUMNS, SOURCE, Alert, History, write_watch
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import SLOTS, Gathered
-from .measures import activation_row, dead_fraction, squared_norm, unit_dim
+from .measures import ACT, activation_row, dead_fraction, squared_norm, unit_dim
 from .steps import StepClock, optimizers_of
 from .view import watch_html
 
@@ -302,7 +302,7 @@ class Watch(display.Shows):
 def _row(step: int, slots: list[float]) -> dict[str, float]:
     """A row of ``COLUMNS`` from a site's ``SLOTS`` on the host."""
     s = dict(zip(SLOTS, slots, strict=True))
-    mean, std, abs_mean, zeros = activation_row([s[k] for k in ("sum", "sum_sq", "sum_abs", "zeros", "count")])
+    mean, std, abs_mean, zeros = activation_row([s[k] for k in ACT])
     ratio = math.sqrt(s["delta_sq"]) / math.sqrt(s["before_sq"]) if s["before_sq"] > 0 else math.nan
     if math.isnan(s["delta_sq"]) or not math.isfinite(s["before_sq"]):
         ratio = math.nan if math.isnan(s["before_sq"]) and math.isnan(s["delta_sq"]) else math.inf
