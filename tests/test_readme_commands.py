@@ -117,6 +117,31 @@ def _store(name: str) -> Check:
     return check
 
 
+def _walks_through_the_hooks(cwd: Path, out: str, err: str) -> None:
+    """# LeNet on handwritten digits: what each hook kind captured, then the report"""
+    *walk, last = out.splitlines()
+    _prints_page("hookscope-demo", "LeNet on handwritten digits", "scikit-learn")(cwd, last, err)
+    assert walk[0].startswith("What each hook kind captured")
+    kinds = [line.split()[:2] for line in walk[1:]]
+    assert kinds == [[site, kind] for site in ("conv1", "conv2") for kind in KINDS_DRAWN]
+
+
+def _draws_four_kinds(cwd: Path, out: str, err: str) -> None:
+    """# each layer's input, output and both gradients"""
+    _prints_page("report", "lenet on digit.png")(cwd, out, err)
+    card = re.search(r'<article class="card layer".*?</article>', (cwd / "report" / "index.html").read_text(), re.S)
+    assert card is not None
+    assert re.findall(r'<div class="kind">(.*?)</div>', card.group(0)) == [
+        "input",
+        "output",
+        "gradient · grad_input",
+        "gradient · grad_output",
+    ]
+
+
+KINDS_DRAWN = ("input", "output", "grad_input", "grad_output")
+
+
 def _demo_help(cwd: Path, out: str, err: str) -> None:
     """# EfficientNet-Lite0 on a bundled photo -> hookscope-demo/index.html"""
     assert "default: hookscope-demo" in out and "efficientnet-lite0" in out
@@ -127,9 +152,7 @@ PLANS: dict[str, Plan] = {
     "hookscope demo": Plan(
         "parse", "the full EfficientNet-Lite0 report takes ~20 s on 2 cores; `make demo` runs it", check=_demo_help
     ),
-    "hookscope demo --model lenet": Plan(
-        "run", check=_prints_page("hookscope-demo", "LeNet on handwritten digits", "scikit-learn")
-    ),
+    "hookscope demo --model lenet": Plan("run", check=_walks_through_the_hooks),
     "hookscope list torchvision:resnet18": Plan("run", check=_lists_every_module),
     "hookscope list my_model.py:build": Plan("run"),
     "hookscope report efficientnet-lite0 cat.jpg": Plan(
@@ -144,6 +167,7 @@ PLANS: dict[str, Plan] = {
     ),
     "hookscope cam efficientnet-lite0 photo.jpg": Plan("run", check=_writes_picture("cam.png")),
     "hookscope cam mobilenet-v2 photo.jpg": Plan("run", extra=("--size", "96"), check=_writes_picture("panel.png")),
+    "hookscope report lenet digit.png": Plan("run", check=_draws_four_kinds),
     "hookscope capture lenet": Plan("run", check=_store("run.hookscope")),
     "hookscope extract efficientnet-lite0 photos/": Plan("run", extra=("--size", "64"), check=_store("acts.hookscope")),
     "torchrun ": Plan(
@@ -224,6 +248,10 @@ def make_files(folder: Path, command: str) -> None:
         coffee.save(folder / "photos" / "coffee.jpg")
     if any(word.startswith("my_model.py:") for word in words):
         (folder / "my_model.py").write_text(MY_MODEL)
+    if "digit.png" in words:
+        from hookscope.zoo import lenet
+
+        lenet.digit_picture(lenet.digits("test")[0][0]).save(folder / "digit.png")
     if "batch.pt" in words:
         torch.save(torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)), folder / "batch.pt")
     if "resnet18.pth" in words:

@@ -133,7 +133,7 @@ def sites_html(sites: Mapping[str, Record], *, title: str) -> str:
     records = forward_order(sites)
     rows = [_site_row(i, record) for i, record in enumerate(records[:MAX_ROWS])]
     header = ("#", "site", "type", "calls", "kinds", "shapes (call 0)", "size", "image 0")
-    body = html.table(header, rows, numeric=(0, 3)) + html.more(min(len(records), MAX_ROWS), len(records), "sites")
+    body = html.table(header, rows, numeric=(0, 3, 6)) + html.more(min(len(records), MAX_ROWS), len(records), "sites")
     return html.view(body, title=title)
 
 
@@ -196,7 +196,8 @@ def run_html(run: Run) -> str:
 def _site_row(index: int, record: Record) -> tuple[Any, ...]:
     call = record.calls[0] if record.calls else None
     held = [kind for kind in names() if call is not None and call.keys(kind)]
-    shapes = "; ".join(f"{kind} {_shape(call.get(kind))}" for kind in held) if call else _no_calls(record)
+    lines = [escape(f"{kind} {_shape(call.get(kind))}") for kind in held] if call else [escape(_no_calls(record))]
+    shapes = Safe("<br>".join(lines))
     size = sum(
         t.numel() * t.element_size() for c in record.calls for held_ in c.tensors.values() for t in held_.values()
     )

@@ -42,7 +42,7 @@ CSS = """
   text-transform: uppercase; letter-spacing: .04em; border-bottom: 1px solid var(--hs-line); padding: 3px 10px 3px 0; }
 .hookscope-view .hs-table td { text-align: left; vertical-align: middle; border-bottom: 1px solid var(--hs-line);
   padding: 3px 10px 3px 0; overflow-wrap: break-word; }
-.hookscope-view .hs-table td.hs-n { text-align: right; }
+.hookscope-view .hs-table td.hs-n { text-align: right; white-space: nowrap; }
 .hookscope-view .hs-thumb { display: block; image-rendering: pixelated; border-radius: 3px; background: #fff; }
 .hookscope-view .hs-more, .hookscope-view .hs-note { color: var(--hs-muted); font-size: 12px; margin: 4px 0 0; }
 .hookscope-view .hs-bad { color: var(--hs-bad); font-weight: 600; }
