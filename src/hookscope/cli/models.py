@@ -46,6 +46,7 @@ from ..optional import require
 from ..zoo import lenet
 from ..zoo.preprocess import IMAGENET, LITE, Preprocess
 from .formats import PICKLED, describe, file_format, load_failure, refused_global
+from .text_inputs import load_text_model
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,9 @@ BUILTINS: dict[str, Callable[[], LoadedModel]] = {
 
 
 def _text_model(spec: str) -> LoadedModel:
-    """``minilm`` or ``hf:PATH``, with its tokenizer (``hookscope.cli.text_inputs``, which imports this module)."""
-    from .text_inputs import load_text_model
-
-    return load_text_model(spec)
+    """``minilm`` or ``hf:PATH``, with its tokenizer (``hookscope.cli.text_inputs``)."""
+    text = load_text_model(spec)
+    return LoadedModel(text.model, text.name, notes=text.notes, tokenizer=text.tokenizer)
 
 
 def load_model(spec: str, *, weights: str | None = None, trust: bool = False) -> LoadedModel:

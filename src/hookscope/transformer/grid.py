@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from ..display import shows_as
 from ..errors import OptionError
 from ..optional import require
+from ..viz.html import MAX_ROWS, Safe, image_tag, more, table, view
 from .attention import Attention
 
 if TYPE_CHECKING:
@@ -61,6 +63,26 @@ def attention_grid(
     return _draw(panels, tokens, title=name, columns=max(1, min(columns, len(panels))))
 
 
+@shows_as(Attention)
+def attention_html(att: Attention) -> Safe:
+    """A notebook's view: a row per layer (heads, shape) with a thumbnail of its head mean (sequence 0)."""
+    rows = []
+    for name in att.layers[:MAX_ROWS]:
+        shape = att.weights(name).shape
+        rows.append((name, shape[1], "x".join(map(str, shape)), image_tag(_mean_picture(att, name), alt=name)))
+    tokens = " ".join(att.real_tokens(0))
+    body = Safe(table(("layer", "heads", "shape", "head mean, sequence 0"), rows, numeric=(1,)))
+    body = Safe(body + more(min(len(att.layers), MAX_ROWS), len(att.layers), "layers"))
+    return view(body, title=f"Attention of {len(att.layers)} layers on: {tokens}")
+
+
+def _mean_picture(att: Attention, name: str) -> Image:
+    keep = att.mask[0].to(att.weights(name).device)
+    mean = att.mean_heads(name)[0][keep][:, keep].float().cpu()
+    top = float(mean.max()) or 1.0
+    return _heat(mean / top, max(2, 96 // max(1, mean.shape[0])))
+
+
 def _draw(panels: list[tuple[str, Tensor]], tokens: list[str], *, title: str, columns: int) -> Image:
     """The panels in rows of ``columns``, each a heatmap with its tokens left (queries) and below (keys)."""
     pil: Any = require("PIL.Image")
@@ -70,7 +92,8 @@ def _draw(panels: list[tuple[str, Tensor]], tokens: list[str], *, title: str, co
     labels = _labels(tokens)
     gutter = min(MAX_GUTTER, max((_width(font, t) for t in labels if t), default=0) + 4)
     side = cell * len(tokens)
-    width, height = gutter + side + GAP, HEAD + side + gutter + GAP
+    titles = max(_width(font, f"{label} (max 1.00)") for label, _ in panels)
+    width, height = gutter + max(side, titles) + GAP, HEAD + side + gutter + GAP
     rows = math.ceil(len(panels) / columns)
     canvas = pil.new("RGB", (width * columns + GAP, HEAD + height * rows), "white")
     pen = draw_mod.Draw(canvas)

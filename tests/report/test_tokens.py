@@ -1,0 +1,60 @@
+"""The text report: its numbers from the model itself, every token escaped, the attribution section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import hookscope
+from hookscope.errors import OptionError
+from hookscope.report.tokens import build_text_report, render_text_html, with_attributions, write_text_report
+from hookscope.viz.highlight import token_html
+from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
+from tests.transformer.hostile import HOSTILE, VOCAB, HostileTokenizer
+
+IDS = torch.tensor([[0, 1, 2, 3, 4, 7], [6, 7, 0, 5, 9, 9]])
+MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+
+
+@pytest.fixture
+def report(tiny_gpt2: Any) -> Any:  # noqa: F811
+    inputs = {"input_ids": IDS, "attention_mask": MASK}
+    return build_text_report(tiny_gpt2, inputs, tokenizer=HostileTokenizer(), title=f"title {HOSTILE}")
+
+
+def test_the_numbers_are_the_model_s(tiny_gpt2: Any, report: Any) -> None:  # noqa: F811
+    with torch.no_grad():
+        hidden = tiny_gpt2(input_ids=IDS, attention_mask=MASK, output_hidden_states=True).hidden_states
+    assert [row.name for row in report.norms] == ["transformer.h.0", "transformer.h.1"]
+    expected = hidden[1].norm(dim=-1)  # block 0's output, per token
+    assert report.norms[0].norms[0] == pytest.approx(expected[0].tolist(), abs=1e-4)
+    assert report.norms[0].norms[1] == pytest.approx(expected[1, :4].tolist(), abs=1e-4)  # padding left out
+    assert report.sentences[1] == tuple(VOCAB[i] for i in IDS[1, :4].tolist())
+    att = hookscope.attention(tiny_gpt2, {"input_ids": IDS, "attention_mask": MASK})
+    mean = att.mean_heads(0)[1, :4, :4]
+    drawn = torch.tensor(report.attention[0].means[1].rows, dtype=mean.dtype)
+    torch.testing.assert_close(drawn, mean, rtol=0, atol=1e-4)
+    assert [layer.name for layer in report.attention] == att.layers
+    assert all(len(layer.grids) == 2 for layer in report.attention)
+
+
+def test_every_token_is_escaped(report: Any) -> None:
+    html = render_text_html(report)
+    assert HOSTILE not in html and "<script>alert" not in html
+    assert html.count("&lt;img src=x onerror=alert(1)&gt;") >= 4  # title, text, mean tables, norm tables
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in html and "a&amp;b" in html
+    assert 'id="attributions"' not in html  # no section without attributions
+
+
+def test_attributions_have_their_section(report: Any, tmp_path: Path) -> None:
+    tokens = list(report.sentences[0])
+    shaded = with_attributions(report, [("similarity to sentence 1", token_html(tokens, [0.5] * len(tokens)))])
+    html = render_text_html(shaded)
+    assert 'id="attributions"' in html and "similarity to sentence 1" in html and HOSTILE not in html
+    index = write_text_report(shaded, tmp_path / "r")
+    assert index.read_text(encoding="utf-8") == html.replace(shaded.created, shaded.created)
+    with pytest.raises(OptionError, match="already exists and is not empty; pass --force"):
+        write_text_report(shaded, tmp_path / "r")
