@@ -28,3 +28,17 @@ def test_the_smoke_benchmark_runs_and_prints_a_ratio_for_every_tool() -> None:
     leaves = next(row for row in hookscope_rows if "every leaf" in row["case"])
     assert leaves["peak_mb"] is not None and leaves["peak_mb"] > 0
     assert "| tool | ms | bare ms | ratio to bare |" in done.stdout
+
+
+def test_the_watch_benchmark_runs_and_prints_a_ratio_for_every_tool() -> None:
+    script = SMOKE.parent / "watch.py"
+    done = subprocess.run([sys.executable, str(script), "--smoke", "--threads", "1"], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line[4:]) for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    assert [row["tool"] for row in rows] == ["bare", "watch, step not logged", "watch, logged step",
+                                             "watch, logged step, leaves with parameters",
+                                             "hand-written TensorBoard histograms"]  # fmt: skip
+    for row in rows:
+        assert row["note"] == "", row  # no tool failed
+        assert math.isfinite(row["ratio"]) and row["low"] <= row["ratio"] <= row["high"], row

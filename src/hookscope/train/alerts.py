@@ -9,7 +9,7 @@ kind            fires when
 ``vanishing``   its parameter-gradient norm is below ``vanishing`` for ``patience`` logged steps
 ``exploding``   its parameter-gradient norm is above ``exploding`` for ``patience`` logged steps
 ``dead``        more than ``dead`` of its units (channels, features) were zero for every sample of
-                the last ``dead_window`` logged steps (at once)
+                the last ``dead_window`` logged steps (so at the earliest on the ``dead_window``-th)
 ``update_ratio`` |Δw| / |w| of the optimizer step is outside ``update_ratio`` (low, high) for
                 ``patience`` logged steps
 =============== ====================================================================================
@@ -86,8 +86,8 @@ class Detector:
              f"parameter-gradient norm {grad:.3g} < {t.vanishing:g} for {t.patience} logged steps"),
             ("exploding", has_grad and grad > t.exploding, t.patience, "grad_norm", grad, t.exploding,
              f"parameter-gradient norm {grad:.3g} > {t.exploding:g} for {t.patience} logged steps"),
-            ("dead", "dead" in measured and dead > t.dead, 1, "dead", dead, t.dead,
-             f"{100 * dead:.0f}% of its units zero for every sample of {t.dead_window} logged steps "
+            ("dead", "dead" in measured and dead > t.dead, t.dead_window, "dead", dead, t.dead,
+             f"{100 * dead:.0f}% of its units zero for every sample of the last {t.dead_window} logged steps "
              f"(bound {100 * t.dead:.0f}%)"),
             ("update_ratio", has_ratio and not low <= ratio <= high, t.patience, "update_ratio", ratio,
              high if ratio > high else low,
