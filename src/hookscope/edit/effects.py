@@ -9,11 +9,12 @@ matplotlib and Pillow are imported when the heatmap is drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..display import Shows, shows_as
+from ..errors import OptionError
 from ..optional import require
 from ..text import columns
 from ..viz.html import Safe, image_tag, note, table, view
@@ -75,8 +76,9 @@ class PatchSweep(Shows):
         rows = [header] + [[site, *_cells(value, width)] for site, value in self.restored.items()]
         return "\n".join([*columns(rows, right=range(1, len(header))), _gap(self)])
 
-    def plot(self, *, cmap: str = "RdBu_r") -> Image:
-        """A heatmap: sites down, positions across (one column for whole-activation sites)."""
+    def plot(self, *, labels: Sequence[str] | None = None, cmap: str = "RdBu_r") -> Image:
+        """A heatmap: sites down, positions across (one column for whole-activation sites), each
+        cell's fraction written on it; ``labels`` name the positions (the tokens)."""
         figure: Any = require("matplotlib.figure")
         agg: Any = require("matplotlib.backends.backend_agg")
         pil: Any = require("PIL.Image")
@@ -86,13 +88,17 @@ class PatchSweep(Shows):
         ax = fig.add_subplot()
         shown = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
         ax.set_yticks(range(rows), list(self.restored), fontsize=7)
-        ax.set_xticks(range(cols), [str(p) for p in range(cols)] if self.positions else ["all"], fontsize=7)
+        names = list(labels) if labels is not None else [str(p) for p in range(cols)]
+        if self.positions and len(names) != cols:
+            raise OptionError(f"labels= names the {cols} positions, got {len(names)} labels")
+        ax.set_xticks(range(cols), names if self.positions else ["all"], fontsize=7)
         ax.set_xlabel("position" if self.positions else "")
         ax.set_title("restored fraction of the metric", fontsize=9)
         for r in range(rows):
             for c in range(cols):
                 if math.isfinite(grid[r][c]) and rows * cols <= 400:
-                    ax.text(c, r, f"{grid[r][c]:.2f}", ha="center", va="center", fontsize=6)
+                    colour = "white" if abs(grid[r][c]) > 0.6 else "black"
+                    ax.text(c, r, _fixed(grid[r][c], 2), ha="center", va="center", fontsize=6, color=colour)
         fig.colorbar(shown, ax=ax, shrink=0.8)
         canvas = agg.FigureCanvasAgg(fig)
         canvas.draw()
@@ -114,7 +120,13 @@ def _gap(sweep: PatchSweep) -> str:
 
 def _cells(value: float | list[float], width: int) -> list[str]:
     values = value if isinstance(value, list) else [value]
-    return [f"{v:.3f}" for v in values] + [""] * (max(width, 1) - len(values))
+    return [_fixed(v, 3) for v in values] + [""] * (max(width, 1) - len(values))
+
+
+def _fixed(value: float, digits: int) -> str:
+    """``value`` with ``digits`` decimals; a tiny negative is ``0.00``, not ``-0.00``."""
+    text = f"{value:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 @shows_as(PatchSweep)
