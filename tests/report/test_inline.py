@@ -150,6 +150,8 @@ def test_show_refuses_what_it_cannot_draw() -> None:
     with pytest.raises(hookscope.OptionError, match=r"hookscope\.show draws"):
         hookscope.show(3)
     assert html_of(3) is None
+    with pytest.raises(hookscope.OptionError, match="got 'outputs'"):
+        hookscope.show({}, kinds=["outputs"])
 
 
 def test_a_view_decodes_its_images_in_chromium(chromium: Any, results: dict[str, Any], tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.capture import Capture
-from ..core.kinds import Kind, is_gradient, names, per_call
+from ..core.kinds import Kind, choose, is_gradient, names, per_call
 from ..core.records import Call, Record, forward_order
 from ..display import html_of, shows_as
 from ..errors import OptionError, ShapeError
@@ -71,8 +71,9 @@ def show(obj: Any, *, kinds: Sequence[str] | None = None, max_layers: int = SHOW
     """The report's layer cards of ``obj``, inline: the last line of a cell shows them.
 
     ``obj``: a capture, a store (``load``; its first batch), a ``Record``, a dict of records, or a
-    ``Report``; anything else that shows itself is shown as it does. ``kinds``: the kinds drawn
-    (default: every per-call kind the sites hold); ``max_layers``: cards drawn, the rest counted.
+    ``Report``; anything else that shows itself is shown as it does. ``kinds``: the kinds drawn of
+    a capture, records or a site (default: every per-call kind they hold; a store and a report
+    draw their own); ``max_layers``: cards drawn, the rest counted.
     """
     if isinstance(obj, Report):
         return Inline(report_html(obj, max_layers=max_layers), f"report {obj.title!r}")
@@ -261,8 +262,14 @@ def _param_grads(record: Record) -> Safe:
 
 
 def _kinds(records: Any, asked: Sequence[str] | None) -> tuple[Kind, ...]:
+    """The per-call kinds ``asked`` (checked), or those the records' calls hold, in table order."""
     if asked is not None:
-        return tuple(k for k in names() if k in asked)
+        drawable = tuple(k for k in names() if per_call(k))
+        chosen, wrong = choose(asked, drawable)
+        if wrong or not chosen:
+            got = ", ".join(map(repr, wrong)) or "none"
+            raise OptionError(f"hookscope.show draws the kinds {', '.join(drawable)}, got {got}; pass some as kinds=")
+        return chosen
     held = {kind for r in records for c in r.calls for kind in c.tensors if c.tensors[kind]}
     return tuple(k for k in names() if per_call(k) and k in held)
 
