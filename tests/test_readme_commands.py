@@ -153,6 +153,8 @@ PLANS: dict[str, Plan] = {
         "parse", "the full EfficientNet-Lite0 report takes ~20 s on 2 cores; `make demo` runs it", check=_demo_help
     ),
     "hookscope demo --model lenet": Plan("run", check=_walks_through_the_hooks),
+    "hookscope demo --model minilm": Plan("run", check=_prints_page("hookscope-demo", "MiniLM", "[CLS]")),
+    "hookscope report minilm": Plan("run", check=_prints_page("report", "encoder.layer.5.attention.self", "mat")),
     "hookscope list torchvision:resnet18": Plan("run", check=_lists_every_module),
     "hookscope list my_model.py:build": Plan("run"),
     "hookscope report efficientnet-lite0 cat.jpg": Plan(
