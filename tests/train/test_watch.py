@@ -233,3 +233,24 @@ def test_wrong_options_are_one_line_errors() -> None:
         hookscope.watch(model, opt, thresholds={"dying": 1})
     with pytest.raises(hookscope.OptionError, match="optimizer= takes"):
         hookscope.watch(model, "adam")  # type: ignore[arg-type]
+
+
+def test_a_compiled_model_is_watched_on_its_logged_steps() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model = torch.compile(net, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        loss = F.mse_loss(model(torch.randn(8, 4)), torch.randn(8, 2))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    step()  # compiled before the block
+    with hookscope.watch(model, opt, every=2) as w:
+        for _ in range(5):
+            step()
+    assert [name for name, _ in w.sites] == ["0", "1", "2"]  # the eager names
+    assert w.history("0").steps == [0, 2, 4] and all(math.isfinite(v) for v in w.history("0")["act_std"])
+    assert hookscope.find_hooks(model) == []

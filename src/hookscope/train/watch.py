@@ -21,7 +21,8 @@ logged step runs (registered when the step before it ends, removed when it ends)
 steps run the bare model, with nothing but the optimizers' step hooks, which return at once. A
 logged step computes its statistics where the tensors are and brings them to the host once, when
 it ends. Forward passes under ``torch.no_grad()`` (evaluation) are ignored. Watching changes
-nothing of the training: no value, no flag, no random number.
+nothing of the training: no value, no flag, no random number. A ``torch.compile``d model runs its
+compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from .. import display
+from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import OptionError, StoreError
@@ -113,6 +115,7 @@ class Watch(display.Shows):
             optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
         )
         self._hooks = HandleGroup()
+        self._eager = contextlib.ExitStack()  # a compiled model runs eagerly while a logged step runs
         self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
         self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
@@ -135,6 +138,7 @@ class Watch(display.Shows):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
             self._hooks.remove()
+            self._eager.close()
             self._gathered = None
             self._clock.close()
             if self._board is not None:
@@ -172,6 +176,8 @@ class Watch(display.Shows):
         if self._clock.step_index % self.every:
             return
         self._gathered = {name: Gathered() for name, _ in self.sites}
+        if is_compiled(self.model):  # hooks added after torch.compile fire only in eager code
+            self._eager.enter_context(run_eagerly())
         for name, module in self.sites:
             self._hooks.on_forward(module, self._forward_hook(name))
 
@@ -243,6 +249,7 @@ class Watch(display.Shows):
         """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
         gathered, self._gathered = self._gathered, None
         self._hooks.remove()
+        self._eager.close()
         self._before.clear()
         assert gathered is not None
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
@@ -313,10 +320,8 @@ def _row(step: int, slots: list[float]) -> dict[str, float]:
 
 def _measured(g: Gathered, has_params: bool) -> set[str]:
     found = {"act_mean", "act_std", "act_abs_mean", "zeros", "dead"} if g.act is not None else set()
-    found |= {"grad_output_norm"} if g.grad_output_sq is not None else set()
-    found |= {"grad_norm"} if g.grad_sq is not None else set()
-    found |= {"weight_norm"} if has_params else set()
-    return found | ({"update_ratio"} if g.delta_sq is not None else set())
+    pairs = (("grad_output_norm", g.grad_output_sq), ("grad_norm", g.grad_sq), ("update_ratio", g.delta_sq))
+    return found | {c for c, t in pairs if t is not None} | ({"weight_norm"} if has_params else set())
 
 
 def _tensors(value: Any) -> Iterable[Tensor]:
