@@ -311,3 +311,52 @@ def test_options_are_checked() -> None:
         hookscope.nan_guard(model, scaler=1.0)
     with pytest.raises(hookscope.SelectionError):
         hookscope.nan_guard(model, allow="no_such_module")
+
+
+def test_a_gradient_that_overflows_into_a_parameter_is_found_at_the_step() -> None:
+    """Every module's gradients are finite; the weight's, summed over the batch, is not (4 x 2e38)."""
+    model = nn.Sequential(nn.Linear(1, 1, bias=False))
+    nn.init.constant_(model[0].weight, 1e-10)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    said = r"^step 0, backward: the gradient of parameter '0\.weight' is inf at SGD\.step\(\)"
+
+    def step() -> None:
+        model(torch.full((4, 1), 2e38)).sum().backward()
+        opt.step()
+
+    with pytest.raises(NonFiniteError, match=said) as err, hookscope.nan_guard(model, opt):
+        step()
+    assert (err.value.phase, err.value.module, err.value.kind, err.value.key) == (
+        "backward",
+        "0",
+        "param_grad",
+        "weight",
+    )
+    no_hooks(model, opt)
+
+
+def test_evaluation_passes_are_checked_and_not_counted_and_a_model_output_is_walked() -> None:
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.divide = nn.Linear(4, 4), Divide(1)
+
+        def forward(self, x: Tensor) -> BaseModelOutput:
+            return BaseModelOutput(last_hidden_state=self.body(x), hidden_states=(self.divide(x),))
+
+    model, x = Model(), torch.randn(2, 4)
+    with hookscope.nan_guard(model) as guard:
+        for _ in range(3):
+            model(x).last_hidden_state.sum().backward()
+        with torch.no_grad():
+            model(x)
+        assert guard.step_index == 2  # three training passes; the evaluation pass is not a step (but a call)
+        model.divide.denominator.zero_()
+        with pytest.raises(NonFiniteError, match=r"^step 2, forward: output of 'divide' \(call 2\)"), torch.no_grad():
+            model(x)
+    with pytest.raises(NonFiniteError, match=r"output of the model .* \(out\.hidden_states\[0\]: 8 of 8") as err:  # noqa: SIM117
+        with hookscope.nan_guard(model, select=[""]):
+            model(x)
+    assert err.value.module == "" and err.value.key == "out.hidden_states[0]"

@@ -46,9 +46,11 @@ class Reading:
     dtype: torch.dtype
     low: float = float("nan")
     high: float = float("nan")
+    level: int = finite.NAN
 
     def resolve(self, low: float, high: float) -> None:
         self.low, self.high, self.extremes = low, high, None
+        self.level = finite.level(low, high)
 
 
 @dataclass(eq=False)
@@ -68,7 +70,7 @@ class Check:
 
     @property
     def level(self) -> int:
-        return finite.level(self.reading.low, self.reading.high)
+        return self.reading.level
 
     def count(self) -> finite.Count | None:
         """The exact count, if the tensor is still alive and unchanged since it was checked."""

@@ -1,0 +1,89 @@
+"""What ``hookscope.nan_guard`` costs a training step, beside ``torch.autograd.detect_anomaly``.
+
+    .venv/bin/python benchmarks/nan_guard.py              # EfficientNet-Lite0, batch 8, 224x224
+    .venv/bin/python benchmarks/nan_guard.py --smoke      # seconds: batch 2, 64x64 (CI runs this)
+
+One process, the runs interleaved (``harness.measure``): a plain step (zero_grad, forward,
+cross-entropy, backward) of ImageNet EfficientNet-Lite0 in train mode, the same step inside
+``nan_guard(model)`` (every module checked; the guard entered and left around each step, so its
+hooks' installation is counted too), the same with ``sync="pass"`` (the numbers read once per
+pass, the accelerator's default, here on the CPU), and the same step under
+``torch.autograd.detect_anomaly()``. Prints the Markdown table, then one ``ROW {json}`` per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hookscope
+from harness import Case, Run, table
+
+ROUNDS = 10
+
+
+def case(batch: int = 8, size: int = 224, rounds: int = ROUNDS) -> Case:
+    model = hookscope.zoo.efficientnet_lite0().train()
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, size, size, generator=generator)
+    y = torch.randint(0, 1000, (batch,), generator=generator)
+
+    def step() -> Tensor:
+        model.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss.detach()
+
+    def guarded(**options: object) -> Run:
+        def run() -> Tensor:
+            with hookscope.nan_guard(model, **options):  # type: ignore[arg-type]
+                return step()
+
+        return run
+
+    def anomaly() -> Run:
+        def run() -> Tensor:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "Anomaly Detection has been enabled..." on each entry
+                with torch.autograd.detect_anomaly():
+                    return step()
+
+        return run
+
+    tools: dict[str, Callable[[], Run]] = {
+        "nan_guard": lambda: guarded(),
+        "nan_guard sync='pass'": lambda: guarded(sync="pass"),
+        "torch.autograd.detect_anomaly": anomaly,
+    }
+    title = f"EfficientNet-Lite0 forward + backward, train mode, batch {batch}, {size}x{size}"
+    return Case(title, step, tools, rounds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="batch 2 at 64x64, 2 rounds: shows that it runs")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    built = case(2, 64, 2) if args.smoke else case(rounds=args.rounds)
+    rows = built.run(memory=False)
+    print(table(rows))
+    for row in rows:
+        print("ROW " + json.dumps(asdict(row)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
