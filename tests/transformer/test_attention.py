@@ -174,3 +174,24 @@ def test_attention_probs_masks_by_hand() -> None:
     torch.testing.assert_close(attention_probs(query, key, none), torch.full((2, 4, 3, 3), 1 / 3, dtype=torch.float64))
     window = attention_probs(query, key, causal=True, window=2)
     assert window[0, 0, 2, 0] == 0 and window[0, 0, 2, 1] > 0
+
+
+def test_torch_multihead_attention_and_transformer_encoder() -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).double().eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad():
+        plain = encoder(x, src_key_padding_mask=pad)
+    att = hookscope.attention(encoder, {"src": x, "src_key_padding_mask": pad})
+    assert att.layers == ["layers.0.self_attn", "layers.1.self_attn"] and att.tokens[1] == ["0", "1", "2", "3", "4"]
+    assert att.mask[1].tolist() == [True, True, True, False, False]
+    hidden = x
+    for index, block in enumerate(encoder.layers):  # the oracle: torch's own weights, layer by layer
+        with torch.no_grad():
+            _, expected = block.self_attn(hidden, hidden, hidden, key_padding_mask=pad, average_attn_weights=False)
+            hidden = block(hidden, src_key_padding_mask=pad)
+        torch.testing.assert_close(att.weights(index), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(att.output, plain, rtol=0, atol=1e-12)  # the fused fast path is off: 1e-15 apart
+    assert hookscope.find_hooks(encoder) == []

@@ -37,7 +37,7 @@ def test_padding_is_left_out_and_panels_are_heads_and_mean() -> None:
     weights = torch.full((1, 3, 5, 5), 0.2)
     full = hookscope.attention_grid(_attention(weights, ["a", "b", "c", "d", "e"]), 0)
     padded = hookscope.attention_grid(_attention(weights, ["a", "b", "c", "d", "e"], [True] * 3 + [False] * 2), 0)
-    assert padded.size[0] < full.size[0] and padded.size[1] < full.size[1]
+    assert padded.size[1] < full.size[1]  # 3 rows of tokens, not 5
     one = hookscope.attention_grid(_attention(weights, list("abcde")), 0, heads=[1])
     assert one.size[0] < full.size[0]  # one panel, no mean
     with pytest.raises(OptionError, match=r"heads=\[3\] must name heads in 0..2"):

@@ -7,12 +7,19 @@
     att.weights("encoder.layer.3")   # (B, heads, T, T): row i is where token i looks; rows sum to 1
     att.tokens[0], att.mask[0]       # the tokens as the tokenizer wrote them; True = a real token
     att.output                       # what the model returned, the same as outside (bit for bit)
+    att = hookscope.attention(encoder, {"src": x, "src_key_padding_mask": pad})   # torch's own layers
 
 The model runs once, under ``torch.no_grad()``, with its own attention implementation (SDPA by
 default): :mod:`hookscope.transformer.recorder` explains how the weights are read without
 switching it to eager. Padding is honoured: a padded key gets weight 0 in every row, and the
 rows of padded queries are there (what the model computed) but mean nothing; ``mask`` says which
 they are. Causal models (GPT-2) have zeros above the diagonal.
+
+A model of torch's own ``nn.MultiheadAttention`` (``nn.TransformerEncoder``, a bare module) has
+no attention registry: its weights are torch's own, from each module run once more with
+``need_weights=True`` (``hookscope.transformer.rollout.MultiheadWeights``). The hooks turn off
+``nn.TransformerEncoderLayer``'s fused fast path, so its outputs differ from a hook-free run by
+what the fused kernel does differently (5e-7 in float32, 1e-15 in float64).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from ..core.select import Selector, select_modules
 from ..display import Shows
 from ..errors import CaptureError, NotCapturedError, SelectionError
 from ..text import closest
-from .recorder import recording
+from .recorder import implementations, recording
+from .rollout import MultiheadWeights
 from .text import Groups, encode, input_ids, tokens_of, word_groups, word_ids_of
 
 
@@ -120,18 +128,40 @@ def attention(
             order.append(label)
             probs[label] = weights
 
-    with recording(model, record), torch.no_grad():
-        output = model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+    if not implementations(model) and any(isinstance(m, nn.MultiheadAttention) for m in model.modules()):
+        output = _multihead(model, inputs, wanted, record)
+    else:
+        with recording(model, record), torch.no_grad():
+            output = _call(model, inputs)
     if not order:
         raise CaptureError(_nothing_ran(model, layers))
+    mask = _padding(inputs, probs[order[0]])
+    positions = [[str(i) for i in range(mask.shape[1])] for _ in range(mask.shape[0])]
     return Attention(
         layers=order,
-        tokens=tokens_of(inputs, tokenizer),
-        mask=_padding(inputs, probs[order[0]]),
+        tokens=tokens_of(inputs, tokenizer) or positions,  # no token ids: positions
+        mask=mask,
         output=output,
         word_ids=word_ids_of(inputs),
         probs=probs,
     )
+
+
+def _call(model: nn.Module, inputs: Any) -> Any:
+    return model(**inputs) if isinstance(inputs, Mapping) else model(inputs)
+
+
+def _multihead(model: nn.Module, inputs: Any, wanted: dict[int, str], record: Any) -> Any:
+    """torch's ``nn.MultiheadAttention``: its own weights (``MultiheadWeights``), recorded in call order."""
+    chosen = [n for n, m in model.named_modules() if isinstance(m, nn.MultiheadAttention) and id(m) in wanted]
+    if not chosen:
+        return None
+    modules = dict(model.named_modules())
+    with MultiheadWeights(model, chosen) as found, torch.no_grad():
+        output = _call(model, inputs)
+    for name, weights in found.weights:
+        record(modules[name], weights)
+    return output
 
 
 def _wanted(model: nn.Module, layers: Selector | None) -> dict[int, str]:
@@ -148,6 +178,9 @@ def _padding(inputs: Any, first: Tensor) -> Tensor:
     mask = inputs.get("attention_mask") if isinstance(inputs, Mapping) else None
     if isinstance(mask, Tensor) and mask.dim() == 2:
         return mask.bool().cpu()
+    padding = inputs.get("src_key_padding_mask") if isinstance(inputs, Mapping) else None
+    if isinstance(padding, Tensor) and padding.dim() == 2:  # torch's: True marks padding
+        return ~padding.bool().cpu()
     ids = input_ids(inputs)
     batch, length = ids.shape if ids is not None else (first.shape[0], first.shape[-1])
     return torch.ones(batch, length, dtype=torch.bool)
