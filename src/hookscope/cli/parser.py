@@ -25,9 +25,11 @@ Group = Literal["model", "select", "preprocess"]  # the argument groups _shared 
 EXAMPLES = """examples:
   hookscope demo                                        EfficientNet-Lite0 on a bundled photo -> hookscope-demo/
   hookscope demo --model lenet                          LeNet on handwritten digits
+  hookscope demo --model minilm                         a text model's attention and tokens (all-MiniLM-L6-v2)
   hookscope list torchvision:resnet18                   every layer: name, type, params, output shape
   hookscope report efficientnet-lite0 cat.jpg --grads --out report/
   hookscope report my_model.py:build batch.pt --select 'encoder.*' --out report/
+  hookscope report minilm "The cat sat on the mat." --out report/
   hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png
   hookscope capture lenet random:8x1x32x32 --select 'conv*' --kinds output grad_output --out run.hookscope
   hookscope extract efficientnet-lite0 photos/ --select :blocks --batch-size 32 --out acts.hookscope
@@ -35,8 +37,11 @@ EXAMPLES = """examples:
   hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
   hookscope report --from acts.hookscope --out report/  the report of a store, without the model
 """
-MODEL_HELP = f"{', '.join(BUILTINS)}, torchvision:NAME, file.py:fn, pkg.mod:fn"
-INPUT_HELP = "image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224"
+MODEL_HELP = f"{', '.join(BUILTINS)}, torchvision:NAME, hf:PATH, file.py:fn, pkg.mod:fn"
+INPUT_HELP = (
+    "image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224; "
+    "for a text model (minilm, hf:PATH): sentences in quotes or .txt files"
+)
 
 
 def parser() -> argparse.ArgumentParser:
