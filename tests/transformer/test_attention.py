@@ -195,3 +195,25 @@ def test_torch_multihead_attention_and_transformer_encoder() -> None:
         torch.testing.assert_close(att.weights(index), expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(att.output, plain, rtol=0, atol=1e-12)  # the fused fast path is off: 1e-15 apart
     assert hookscope.find_hooks(encoder) == []
+
+
+def test_a_renamed_implementation_would_drop_the_mask_ours_does_not(tiny_gpt2: Any) -> None:
+    """Why the recorder keeps the implementation's name: a custom name without a mask function gets no mask."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+
+    inputs = {
+        "input_ids": torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]),
+        "attention_mask": torch.tensor([[1] * 4, [0, 0, 1, 1]]),
+    }
+    with torch.no_grad():
+        plain = tiny_gpt2(**inputs).logits
+    AttentionInterface.register("renamed_sdpa", ALL_ATTENTION_FUNCTIONS["sdpa"])
+    renamed = copy.deepcopy(tiny_gpt2)
+    renamed.config._attn_implementation_internal = "renamed_sdpa"
+    try:
+        with torch.no_grad():
+            dropped = renamed(**inputs).logits
+    finally:
+        del AttentionInterface._global_mapping["renamed_sdpa"]
+    assert (dropped[1] - plain[1]).abs().max() > 1e-3  # left padding ignored: the mask was dropped
+    assert torch.equal(hookscope.attention(tiny_gpt2, inputs).output.logits, plain)
