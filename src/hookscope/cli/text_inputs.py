@@ -54,10 +54,14 @@ class TextModel:
 class Loaded(Protocol):
     """What the text report needs of a loaded model: a ``LoadedModel`` or a ``TextModel``."""
 
-    model: Any
-    name: str
-    notes: tuple[str, ...]
-    tokenizer: Any
+    @property
+    def model(self) -> Any: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+    @property
+    def tokenizer(self) -> Any: ...
 
 
 def load_text_model(spec: str) -> TextModel:
