@@ -74,3 +74,10 @@ def test_hf_folder_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_p
 def test_unknown_model_names_hf(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = run(capsys, "report", "minilmm", "hi", "--out", str(tmp_path / "r"))
     assert code == 1 and "did you mean 'minilm'?" in err and "hf:PATH" in err
+
+
+def test_list_minilm_on_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "list", "minilm", "--input", "Hello world")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert rows["encoder.layer.0"][1:] == ["BertLayer", "1,774,464", "(1,", "4,", "384)"]  # [CLS] hello world [SEP]

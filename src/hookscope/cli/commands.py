@@ -50,7 +50,7 @@ from .inputs import LoadedInput, load_input
 from .models import LoadedModel, load_model
 from .outputs import check_file, check_folder, check_store
 from .progress import extract_progress, progress
-from .text_inputs import run_text_report
+from .text_inputs import probe_text, run_text_report
 
 NOT_RUN = "(did not run)"  # a module the probe's forward never called
 
@@ -266,12 +266,19 @@ def _inputs(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedModel)
 
 
 def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[str, str]:
+    if loaded.tokenizer is not None:  # a text model reads a sentence, or --input's text (cli/text_inputs)
+        cap = probe_text(loaded, spec, device)
+    else:
+        cap = _probe_image(loaded, spec, device)
+    modules = dict(named_modules(loaded.model, remove_duplicate=False))  # a compiled model: its eager names
+    return {name: _shape_cell(record.calls, modules[name]) for name, record in cap.items()}
+
+
+def _probe_image(loaded: LoadedModel, spec: str | None, device: str) -> Capture:
     size = loaded.preprocess.size
     x = load_input([spec], loaded.preprocess).x if spec else torch.randn(1, loaded.preprocess.channels, size, size)
     with _ForwardGuard(loaded.model, x.to(device)):
-        cap = probe(loaded.model, x.to(device))
-    modules = dict(named_modules(loaded.model, remove_duplicate=False))  # a compiled model: its eager names
-    return {name: _shape_cell(record.calls, modules[name]) for name, record in cap.items()}
+        return probe(loaded.model, x.to(device))
 
 
 def _shape_cell(calls: Sequence[Any], module: torch.nn.Module) -> str:

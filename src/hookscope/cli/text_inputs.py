@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.capture import Capture, probe
 from ..errors import InputError, ModelError
 from ..optional import require
 from ..report.tokens import build_text_report, write_text_report
@@ -154,6 +155,12 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise InputError(f"text file {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from err
+
+
+def probe_text(loaded: Loaded, spec: str | None, device: str) -> Capture:
+    """Every module's output shapes on ``spec``'s text, or on a sample sentence (``hookscope list``)."""
+    texts = read_texts([spec]) if spec else [DEMO_SENTENCES[0]]
+    return probe(loaded.model, **encode(loaded.tokenizer, texts).to(device))
 
 
 def run_text_report(args: argparse.Namespace, loaded: Loaded) -> int:
