@@ -61,7 +61,8 @@ from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
 from ..errors import NonFiniteError, NonFiniteWarning, OptionError
 from . import finite, params
-from .producer import Check, Finding, Judge, Reading, Site, error
+from .producer import Check, Finding, Judge, Site, error
+from .readings import Readings
 from .steps import StepClock, optimizers_of
 
 Mode = Literal["raise", "warn"]
@@ -127,9 +128,8 @@ class Guard:
         self._open: list[tuple[int, Site]] = []  # (id(module), site) of the calls running now
         self._calls: dict[str, int] = {}
         self._calls_step = 0
-        self._readings: dict[int, tuple[weakref.ref[Tensor], int, Reading]] = {}
+        self._readings = Readings(self.sync)
         self._watched: dict[int, tuple[weakref.ref[Tensor], list[Subscriber]]] = {}
-        self._unread: list[Reading] = []
         self._events: list[tuple[str, Site, list[Check]]] = []
         self._held: list[NonFiniteError] = []  # backward findings held until the scaler's decision
         self._passes = 0
@@ -199,8 +199,12 @@ class Guard:
             leaves: Leaves = [("args[0]", args[0])]
         else:
             leaves = flatten_call(args, kwargs)
-        site.inputs = self._checks(leaves)
-        self._see("enter", site, site.inputs)
+        try:
+            site.inputs = self._checks(leaves)
+            self._see("enter", site, site.inputs)
+        except BaseException:
+            self._pop(id(module))  # raised in the pre-hook: no forward hook will close this call
+            raise
         if torch.is_grad_enabled():
             self._watch(site, "grad_input", leaves)
 
@@ -230,7 +234,7 @@ class Guard:
         self._settle_held()
         self._judge.new_pass()
         self._clock.touch()
-        self._readings.clear()
+        self._readings.forget()
         self._watched.clear()
         if torch.is_grad_enabled():
             self._passes += 1
@@ -259,27 +263,14 @@ class Guard:
     def _on_grad(self, subscribers: list[Subscriber], grad: Tensor) -> None:
         if not finite.checkable(grad):
             return
-        reading = self._reading(grad)
+        reading = self._readings.of(grad)
         # inner calls first: a block and its first layer share the input whose gradient broke
         for event, site, key in sorted(subscribers, key=lambda s: (s[0] != "grad_input", -s[1].depth)):
             self._see(event, site, [Check(key, reading)])
 
     # -- checks and findings -----------------------------------------------------------------
     def _checks(self, leaves: Leaves) -> list[Check]:
-        return [Check(key, self._reading(t)) for key, t in leaves if finite.checkable(t)]
-
-    def _reading(self, tensor: Tensor) -> Reading:
-        known = self._readings.get(id(tensor))
-        if known is not None and known[0]() is tensor and known[1] == tensor._version:
-            return known[2]
-        reading = Reading(finite.extremes(tensor), weakref.ref(tensor), tensor._version, tensor.dtype)
-        if self.sync == "call":
-            low, high = reading.extremes.tolist()  # type: ignore[union-attr]
-            reading.resolve(low, high)
-        else:
-            self._unread.append(reading)
-        self._readings[id(tensor)] = (reading.ref, reading.version, reading)
-        return reading
+        return [Check(key, self._readings.of(t)) for key, t in leaves if finite.checkable(t)]
 
     def _see(self, event: str, site: Site, checks: list[Check]) -> None:
         if self.sync == "pass":
@@ -290,16 +281,8 @@ class Guard:
             self._found(finding)
 
     def _read(self) -> None:
-        """Read every number still on the device (one sync per device and dtype), then judge the events."""
-        unread, self._unread = self._unread, []
-        groups: dict[tuple[torch.device, torch.dtype], list[Reading]] = {}
-        for reading in unread:
-            assert reading.extremes is not None
-            groups.setdefault((reading.extremes.device, reading.extremes.dtype), []).append(reading)
-        for group in groups.values():
-            values = torch.stack([r.extremes for r in group]).tolist()  # type: ignore[misc]
-            for reading, (low, high) in zip(group, values, strict=True):
-                reading.resolve(low, high)
+        """Read every number still on the device, then judge the events waiting for them."""
+        self._readings.read()
         events, self._events = self._events, []
         for event, site, checks in events:
             finding = self._judge.see(event, site, checks)

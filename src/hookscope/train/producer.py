@@ -22,35 +22,11 @@ one (they share the tensor when a block's first layer is where the gradient brok
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
-
-import torch
-from torch import Tensor
 
 from ..errors import NonFiniteError
 from . import finite
-
-
-@dataclass(eq=False)
-class Reading:
-    """One tensor at one moment: its extremes (resolved to numbers once read) and a weak reference.
-
-    Several checks share a reading when they see the same tensor (a layer's output is the next
-    layer's input): it is reduced once.
-    """
-
-    extremes: Tensor | None  # [min, max] on the tensor's device until resolved
-    ref: weakref.ref[Tensor]
-    version: int
-    dtype: torch.dtype
-    low: float = float("nan")
-    high: float = float("nan")
-    level: int = finite.NAN
-
-    def resolve(self, low: float, high: float) -> None:
-        self.low, self.high, self.extremes = low, high, None
-        self.level = finite.level(low, high)
+from .readings import Reading
 
 
 @dataclass(eq=False)
@@ -205,4 +181,13 @@ def _numbers(key: str, counted: finite.Count | None, finding: Finding, received:
         told += f", max |x| of the rest {counted.finite_absmax:.3g})" if counted.nonfinite < counted.numel else ")"
     if received is not None and finding.before:
         told += f"; max |x| of the {'inputs' if finding.kind == 'output' else 'grad_output'} {received:.3g}"
+    if finding.kind == "grad_input":  # what the same call saw in the forward pass
+        site = finding.site
+        seen = [f"{what} {_absmax(checks)}" for what, checks in (("inputs", site.inputs), ("output", site.outputs))]
+        told += f"; in the forward pass, max |x| of its {' and of its '.join(seen)}"
     return told
+
+
+def _absmax(checks: list[Check]) -> str:
+    values = [finite.absmax(c.low, c.high) for c in checks]
+    return f"{max(values):.3g}" if values else "(none)"
