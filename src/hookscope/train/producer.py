@@ -138,7 +138,8 @@ def error(finding: Finding, step: int, *, hint: str = "") -> NonFiniteError:
     site, check = finding.site, finding.check
     counted = check.count()
     value = counted.words() if counted is not None else finite.words(check.low, check.high)
-    received = max((finite.absmax(c.low, c.high) for c in finding.before), default=None)
+    sizes = [size for c in finding.before if (size := c.reading.absmax()) is not None]
+    received = max(sizes, default=None)
     message = f"step {step}, {finding.phase}: {_what(finding, value)}{_numbers(check.key, counted, finding, received)}"
     return NonFiniteError(
         message + hint,
@@ -189,5 +190,5 @@ def _numbers(key: str, counted: finite.Count | None, finding: Finding, received:
 
 
 def _absmax(checks: list[Check]) -> str:
-    values = [finite.absmax(c.low, c.high) for c in checks]
-    return f"{max(values):.3g}" if values else "(none)"
+    values = [size for c in checks if (size := c.reading.absmax()) is not None]
+    return f"{max(values):.3g}" if values else "(gone)"
