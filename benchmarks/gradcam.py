@@ -88,3 +88,41 @@ def _captum(model: nn.Module, module: nn.Module, x: Tensor, target: int) -> Run:
         return LayerAttribution.interpolate(maps, x.shape[2:], interpolate_mode="bilinear")
 
     return run
+
+
+def score_cam(model_name: str, batch_size: int = 32) -> Case:
+    """Score-CAM of one 224x224 image at the auto-picked layer (EfficientNet-Lite0: 1280 channels at
+    7x7), both tools running ``batch_size`` masked copies per forward pass. The bare run is the floor
+    of any Score-CAM: a forward pass of every masked copy (one per channel), masks not built."""
+    model = MODELS[model_name]()
+    x = torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+    layer, _ = hookscope.pick_layer(model, x)
+    module = dict(model.named_modules())[layer]
+    with hookscope.capture(model, layer) as cap, torch.no_grad():
+        target = int(model(x).argmax())
+    channels = cap[layer].calls[-1].output.shape[1]
+
+    def bare() -> list[Tensor]:
+        with torch.no_grad():
+            return [model(x.expand(min(batch_size, channels - i), -1, -1, -1))[:, target]
+                    for i in range(0, channels, batch_size)]  # fmt: skip
+
+    factories: dict[str, Callable[[], Run]] = {
+        "hookscope.cam": lambda: (
+            lambda: hookscope.cam(model, x, "scorecam", target=target, layer=layer, batch_size=batch_size)
+        ),
+        "pytorch-grad-cam": lambda: _pytorch_score_cam(model, module, x, target, batch_size),
+    }
+    return Case(f"Score-CAM, 1 image, {model_name} ({layer}, {channels} channels)", bare, factories, 3)
+
+
+def _pytorch_score_cam(model: nn.Module, module: nn.Module, x: Tensor, target: int, batch_size: int) -> Run:
+    from pytorch_grad_cam import ScoreCAM
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    def run() -> Any:
+        with ScoreCAM(model=model, target_layers=[module]) as cam:
+            cam.batch_size = batch_size
+            return cam(input_tensor=x, targets=[ClassifierOutputTarget(target)])
+
+    return run

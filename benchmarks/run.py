@@ -62,6 +62,7 @@ def cases() -> dict[str, Callable[[], harness.Case]]:
     table["convs-b8"] = lambda: vision.convs(8)
     table["gradcam-efficientnet"] = lambda: gradcam.grad_cam("EfficientNet-Lite0")
     table["gradcam-resnet"] = lambda: gradcam.grad_cam("ResNet-18")
+    table["scorecam-efficientnet"] = lambda: gradcam.score_cam("EfficientNet-Lite0")
     table["gpt-transformer-lens"] = gpt.transformer_lens_case
     table["gpt-hf"] = gpt.gpt2_case
     table["percall"] = percall.per_call
