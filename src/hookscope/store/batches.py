@@ -63,7 +63,7 @@ def backward(model: nn.Module, loss: Loss, output: Any, batch: Any) -> None:
 
 def trainable_parameters(model: nn.Module) -> list[Tensor]:
     """The parameters a gradient run differentiates, or an error when there are none."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainable: list[Tensor] = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
         raise OptionError("gradients over a dataset need a model with trainable parameters "
                           "(none has requires_grad=True); set requires_grad_(True) on the layers to reach")  # fmt: skip
