@@ -14,6 +14,7 @@ import argparse
 from collections.abc import Callable
 from importlib import resources
 
+from ..core import kinds
 from ..report.build import build_report
 from ..report.html import write_report
 from ..zoo import lenet
@@ -24,7 +25,7 @@ from .progress import progress
 from .text_inputs import minilm_demo
 from .walkthrough import walkthrough
 
-LENET_KINDS = ("input", "output", "grad_input", "grad_output")  # the four hook kinds the tutorials teach
+LENET_KINDS = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)  # the four hook kinds the tutorials teach
 
 
 def run_demo(args: argparse.Namespace) -> int:

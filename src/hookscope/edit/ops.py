@@ -26,17 +26,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..core.kinds import TABLE, Kind, names
 from ..errors import EditError
 from ..stats.streaming import RunningStats
 from .values import Where, laid_along, mean_of, value_of
 
-EditKind = Literal["input", "output", "grad_output"]
-EDIT_KINDS: tuple[str, ...] = ("input", "output", "grad_output")
+EditKind = Kind  # one of EDIT_KINDS, checked when an edit is made
+# What an edit can change: what a module receives, what it returns, the gradient of what it returns.
+EDIT_KINDS: tuple[str, ...] = tuple(k for k in names() if TABLE[k].point in ("pre", "forward", "output_grad"))
 Indices = int | Sequence[int] | Tensor
 UserFunction = Callable[[Tensor, int], Tensor]
 

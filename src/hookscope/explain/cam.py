@@ -148,21 +148,18 @@ class Where(NamedTuple):
 
 
 class Pass(NamedTuple):
-    """One forward pass: the model's output, the chosen call of the layer (None when that call never
-    ran), whether an in-place op changed its output after the hook saw it, and the resolved Where."""
+    """One forward pass: the model's output, the layer's calls, whether an in-place op changed the
+    layer's output after the hook saw it, and the resolved Where."""
 
     out: Any
-    chosen: Call | None
+    calls: list[Call]
     changed: bool
     where: Where
-    ran: int  # calls of the layer in this pass
 
-    def call(self) -> Call:
-        """The chosen call, or an error that says how many calls there were."""
-        if self.chosen is None:
-            layer, call = self.where.layer, self.where.call
-            raise OptionError(f"layer {layer!r} ran {self.ran} time(s) in this forward; call={call} does not exist")
-        return self.chosen
+    @property
+    def chosen(self) -> Call | None:
+        """The chosen call, None when it never ran."""
+        return self.calls[self.where.call] if -len(self.calls) <= self.where.call < len(self.calls) else None
 
 
 def cam(
@@ -228,10 +225,8 @@ def _forward(model: nn.Module, x: Tensor, where: Where, *, grad: bool) -> Pass:
     if where.layer is None:
         choice = choose_among(model, live)
         where = where._replace(layer=choice.layer, call=choice.call)
-    calls = live[str(where.layer)].calls
-    chosen = calls[where.call] if -len(calls) <= where.call < len(calls) else None
     changed = any(label.startswith(f"{where.layer!r} ") for label in live.changed_in_place())
-    return Pass(out, chosen, changed, where, len(calls))
+    return Pass(out, live[str(where.layer)].calls, changed, where)
 
 
 def _layer_key(chosen: Call, where: Where) -> str | None:
@@ -293,7 +288,7 @@ def _activations(model: nn.Module, x: Tensor, where: Where) -> tuple[Pass, Tenso
         passed = _forward(model, x, where, grad=False)
         if passed.changed:
             passed = _forward(model, x, passed.where, grad=False)  # the layer is named now: copies
-    chosen = passed.call()
+    chosen = _one_call(passed.calls, passed.where)
     return passed, spatial_maps(chosen.get("output", _layer_key(chosen, passed.where)), tokens=True)
 
 

@@ -94,16 +94,13 @@ def extract(
     extracted too, with the same memory bound, resume and ranks (``param.grad`` is never written).
     Returns ``load(out)``.
     """
-    chosen = _check_kinds(kinds, loss)
-    if loss is not None:
-        trainable_parameters(model)
+    chosen = _check_kinds(model, kinds, loss)
     limit = parse_size(max_memory)
     _check_flush(flush_every)
-    root = Path(os.path.abspath(out))
-    run_forward = forward or default_forward(model_device(model))
-    world = World.join(model_device(model))
-    header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world)
-    header["config"]["loss"] = None if loss is None else getattr(loss, "__qualname__", type(loss).__name__)
+    root, device = Path(os.path.abspath(out)), model_device(model)
+    run_forward = forward or default_forward(device)
+    world = World.join(device)
+    header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, loss)
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = _Meter(_stream(progress) if world.rank == 0 else None, total)
@@ -254,16 +251,20 @@ def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
 
 # -- small parts ---------------------------------------------------------------------------------
 def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...], reduce: Reducer | None,
-            stats_only: bool, channel_dim: int | None, world: World) -> dict[str, Any]:  # fmt: skip
+            stats_only: bool, channel_dim: int | None, world: World, loss: Loss | None) -> dict[str, Any]:  # fmt: skip
     sites = [{"name": name, "type": type(m).__name__, "kinds": list(chosen), "params": [], "missing": {}}
              for name, m in select_modules(model, select)]  # fmt: skip
     config = {"source": "extract", "select": selector_text(select), "kinds": list(chosen),
               "reduce": reducer_name(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
-              "world_size": world.size}  # fmt: skip
+              "world_size": world.size,
+              "loss": None if loss is None else getattr(loss, "__qualname__", type(loss).__name__)}  # fmt: skip
     return store_format.new_manifest(provenance(model), config, sites)
 
 
-def _check_kinds(asked: Kind | Iterable[Kind], loss: Loss | None) -> tuple[Kind, ...]:
+def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], loss: Loss | None) -> tuple[Kind, ...]:
+    """The kinds a run keeps; with a loss, also a check that the model has something to differentiate."""
+    if loss is not None:
+        trainable_parameters(model)
     forward = kinds.forward_kinds()
     per_call = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)
     chosen, wrong = kinds.choose(asked, forward if loss is None else per_call)

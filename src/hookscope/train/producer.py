@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.kinds import gradient_kinds
 from ..errors import NonFiniteError
 from . import finite
 from .readings import Reading
+
+GRADIENT_EVENTS = frozenset(gradient_kinds())  # the events of a backward pass
 
 
 @dataclass(eq=False)
@@ -102,7 +105,7 @@ class Judge:
         self._blamed.clear()
 
     def see(self, event: str, site: Site, checks: list[Check]) -> Finding | None:
-        if event in ("grad_output", "grad_input") and "forward" in self.found:
+        if event in GRADIENT_EVENTS and "forward" in self.found:
             return None  # the backward pass of a broken forward pass: nothing new to find
         if event == "enter":
             return self._outside(site, checks, "forward", "input")
