@@ -49,6 +49,23 @@ def test_report_minilm_on_a_sentence(capsys: pytest.CaptureFixture[str], tmp_pat
     assert "Loading weights" not in err
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [(["--grads"], "--grads"), (["--cam", "gradcam"], "--cam"), (["--kinds", "output"], "--kinds"),
+     (["--target", "3", "--top-k", "2"], "--target, --top-k"), (["--ablate", "encoder:zero"], "--ablate"),
+     (["--size", "64"], "--size")],
+)  # fmt: skip
+def test_image_report_options_with_a_text_model_are_an_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, options: list[str], named: str
+) -> None:
+    out = tmp_path / "report"
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "minilm", "The cat sat.", *options, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"error: {named}: an option of the image report" in err, err
+    assert "hookscope.token_attribution" in err.splitlines()[-1] and not out.exists()
+
+
 def test_hf_folder_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, minilm_dir: Path) -> None:  # noqa: F811
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(vocab_size=30522, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,

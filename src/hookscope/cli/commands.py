@@ -45,6 +45,7 @@ from ..store.reader import load
 from ..store.save import save
 from ..text import columns
 from ..viz.images import overlay, panel
+from .ablate import ablation_sections
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
 from .models import LoadedModel, load_model
@@ -82,12 +83,15 @@ def run_report(args: argparse.Namespace) -> int:
     notes = (*loaded.notes, _input_note(args.inputs, batch))
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
+        ablated = ablation_sections(
+            args.ablate, loaded.model, x, labels=loaded.labels, top_k=_top_k(args), output=args.output
+        )  # --ablate: cli/ablate.py
         report = build_report(
             loaded.model, x, select=args.select, grads=args.grads or _gradients(args.kinds), kinds=args.kinds,
             pictures=batch.pictures,
-            labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam), top_k=args.top_k,
+            labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam or ("gradcam",)), top_k=_top_k(args),
             title=_title(loaded.name, batch.names, len(x)), notes=notes, progress=progress,
-            output=args.output, max_layers=args.max_layers, image_names=batch.names,
+            output=args.output, max_layers=args.max_layers, image_names=batch.names, sections=ablated,
         )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0
@@ -265,11 +269,13 @@ def _inputs(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedModel)
     return load_input(list(specs), preprocess)
 
 
+def _top_k(args: argparse.Namespace) -> int:
+    return 5 if args.top_k is None else int(args.top_k)  # None: not given (a text model's report refuses it)
+
+
 def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[str, str]:
-    if loaded.tokenizer is not None:  # a text model reads a sentence, or --input's text (cli/text_inputs)
-        cap = probe_text(loaded, spec, device)
-    else:
-        cap = _probe_image(loaded, spec, device)
+    # a text model reads a sentence, or --input's text (cli/text_inputs)
+    cap = probe_text(loaded, spec, device) if loaded.tokenizer is not None else _probe_image(loaded, spec, device)
     modules = dict(named_modules(loaded.model, remove_duplicate=False))  # a compiled model: its eager names
     return {name: _shape_cell(record.calls, modules[name]) for name, record in cap.items()}
 

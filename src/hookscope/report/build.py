@@ -39,17 +39,20 @@ from .._version import __version__
 from ..core.capture import Capture, capture
 from ..core.kinds import Kind, choose, is_gradient, names, per_call
 from ..core.select import Selector
+from ..edit.effects import PatchSweep
 from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..viz.images import overlay, to_pil
+from .edits import as_section
 from .views import (
     CamView,
     FlowChart,
     Guess,
     Prediction,
     Report,
+    Section,
     flow_chart,
     human_time,
     layer_views,
@@ -84,6 +87,7 @@ def build_report(
     progress: Progress | None = None,
     output: str | None = None,
     image_names: Sequence[str] = (),
+    sections: Sequence[Section | PatchSweep] = (),
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -93,7 +97,8 @@ def build_report(
     ``target``: what gradients and CAMs explain (``hookscope.explain.targets``; None: top-1), in the
     model's output at ``output`` (a key of a tuple or dict output; default its first tensor, named
     in a remark). ``progress(stage, done, total)``: at the start of each stage (``forward``,
-    ``layers``, ``cam``, ``flow``) with ``done=0``, and after each of its steps.
+    ``layers``, ``cam``, ``flow``) with ``done=0``, and after each of its steps. ``sections``: drawn
+    after the prediction, each a ``PatchSweep`` or a ``Section`` (``hookscope.report.edits``).
     """
     _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
     drawn = _drawn_kinds(kinds, grads)
@@ -124,6 +129,7 @@ def build_report(
         layers=tuple(layers),
         selected=len(cap),
         image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
+        sections=tuple(as_section(section) for section in sections),
     )
 
 

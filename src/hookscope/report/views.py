@@ -170,6 +170,15 @@ class FlowChart:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A section of the page drawn elsewhere: its anchor, its heading, and its HTML (built escaped)."""
+
+    id: str
+    title: str
+    html: str
+
+
+@dataclass(frozen=True)
 class Report(Shows):
     """Everything the page shows. PNGs are bytes; ``render_html`` inlines them as data: URIs."""
 
@@ -190,6 +199,7 @@ class Report(Shows):
     layers: tuple[LayerView, ...]
     selected: int  # sites the selector picked (shown, left out, never called)
     image_names: tuple[str, ...] = ()  # one per picture (file names), or none: "image 0", "image 1", ...
+    sections: tuple[Section, ...] = ()  # more sections, after the prediction (report/edits.py: patching, ablation)
 
     def __repr__(self) -> str:
         return f"<Report {self.title!r}: {self.model}, {len(self.layers)} layers, kinds={self.kinds}>"

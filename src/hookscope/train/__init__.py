@@ -1,1 +1,1 @@
-"""Training-time diagnostics: watch statistics while a model trains, and find the first non-finite value where it is born."""
+"""Training-time diagnostics: watch a model while it trains, and find the first non-finite value where it is born."""

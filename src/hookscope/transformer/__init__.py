@@ -1,1 +1,1 @@
-"""Transformers and text: attention weights from any implementation, token views, token attributions, rollout, logit lens."""
+"""Transformers and text: attention from any implementation, token views and attributions, rollout, logit lens."""

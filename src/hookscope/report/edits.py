@@ -1,0 +1,80 @@
+"""The report's sections about edits: a patch sweep, and a prediction before and after an ablation.
+
+::
+
+    report = build_report(model, x, sections=[effects, ablation(model, x, {"layer4": edits.zero(channels=[3])})])
+
+``as_section`` turns what ``build_report(sections=...)`` is given into a ``Section``: a
+``PatchSweep`` becomes its heatmap and table (the notebook view, self-contained), a ``Section``
+stays one. ``ablation`` runs the model twice under no_grad, bare and under ``hookscope.edit``,
+and lays the top-k classes of each image side by side, with the edit's report below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..core.select import Selector
+from ..edit.block import EditSpec, edit
+from ..edit.effects import PatchSweep, patch_sweep_html
+from ..errors import OptionError
+from ..explain.targets import logits
+from ..viz.html import Safe, escape, table, view
+from .views import Section
+
+MAX_IMAGES = 8  # images whose predictions are laid side by side
+
+
+def as_section(item: Section | PatchSweep) -> Section:
+    """What ``build_report(sections=...)`` draws for ``item``."""
+    if isinstance(item, Section):
+        return item
+    if isinstance(item, PatchSweep):
+        return Section("patching", "Patch sweep", str(patch_sweep_html(item)))
+    raise OptionError(f"a report section is a Section or a PatchSweep, got {type(item).__name__}")
+
+
+def ablation(
+    model: nn.Module,
+    x: Tensor,
+    plan: Mapping[Selector, EditSpec],
+    *,
+    labels: Sequence[str] | None = None,
+    top_k: int = 5,
+    output: str | None = None,
+    title: str = "",
+) -> Section:
+    """The top-k classes of each image without and with the edits of ``plan``, side by side."""
+    with torch.no_grad():
+        before = logits(model(x), output).detach()
+        with edit(model, plan) as ed:
+            after = logits(model(x), output).detach()
+    if before.dim() != 2:
+        raise OptionError(f"an ablation's prediction needs a (batch, classes) output, got {tuple(before.shape)}")
+    rows = []
+    for image in range(min(len(x), MAX_IMAGES)):
+        pairs = zip(_top(before[image], labels, top_k), _top(after[image], labels, top_k), strict=True)
+        rows += [(f"image {image}" if rank == 0 else "", rank + 1, *b, *a) for rank, (b, a) in enumerate(pairs)]
+    header = ("image", "rank", "before", "p before", "after", "p after")
+    edits = table(("site", "edit", "kind", "changed", "relative"), [_edit_cells(row) for row in ed.report()])
+    lead = f"<p>{escape(title or 'The prediction without and with the ablation, under no_grad.')}</p>"
+    body = Safe(lead + table(header, rows, numeric=(1, 3, 5)) + "<p>The edits, as applied:</p>" + edits)
+    return Section("ablation", "Ablation: prediction before and after", str(view(body)))
+
+
+def _top(scores: Tensor, labels: Sequence[str] | None, k: int) -> list[tuple[str, str]]:
+    probabilities = scores.double().softmax(dim=0)
+    top = probabilities.topk(min(k, len(probabilities)))
+    return [(_name(int(c), labels), f"{100 * float(p):.1f}%") for p, c in zip(top.values, top.indices, strict=True)]
+
+
+def _name(index: int, labels: Sequence[str] | None) -> str:
+    return f"{labels[index]} ({index})" if labels is not None and index < len(labels) else f"class {index}"
+
+
+def _edit_cells(row: Any) -> tuple[str, ...]:
+    return (row.site, row.edit, row.kind, f"{row.changed:,}/{row.elements:,}", f"{row.relative:.3g}")
