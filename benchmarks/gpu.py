@@ -1,8 +1,10 @@
 """The GPU benchmark, one prepared script: ResNet-18 on CUDA, every leaf output, kept on the GPU or
-copied to the host; and forward + backward with every conv's output and gradient.
+copied to the host; forward + backward with every conv's output and gradient; a training step under
+``watch`` (statistics on the device) and ``extract`` throughput (``benchmarks/gpu_training.py``).
 
-    python benchmarks/gpu.py            # needs a CUDA GPU; hookscope's own environment is enough
-    python benchmarks/gpu.py --quick    # fewer rounds
+    python benchmarks/gpu.py                         # needs a CUDA GPU; hookscope's own environment is enough
+    python benchmarks/gpu.py --quick                 # fewer rounds
+    python benchmarks/gpu.py --device cpu --quick    # the watch and extract cases, small, on the CPU
 
 What it shows: ``capture(..., device="cpu")`` copies into pinned host memory on a side stream, so the
 forward pass does not wait for each copy, against hand-written hooks that call ``.to("cpu")`` (the
@@ -28,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness
 import hookscope
 import tools
+from gpu_training import extract_throughput, watch_steps
 
 
 def synchronized(run: Callable[[], Any]) -> harness.Run:
@@ -146,16 +149,24 @@ def check_host_copies(run: Callable[[Tensor], Any], x: Tensor) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: the watch and extract cases, small, to check the script")  # fmt: skip
     args = parser.parse_args(argv)
+    rounds = 5 if args.quick else 20
+    if args.device == "cpu":
+        rows = watch_steps("cpu", 1, batch=2, side=32) + extract_throughput("cpu", 1, batch=2, side=32, count=2)
+        print(harness.table(rows))
+        return 0
     if not torch.cuda.is_available():
         print("gpu.py needs a CUDA GPU; none is visible here", file=sys.stderr)
         return 2
-    rounds = 5 if args.quick else 20
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, hookscope {hookscope.__version__}")
     rows: list[harness.Row] = []
     for batch in (8, 64):
         rows += leaves(batch, rounds)
     rows += convs(32, rounds)
+    rows += watch_steps("cuda", rounds)
+    rows += extract_throughput("cuda", max(3, rounds // 4))
     print(harness.table(rows))
     return 0
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/watch.py                 # ResNet-18 (random init), batch 8, 128x128, SGD
     .venv/bin/python benchmarks/watch.py --model lite0   # EfficientNet-Lite0 (efficientnet_lite_pytorch), batch 8
-    .venv/bin/python benchmarks/watch.py --smoke         # LeNet at batch 32, a few rounds (CI, via tests/test_bench_smoke.py)
+    .venv/bin/python benchmarks/watch.py --smoke         # LeNet at batch 32, 3 rounds (CI runs it)
 
 One *run* is one training step: forward, cross-entropy, zero_grad, backward, optimizer step.
 
@@ -11,6 +11,8 @@ One *run* is one training step: forward, cross-entropy, zero_grad, backward, opt
   watch is opened with its logged steps far apart, so every timed step is one between them).
 * ``watch, logged step``: inside ``watch(every=1)``: every step logged, every leaf with parameters
   and every activation watched (the default selection).
+* ``watch, logged step, leaves with parameters``: the same, ``select=`` every leaf with parameters
+  (the selection the issue's target names).
 * ``hand-written TensorBoard histograms``: what people write instead: a forward hook on every
   leaf with parameters that sends its output to ``SummaryWriter.add_histogram``, and each
   parameter's weight and gradient after the step, every step.
@@ -37,7 +39,6 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness
-
 import hookscope
 from hookscope.zoo.lenet import LeNet
 
@@ -63,6 +64,10 @@ def stepper(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: to
         return None
 
     return step
+
+
+def with_parameters(name: str, module: nn.Module) -> bool:
+    return next(module.children(), None) is None and next(module.parameters(), None) is not None
 
 
 def inside(w: Any, step: Callable[[], Any]) -> Callable[[], Any]:
@@ -114,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, make in (
         ("watch, step not logged", lambda m, o, s: inside(hookscope.watch(m, o, every=10**9), s)),
         ("watch, logged step", lambda m, o, s: inside(hookscope.watch(m, o, every=1), s)),
+        (
+            "watch, logged step, leaves with parameters",
+            lambda m, o, s: inside(hookscope.watch(m, o, every=1, select=with_parameters), s),
+        ),
         ("hand-written TensorBoard histograms", lambda m, o, s: histogram_hooks(m, s, logdir)),
     ):
         tools[name] = _tool(model_name, make)

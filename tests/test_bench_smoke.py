@@ -42,3 +42,13 @@ def test_the_watch_benchmark_runs_and_prints_a_ratio_for_every_tool() -> None:
     for row in rows:
         assert row["note"] == "", row  # no tool failed
         assert math.isfinite(row["ratio"]) and row["low"] <= row["ratio"] <= row["high"], row
+
+
+def test_the_gpu_scripts_watch_and_extract_cases_run_on_the_cpu() -> None:
+    script = SMOKE.parent / "gpu.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--quick"], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    for tool in ("watch, step not logged", "watch(every=1), logged step", "extract, 8 blocks' outputs"):
+        assert f"| {tool} |" in done.stdout, done.stdout
+    assert done.stdout.count("images/s") == 3 and "failed" not in done.stdout
