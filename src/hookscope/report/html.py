@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -67,24 +67,29 @@ def environment() -> Any:
 
 
 def write_report(report: Report, out: str | Path, *, force: bool = False) -> Path:
-    """Write ``out/index.html`` and return its path; ``out`` is replaced only once the new one is complete.
+    """Write ``out/index.html`` and return its path; ``out`` is replaced only once the new one is complete."""
+    return write_page(lambda: render_html(report), out, force=force)
+
+
+def write_page(render: Callable[[], str], out: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Write the page ``render()`` makes to ``out/index.html`` and return its path (every report's writer).
 
     An existing non-empty ``out`` is refused unless ``force``. The page is written into a
     hidden folder next to ``out`` (same file system), which is then renamed into place; on any
     error that folder is removed and ``out`` is left as it was.
     """
-    out = Path(os.path.abspath(out))  # "." and ".." have no name to put a staging folder next to
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"{out} is a file, not a folder; pick another output folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OptionError(f"{out} already exists and is not empty; pass --force (force=True) to replace it")
+    folder = Path(os.path.abspath(out))  # "." and ".." have no name to put a staging folder next to
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(f"{folder} is a file, not a folder; pick another output folder")
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise OptionError(f"{folder} already exists and is not empty; pass --force (force=True) to replace it")
 
-    def cannot(err: OSError, folder: Path) -> OptionError:
-        return OptionError(f"cannot write the report to {out}: {err.strerror} ({folder})")
+    def cannot(err: OSError, where: Path) -> OptionError:
+        return OptionError(f"cannot write the report to {folder}: {err.strerror} ({where})")
 
-    with staged_folder(out, cannot) as staging:
-        (staging / "index.html").write_text(render_html(report), encoding="utf-8")
-    return out / "index.html"
+    with staged_folder(folder, cannot) as staging:
+        (staging / "index.html").write_text(render(), encoding="utf-8")
+    return folder / "index.html"
 
 
 # -- template helpers -------------------------------------------------------------------------

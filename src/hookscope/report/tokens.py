@@ -39,11 +39,10 @@ from ..core.capture import capture
 from ..core.records import forward_order
 from ..core.select import BLOCKS, Selector
 from ..errors import CaptureWarning, OptionError
-from ..files import staged_folder
 from ..optional import require
 from ..transformer.attention import Attention, attention
 from ..transformer.grid import attention_grid
-from .html import environment
+from .html import environment, write_page
 from .views import human_time, png
 
 TEMPLATE = "tokens.html.j2"  # beside report.html.j2
@@ -205,18 +204,7 @@ def render_text_html(report: TextReport) -> str:
 
 def write_text_report(report: TextReport, out: str | Path, *, force: bool = False) -> Path:
     """Write ``out/index.html`` (staged next to ``out``, moved into place when complete) and return its path."""
-    out = Path(out).absolute()
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"{out} is a file, not a folder; pick another output folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OptionError(f"{out} already exists and is not empty; pass --force (force=True) to replace it")
-
-    def cannot(err: OSError, folder: Path) -> OptionError:
-        return OptionError(f"cannot write the report to {out}: {err.strerror} ({folder})")
-
-    with staged_folder(out, cannot) as staging:
-        (staging / "index.html").write_text(render_text_html(report), encoding="utf-8")
-    return out / "index.html"
+    return write_page(lambda: render_text_html(report), out, force=force)
 
 
 def _shade(value: float, top: float) -> str:

@@ -24,13 +24,12 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import OptionError
-from ..files import staged_folder
 from ..optional import require
 from ..store.reader import Run
 from ..store.series import Alert, History
 from ..viz.curves import curves_png, heatmap_png, sparkline_png
 from ..viz.html import data_uri
-from .html import format_number
+from .html import format_number, write_page
 from .views import human_time
 
 TEMPLATE = "report/templates/training.html.j2"
@@ -113,16 +112,7 @@ def render_training(report: TrainingReport) -> str:
 
 def write_training_report(report: TrainingReport, out: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write ``out/index.html`` (replacing ``out`` only when complete, and only with ``force``)."""
-    target = Path(os.path.abspath(out))
-    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
-        raise OptionError(f"{target} already exists and is not empty; pass --force (force=True) to replace it")
-
-    def cannot(err: OSError, folder: Path) -> OptionError:
-        return OptionError(f"cannot write the report to {target}: {err.strerror} ({folder})")
-
-    with staged_folder(target, cannot) as staging:
-        (staging / "index.html").write_text(render_training(report), encoding="utf-8")
-    return target / "index.html"
+    return write_page(lambda: render_training(report), out, force=force)
 
 
 def _charts(histories: dict[str, History], band: tuple[float, float], first: Alert | None) -> tuple[Chart, ...]:
