@@ -46,14 +46,13 @@ from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..viz.images import overlay, to_pil
 from .edits import as_section
+from .flow import FlowChart, flow_chart
 from .views import (
     CamView,
-    FlowChart,
     Guess,
     Prediction,
     Report,
     Section,
-    flow_chart,
     human_time,
     layer_views,
     not_held,

@@ -28,7 +28,8 @@ from ..core.kinds import Kind, is_gradient
 from ..core.records import Record
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
-from .views import LayerView, Report, TensorView, flow_chart, human_time, layer_views
+from .flow import flow_chart
+from .views import LayerView, Report, TensorView, human_time, layer_views
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
