@@ -1,6 +1,7 @@
 """What edits cost: hookscope.edit and patch_sweep against bare forward passes, in one process, interleaved.
 
     .venv/bin/python benchmarks/edit.py [--rounds 10] [--size 224] [--smoke]
+    HOOKSCOPE_BENCH_CLOCK=cpu .venv/bin/python benchmarks/edit.py --threads 1   # on a shared machine
 
 1. An edit at 3 sites of ResNet-18 (random init, batch 8, under no_grad): ``edits.zero(channels=...)``
    at ``layer1.0.conv1``, ``edits.scale(0.5)`` at ``layer2.0.conv2`` and ``edits.add(vector)`` at
@@ -109,9 +110,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--smoke", action="store_true", help="small and fast: 2 rounds at 64x64")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (1 with HOOKSCOPE_BENCH_CLOCK=cpu)")
     args = parser.parse_args()
     size, rounds = (64, 2) if args.smoke else (args.size, args.rounds)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     rows = edit_case(size, rounds) + sweep_case(size, rounds)
     for row in rows:
         print("ROW " + json.dumps(asdict(row)))

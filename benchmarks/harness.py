@@ -5,7 +5,9 @@ what it captured. ``measure`` warms every function up, then runs rounds of bare,
 (the order rotated each round, a garbage collection before every run and the result dropped
 outside the clock) and reports, per tool, the median over rounds of ``tool time / bare time of
 the same round``, with the lowest and highest round. Interleaving cancels the slow drift of a
-shared machine; the ratio is what the docs and the targets quote.
+shared machine; the ratio is what the docs and the targets quote. ``HOOKSCOPE_BENCH_CLOCK=cpu``
+times with the process's CPU time instead of the wall clock: on a machine other jobs share, with
+``torch.set_num_threads(1)``, it does not count the time the process waited for a core.
 
 Peak memory is the peak of torch's own allocation counter during one run (``torch.profiler`` with
 ``profile_memory=True``), relative to the start of the run: tensor bytes, exact, with no noise from
@@ -29,6 +31,7 @@ from typing import Any
 import torch
 
 Run = Callable[[], Any]
+CLOCK = time.process_time if os.environ.get("HOOKSCOPE_BENCH_CLOCK") == "cpu" else time.perf_counter
 
 
 @dataclass
@@ -187,9 +190,9 @@ def _interleave(runs: dict[str, Run], rounds: int, warmup: int) -> dict[str, lis
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             gc.collect()
-            start = time.perf_counter()
+            start = CLOCK()
             out = _call(runs, name)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(CLOCK() - start)
             del out  # freed outside the clock, for every tool alike
     return times
 
