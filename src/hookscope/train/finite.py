@@ -9,6 +9,12 @@ An ``isfinite(t).all()`` writes a boolean tensor the size of ``t`` first: ten ti
 
 A *level* orders how bad a tensor is: 0 finite, 1 holds an infinity (no NaN), 2 holds a NaN.
 A producer is a call whose output is at a higher level than its inputs (see ``producer``).
+
+Some modules cannot turn finite values into non-finite ones (``keeps_finite``): a clamp (ReLU,
+ReLU6, Hardtanh), a bounded function (Sigmoid, Tanh), a max, a copy (padding with a finite value,
+Flatten). Fed finite inputs, their output is finite without reading it. Of those, the pointwise
+ones whose slope is at most 1 in size (``pointwise``: ReLU6, Tanh...) also send back a finite
+gradient for a finite one, when their input was finite.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 FINITE, INF, NAN = 0, 1, 2
 
@@ -25,6 +31,34 @@ FINITE, INF, NAN = 0, 1, 2
 def checkable(tensor: Tensor) -> bool:
     """A floating or complex tensor with elements: the only kind that can hold NaN or inf."""
     return (tensor.is_floating_point() or tensor.is_complex()) and tensor.numel() > 0
+
+
+# the modules whose output is finite whenever their inputs are (exact types: a subclass may compute more)
+_CLAMPS = (nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.Sigmoid, nn.Tanh, nn.Hardsigmoid, nn.Softsign)
+_COPIES: tuple[type[nn.Module], ...] = (nn.Identity, nn.Flatten, nn.Unflatten, nn.ReflectionPad1d, nn.ReflectionPad2d)
+_COPIES += (nn.ReflectionPad3d, nn.ReplicationPad1d, nn.ReplicationPad2d, nn.ReplicationPad3d, nn.CircularPad1d)
+_COPIES += (nn.CircularPad2d,)
+_MAXIMA = (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d)
+_PADS = (nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d)
+
+
+def keeps_finite(module: nn.Module) -> bool:
+    """Is ``module``'s output finite whenever its inputs are (its forward and its hooks as torch made them)?"""
+    kind = type(module)
+    if "forward" in vars(module) or module._forward_hooks:
+        return False  # its forward replaced, or a hook that may rewrite the output runs before the guard's
+    if kind in _PADS:
+        return math.isfinite(module.value)  # type: ignore[arg-type]
+    if kind is nn.Hardtanh:
+        return math.isfinite(module.min_val) and math.isfinite(module.max_val)  # type: ignore[arg-type]
+    if kind is nn.LeakyReLU:
+        return bool(abs(module.negative_slope) <= 1)  # type: ignore[arg-type]
+    return kind in _CLAMPS or kind in _COPIES or kind in _MAXIMA
+
+
+def pointwise(module: nn.Module) -> bool:
+    """One elementwise op with a slope of at most 1 in size: finite gradient in, finite gradient out."""
+    return type(module) in (*_CLAMPS, nn.LeakyReLU) and keeps_finite(module)
 
 
 def extremes(tensor: Tensor) -> Tensor:

@@ -8,12 +8,14 @@
             opt.zero_grad(); loss.backward(); opt.step()
 
 Every checked module (default: all of them, the model included) gets a forward pre-hook and a
-forward hook; the tensors they see that need a gradient get a tensor hook (never
-``register_full_backward_hook``, which raises on in-place ops, pytorch/pytorch#61519); each
-optimizer gets step pre- and post-hooks (``hookscope.train.steps``). Every input, output and
-gradient is reduced once, with ``torch.aminmax`` (``hookscope.train.finite``); a tensor seen twice
-(a layer's output is the next one's input, a block returns its last layer's output) is reduced
-once. The producer rule (``hookscope.train.producer``) names the call that made things worse,
+forward hook; the tensors they see that need a gradient get a tensor hook
+(``hookscope.train.gradients``); each optimizer gets step pre- and post-hooks
+(``hookscope.train.steps``). Every input, output and gradient is reduced at most once
+(``hookscope.train.readings``): a tensor seen twice (a layer's output is the next one's input, a
+block returns its last layer's output) is reduced once; the output of a module that keeps finite
+values finite (ReLU6, a zero padding: ``finite.keeps_finite``) fed finite inputs is not reduced;
+a gradient that is only a call's ``grad_output`` is reduced only if that call's ``grad_input``
+breaks. The producer rule (``hookscope.train.producer``) names the call that made things worse,
 never the calls downstream of it; the optimizer phase is ``hookscope.train.params``.
 
 When the numbers are read (``sync``):
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import sys
 import warnings
-import weakref
 from collections.abc import Iterable
 from functools import partial
 from types import TracebackType
@@ -61,13 +62,13 @@ from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
 from ..errors import NonFiniteError, NonFiniteWarning, OptionError
 from . import finite, params
-from .producer import Check, Finding, Judge, Site, error
+from .gradients import Gradients
+from .producer import Check, Finding, Judge, Site, error, worst
 from .readings import Readings
 from .steps import StepClock, optimizers_of
 
 Mode = Literal["raise", "warn"]
 Sync = Literal["call", "pass"]
-Subscriber = tuple[str, Site, str]  # (event, site, key): who gets a gradient when it arrives
 
 
 def nan_guard(
@@ -129,7 +130,9 @@ class Guard:
         self._calls: dict[str, int] = {}
         self._calls_step = 0
         self._readings = Readings(self.sync)
-        self._watched: dict[int, tuple[weakref.ref[Tensor], list[Subscriber]]] = {}
+        self._gradients = Gradients(self._handles, self._readings, self._see)
+        self._keeps: set[int] = set()  # id() of the checked modules that keep finite values finite
+        self._pointwise: set[int] = set()  # and of those that also keep finite gradients finite
         self._events: list[tuple[str, Site, list[Check]]] = []
         self._held: list[NonFiniteError] = []  # backward findings held until the scaler's decision
         self._passes = 0
@@ -157,6 +160,8 @@ class Guard:
         if self._state != "new":
             raise OptionError("this guard was already used; make a new one with hookscope.nan_guard(...)")
         try:
+            self._keeps = {id(m) for _, m in self._modules if finite.keeps_finite(m)}  # before its own hooks
+            self._pointwise = {id(m) for _, m in self._modules if finite.pointwise(m)}
             for name, module in self._modules:
                 allowed = id(module) in self._allowed
                 self._handles.on_forward_pre(module, partial(self._before, name, allowed))
@@ -206,17 +211,24 @@ class Guard:
             self._pop(id(module))  # raised in the pre-hook: no forward hook will close this call
             raise
         if torch.is_grad_enabled():
-            self._watch(site, "grad_input", leaves)
+            self._gradients.watch(site, "grad_input", leaves)
 
     def _after(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         site = self._pop(id(module))
         if site is None or (output is None and sys.exc_info()[1] is not None):
             return  # the forward raised: nothing to judge
         leaves: Leaves = [("out", output)] if type(output) is Tensor else flatten(output)
-        site.outputs = self._checks(leaves)
+        kept = id(module) in self._keeps and self.sync == "call" and bool(site.inputs)
+        kept = kept and worst(site.inputs) == finite.FINITE
+        if kept:  # finite inputs, so a finite output (``finite.keeps_finite``): not reduced
+            site.outputs = [Check(k, self._readings.finite(t)) for k, t in leaves if finite.checkable(t)]
+        else:
+            site.outputs = self._checks(leaves)
         self._see("leave", site, site.outputs)
         if torch.is_grad_enabled():
-            self._watch(site, "grad_output", leaves)
+            self._gradients.watch(site, "grad_output", leaves)
+            if kept and id(module) in self._pointwise and len(args) == 1 and type(output) is Tensor:
+                self._gradients.through(site, args[0], output)
         if not self._open and self.sync == "pass":
             self._read()
 
@@ -235,7 +247,7 @@ class Guard:
         self._judge.new_pass()
         self._clock.touch()
         self._readings.forget()
-        self._watched.clear()
+        self._gradients.forget()
         if torch.is_grad_enabled():
             self._passes += 1
 
@@ -246,27 +258,6 @@ class Guard:
         index = self._calls.get(name, 0)
         self._calls[name] = index + 1
         return index
-
-    # -- backward ----------------------------------------------------------------------------
-    def _watch(self, site: Site, event: str, leaves: Leaves) -> None:
-        """Hand the gradient of each leaf to ``site`` when it arrives (one tensor hook per tensor)."""
-        for key, tensor in leaves:
-            if not tensor.requires_grad or not finite.checkable(tensor):
-                continue
-            known = self._watched.get(id(tensor))
-            if known is None or known[0]() is not tensor:
-                known = (weakref.ref(tensor), [])
-                self._watched[id(tensor)] = known
-                self._handles.on_grad(tensor, partial(self._on_grad, known[1]))
-            known[1].append((event, site, key))
-
-    def _on_grad(self, subscribers: list[Subscriber], grad: Tensor) -> None:
-        if not finite.checkable(grad):
-            return
-        reading = self._readings.of(grad)
-        # inner calls first: a block and its first layer share the input whose gradient broke
-        for event, site, key in sorted(subscribers, key=lambda s: (s[0] != "grad_input", -s[1].depth)):
-            self._see(event, site, [Check(key, reading)])
 
     # -- checks and findings -----------------------------------------------------------------
     def _checks(self, leaves: Leaves) -> list[Check]:

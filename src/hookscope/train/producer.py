@@ -72,6 +72,7 @@ class Site:
     inputs: list[Check] = field(default_factory=list)
     outputs: list[Check] = field(default_factory=list)
     grad_outputs: list[Check] = field(default_factory=list)
+    awaiting: int = 0  # the gradients of its inputs still to come (``hookscope.train.gradients``)
 
 
 @dataclass
@@ -114,16 +115,23 @@ class Judge:
             return self._outside(site, checks, "backward", "grad_output")
         if id(site) in self._blamed:
             return None  # it holds the producer: a block around the layer that made the NaN
+        floor = finite.INF if site.allowed else finite.FINITE
+        if all(c.level <= floor for c in checks):
+            return None  # the common case: what it made is fine, whatever it received
         before = site.inputs if event == "leave" else site.grad_outputs
-        bad = [c for c in checks if c.level > max(worst(before), finite.INF if site.allowed else finite.FINITE)]
+        for c in before:
+            c.reading.settle()  # a gradient held until it was needed (``Readings.later``)
+        bad = [c for c in checks if c.level > max(worst(before), floor)]
         if not bad or (self.tainted and worst(before) > finite.FINITE):
             return None
         phase, kind = ("forward", "output") if event == "leave" else ("backward", "grad_input")
         return self._found(Finding(phase, kind, site, bad[0], before))
 
     def _outside(self, site: Site, checks: list[Check], phase: str, kind: str) -> Finding | None:
+        if not site.outer or self.tainted:
+            return None
         bad = [c for c in checks if c.level > finite.FINITE]
-        if not site.outer or not bad or self.tainted:
+        if not bad:
             return None
         return self._found(Finding(phase, kind, site, bad[0], []))
 

@@ -12,6 +12,11 @@ for 8x96x112x112 floats, one thread). Only when the sum is not finite (a NaN, an
 values whose sum overflows) are the extremes taken, which tell which. A summed reading gives
 max |x| later, from the tensor if it is still alive and unchanged. Half precision is never
 summed (its sum overflows at 65504), nor are readings that wait on a device (``"pass"``).
+
+Two readings are taken without reducing (``sync="call"``): ``finite(t)``, a tensor the caller
+proved finite (the output of a module that keeps finite values finite, fed finite inputs), and
+``later(t)``, a gradient held until a judge needs its level (``settle``) or its call no longer
+does (``release``, which drops it unread).
 """
 
 from __future__ import annotations
@@ -41,10 +46,24 @@ class Reading:
     low: float = float("nan")
     high: float = float("nan")
     level: int = finite.NAN
+    held: Tensor | None = None  # taken later: the tensor, until ``settle`` or ``release``
 
     def resolve(self, low: float, high: float) -> None:
         self.low, self.high, self.extremes = low, high, None
         self.level = finite.level(low, high)
+
+    def settle(self) -> None:
+        """Take a reading that was held for later, now (a no-op for any other reading)."""
+        tensor, self.held = self.held, None
+        if tensor is not None:
+            self.level = _now(tensor, self)
+
+    def release(self) -> bool:
+        """Drop a reading held for later, unread; True if it was one."""
+        dropped, self.held = self.held is not None, None
+        if dropped:
+            self.version = -1  # never looked up again: a new reading is taken if the tensor comes back
+        return dropped
 
     def absmax(self) -> float | None:
         """max |x|: from the extremes, or (a reading taken with a sum) from the tensor if it is unchanged."""
@@ -60,31 +79,54 @@ class Reading:
 SUMMED = (torch.float32, torch.float64)  # a sum cannot overflow from their usual values
 
 
+def _now(tensor: Tensor, reading: Reading) -> int:
+    """Read ``tensor`` into ``reading`` at once (a sum first where it can be); its level."""
+    if tensor.dtype in SUMMED and math.isfinite(tensor.detach().sum().item()):
+        return finite.FINITE  # finite: the common case, from the cheapest reduction
+    low, high = finite.extremes(tensor).tolist()
+    reading.resolve(low, high)
+    return reading.level
+
+
 class Readings:
     """The readings of one guard (see the module docstring)."""
 
     def __init__(self, sync: str) -> None:
         self.sync = sync
-        self._known: dict[int, tuple[weakref.ref[Tensor], int, Reading]] = {}
+        self._known: dict[int, Reading] = {}
         self._unread: list[Reading] = []
 
     def of(self, tensor: Tensor) -> Reading:
         """The reading of ``tensor`` as it is now: an earlier one if it is unchanged, else a new one."""
         known = self._known.get(id(tensor))
-        if known is not None and known[0]() is tensor and known[1] == tensor._version:
-            return known[2]
-        if self.sync == "call" and tensor.dtype in SUMMED and math.isfinite(tensor.detach().sum().item()):
-            reading = Reading(None, weakref.ref(tensor), tensor._version, tensor.dtype, level=finite.FINITE)
-            self._known[id(tensor)] = (reading.ref, reading.version, reading)
-            return reading  # finite: the common case, from the cheapest reduction
-        extremes = finite.extremes(tensor)
-        reading = Reading(extremes, weakref.ref(tensor), tensor._version, tensor.dtype)
+        if known is not None and known.ref() is tensor and known.version == tensor._version:
+            known.settle()
+            return known
         if self.sync == "call":
-            low, high = extremes.tolist()
-            reading.resolve(low, high)
-        else:
-            self._unread.append(reading)
-        self._known[id(tensor)] = (reading.ref, reading.version, reading)
+            reading = self._new(tensor)
+            reading.level = _now(tensor, reading)
+            return reading
+        reading = self._new(tensor, finite.extremes(tensor))
+        self._unread.append(reading)
+        return reading
+
+    def finite(self, tensor: Tensor) -> Reading:
+        """The reading of a tensor the caller proved finite, taken without reducing it."""
+        reading = self._new(tensor)
+        reading.level = finite.FINITE
+        return reading
+
+    def later(self, tensor: Tensor) -> Reading:
+        """A reading of ``tensor`` taken only when ``settle`` is called (``sync="call"``; else at once)."""
+        if self.sync != "call":
+            return self.of(tensor)
+        reading = self._new(tensor)
+        reading.held = tensor
+        return reading
+
+    def _new(self, tensor: Tensor, extremes: Tensor | None = None) -> Reading:
+        reading = Reading(extremes, weakref.ref(tensor), tensor._version, tensor.dtype)
+        self._known[id(tensor)] = reading
         return reading
 
     def read(self) -> None:
