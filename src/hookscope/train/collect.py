@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .measures import ACT, F64, activation_moments, combine
+from .measures import ACT, F64, activation_moments, combine, square_sum
 
 SLOTS = (*ACT, "grad_output_sq", "grad_sq", "weight_sq", "delta_sq",
          "before_sq", "dead")  # fmt: skip
@@ -46,7 +46,7 @@ class Gathered:
             self.last_output = x.detach().clone()
 
     def add_grad_output(self, grad: Tensor, *, keep: bool) -> None:
-        part = torch.linalg.vector_norm(grad.detach()).to(F64).square()
+        part = square_sum(grad)
         self.grad_output_sq = part if self.grad_output_sq is None else self.grad_output_sq + part
         if keep:
             self.last_grad_output = grad.detach().clone()

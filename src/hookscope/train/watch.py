@@ -210,15 +210,18 @@ class Watch(display.Shows):
     def _post(self, optimizer: Optimizer) -> None:
         if self._gathered is None:
             return
+        by_site: dict[str, tuple[list[Tensor], list[Tensor]]] = {}  # site -> (updates, weights before)
         for p in (p for group in optimizer.param_groups for p in group["params"]):
             before, site = self._before.pop(id(p), None), self._owner.get(id(p))
-            if before is None or site is None:
-                continue
+            if before is not None and site is not None:
+                updates, weights = by_site.setdefault(site, ([], []))
+                updates.append(p.detach() - before)
+                weights.append(before)
+        for site, (updates, weights) in by_site.items():
             g = self._gathered[site]
-            delta, old = (
-                (p.detach() - before).square().sum(dtype=torch.float64),
-                before.square().sum(dtype=torch.float64),
-            )
+            delta, old = squared_norm(updates), squared_norm(weights)
+            assert delta is not None  # both lists hold a tensor
+            assert old is not None
             g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta
             g.before_sq = old if g.before_sq is None else g.before_sq + old
 
