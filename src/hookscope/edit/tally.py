@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..display import Shows, shows_as
+from ..stats.norms import square_sum
 from ..text import columns
 from ..viz.html import note, table, view
 from .ops import EditOp
@@ -40,7 +41,7 @@ class Tally:
         with torch.no_grad():
             old, new = before.detach(), after.detach()
             changed = (old != new).sum()
-            diff2, base2 = _square_norm(new - old), _square_norm(old)
+            diff2, base2 = square_sum(new - old), square_sum(old)
         self.changed = changed if self.changed is None else self.changed + changed
         self.diff2 = diff2 if self.diff2 is None else self.diff2 + diff2
         self.base2 = base2 if self.base2 is None else self.base2 + base2
@@ -126,11 +127,3 @@ def _edit_report_html(report: EditReport) -> str:
     if not report.rows:
         body = note("no edit")
     return view(body, title=f"Edit report: {len(report.rows)} edit(s)")
-
-
-def _square_norm(t: Tensor) -> Tensor:
-    """|t|^2 as a float64 scalar: float32 and float64 tensors reduced as they are (no float64 copy of a
-    whole activation per call), others (half, bfloat16, integers) through float64."""
-    if t.dtype in (torch.float32, torch.float64):
-        return torch.linalg.vector_norm(t).double().square()
-    return torch.linalg.vector_norm(t.double()).square()

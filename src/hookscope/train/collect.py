@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .measures import ACT, F64, activation_moments, combine, square_sum
+from ..stats.norms import square_sum
+from .measures import ACT, F64, activation_moments, combine
 
 SLOTS = (*ACT, "grad_output_sq", "grad_sq", "weight_sq", "delta_sq",
          "before_sq", "dead")  # fmt: skip

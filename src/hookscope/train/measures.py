@@ -64,41 +64,6 @@ def combine(a: Tensor, b: Tensor) -> Tensor:
     return torch.stack([n, mean, m2, a[3] + b[3], a[4] + b[4]])
 
 
-def square_sum(t: Tensor) -> Tensor:
-    """The sum of squares of ``t``'s elements, a float64 scalar on its device (see ``row_norms``)."""
-    return row_norms(t).to(F64).square().sum()
-
-
-def squared_norm(tensors: Iterable[Tensor]) -> Tensor | None:
-    """The sum of squares of every tensor's elements (float64, on the first one's device); None when there is none.
-
-    The row norms of all of them in one vector, squared and added in float64 at once: a few
-    vectorised reductions per tensor and four small ops in all, not four per tensor.
-    """
-    chosen = list(tensors)
-    if not chosen:
-        return None
-    device = chosen[0].device
-    return torch.cat([row_norms(t).to(device) for t in chosen]).to(F64).square().sum()
-
-
-def row_norms(t: Tensor) -> Tensor:
-    """2-norms of ``t``'s elements in rows of ``ROW`` (the last row shorter), a float32 or float64 vector.
-
-    Their squares add up to the sum of squares, 1e-8 exact in float64, as fast as one ``vector_norm``,
-    where a float32 2-norm of a whole tensor (``vector_norm``, ``_foreach_norm``) drifts with its
-    length: 7e-5 relative on a 2M-element weight, 2e-2 on a 100M one.
-    """
-    flat = t.detach().reshape(-1)
-    if not flat.is_floating_point() or flat.dtype not in (torch.float32, F64):
-        flat = flat.float()
-    whole = flat.numel() - flat.numel() % ROW
-    tail = torch.linalg.vector_norm(flat[whole:]).reshape(1)
-    if not whole:
-        return tail
-    return torch.cat([torch.linalg.vector_norm(flat[:whole].view(-1, ROW), dim=1), tail])
-
-
 def dead_fraction(masks: Iterable[Tensor]) -> Tensor:
     """The fraction of units alive in none of ``masks`` (each ``(units,)`` bool, the same units)."""
     alive = torch.stack(list(masks)).any(0)

@@ -46,13 +46,14 @@ from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import OptionError, StoreError
+from ..stats.norms import squared_norm
 from ..store.format import new_manifest
 from ..store.save import provenance
 from ..store.series import COLUMNS, SOURCE, Alert, History, write_watch
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import SLOTS, Gathered
-from .measures import ACT, activation_row, dead_fraction, squared_norm, unit_dim
+from .measures import ACT, activation_row, dead_fraction, unit_dim
 from .steps import StepClock, optimizers_of
 from .view import watch_html
 
