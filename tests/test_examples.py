@@ -1,0 +1,27 @@
+"""examples/train_lenet_watch.py runs as README says: it trains, prints the history and alerts, and
+writes a store that ``hookscope info`` reads and a training report."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import hookscope
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_the_watch_example_trains_and_writes_its_store_and_report(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(EXAMPLES / "train_lenet_watch.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    accuracy = re.findall(r"step (\d+): loss [\d.]+, test accuracy ([\d.]+)%", done.stdout)
+    assert [int(step) for step, _ in accuracy] == [100, 200, 300]
+    assert float(accuracy[-1][1]) > 80  # LeNet learns the digits: the watch did not break training
+    assert done.stdout.strip().splitlines()[-1] == str(tmp_path / "lenet-report" / "index.html")
+    run = hookscope.load(tmp_path / "lenet.hookscope")
+    assert run.history("fc1").steps == list(range(0, 300, 10))
+    page = (tmp_path / "lenet-report" / "index.html").read_text(encoding="utf-8")
+    assert "fc1" in page and "data:image/png;base64," in page and "<script src" not in page
