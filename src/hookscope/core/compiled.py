@@ -103,13 +103,14 @@ def eager_keyed(model: nn.Module | None, records: dict[str, V]) -> dict[str, V]:
     return EagerNames(records) if model is not None and has_wrappers(model) else records
 
 
-def compiled_note(model: nn.Module | None) -> str | None:
-    """The one line a capture of a compiled ``model`` warns (what it does, what it costs); None if not compiled."""
+def compiled_note(model: nn.Module | None, block: str = "capture") -> str | None:
+    """The one line a ``block`` (a capture, an edit block, a nan_guard) of a compiled ``model`` warns
+    (what it does, what it costs); None if not compiled."""
     if model is None or not is_compiled(model):
         return None
     name = type(unwrap(model)).__name__
     return (
-        f"hookscope: {name!r} is compiled; inside this capture it runs eagerly "
+        f"hookscope: {name!r} is compiled; inside this {block} it runs eagerly "
         "(torch.compiler.set_stance('force_eager'), for the whole process) so every hook fires: as fast as "
         "the eager model, and the compiled code is used again after the block"
     )
