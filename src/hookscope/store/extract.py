@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -92,6 +93,8 @@ def extract(
     only full shards and the end of the run). ``loss(output, batch)``: a scalar whose backward pass
     each batch runs, so the gradient kinds of a call (``grad_output``, ``grad_input``) can be
     extracted too, with the same memory bound, resume and ranks (``param.grad`` is never written).
+    A run that fails keeps the batches finished before it (``resume=True`` continues); one whose
+    model or data fails before its first batch finished leaves no store behind (one process).
     Returns ``load(out)``.
     """
     chosen = _check_kinds(model, kinds, loss)
@@ -115,6 +118,10 @@ def extract(
         kept = len(store_format.done_batches(root))
         interrupt.add_note(f"hookscope.extract was interrupted; the store {root} keeps the {kept} batches finished "
                            "before it: rerun with resume=True to continue it")  # fmt: skip
+        raise
+    except Exception as err:  # the model or the data failed (a full disk is a StoreError: its store is kept)
+        if not isinstance(err, StoreError) and world.size == 1 and not resume and not store_format.done_batches(root):
+            shutil.rmtree(root, ignore_errors=True)  # no batch finished: no half-made store left behind
         raise
     world.barrier()
     if world.rank == 0:
