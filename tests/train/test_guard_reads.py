@@ -163,3 +163,35 @@ def test_a_gradient_that_is_not_the_clamps_alone_is_read() -> None:
     with pytest.raises(NonFiniteError, match=r"backward: grad_input of '1\.") as raised, hookscope.nan_guard(model):
         model(torch.randn(16, 4)).sum().backward()
     assert (raised.value.kind, raised.value.value) == ("grad_input", "inf and -inf")
+
+
+def test_a_held_gradient_whose_call_never_gets_its_input_gradient_goes_with_the_block() -> None:
+    class Detached(nn.Module):
+        """Its output depends on its input without a gradient: its grad_input never comes."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(8))
+            self.grads: list[weakref.ref[Tensor]] = []
+
+        def forward(self, x: Tensor) -> Tensor:
+            out = self.scale * x.detach()
+            out.register_hook(lambda g: self.grads.append(weakref.ref(g)))
+            return out
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Detached()
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.inner(x) * 2  # what the inner call returned is only its grad_output
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Twice())
+    with hookscope.nan_guard(model) as guard:
+        model(torch.randn(16, 4)).sum().backward()
+        gc.collect()
+        assert model[1].inner.grads[0]() is not None  # held: the rule would need it if its grad_input came
+    gc.collect()
+    assert model[1].inner.grads[0]() is None and guard.findings == []

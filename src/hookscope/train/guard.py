@@ -189,6 +189,8 @@ class Guard:
             self._clock.close()
             self._state = "closed"
             self._open.clear()
+            self._gradients.forget()  # gradients held for a call whose input gradient never came go too
+            self._readings.forget()
 
     # -- forward -----------------------------------------------------------------------------
     def _before(
