@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope import EditWarning, edits
+from hookscope import CaptureWarning, edits
 
 
 def test_an_edit_of_a_compiled_model_fires_and_says_it_runs_eagerly() -> None:
@@ -22,7 +22,7 @@ def test_an_edit_of_a_compiled_model_fires_and_says_it_runs_eagerly() -> None:
         hidden[:, [1, 4]] = 0  # the edit, by hand, on the eager network
         want = net[2](net[1](hidden))
     note = r"'Sequential' is compiled; inside this edit block it runs eagerly"
-    with pytest.warns(EditWarning, match=note), hookscope.edit(model, {"0": edits.zero(units=[1, 4])}) as ed:
+    with pytest.warns(CaptureWarning, match=note), hookscope.edit(model, {"0": edits.zero(units=[1, 4])}) as ed:
         got = model(x)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     assert ed.report()[0].changed > 0 and hookscope.find_hooks(model) == []

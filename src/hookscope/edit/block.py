@@ -45,7 +45,7 @@ from ..core.compiled import compiled_note, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
-from ..errors import EditError, EditWarning
+from ..errors import CaptureWarning, EditError, EditWarning
 from .ops import EditOp, UserFunction, as_op
 from .tally import EditReport, Tally
 from .values import Where
@@ -112,7 +112,7 @@ class Edit:
                     self._handles.add(site.module.register_forward_hook(partial(self._after, site)))
             if self._note is not None:  # inside the try: a warning turned error undoes it all
                 self._eager.enter_context(run_eagerly())
-                warnings.warn(self._note, EditWarning, stacklevel=2)
+                warnings.warn(self._note, CaptureWarning, stacklevel=2)
         except BaseException:
             self._handles.remove()
             self._eager.close()
