@@ -48,6 +48,8 @@ PEERS = (
 
 def cases() -> dict[str, Callable[[], harness.Case]]:
     """Every case by key, built lazily (a case builds its model)."""
+    import loop
+
     import gpt
     import gradcam
     import percall
@@ -59,6 +61,7 @@ def cases() -> dict[str, Callable[[], harness.Case]]:
     for batch in (1, 8, 32):
         table[f"layers-b{batch}"] = lambda b=batch: vision.layers(b)
     table["leaves-b8-keepmem"] = lambda: _keepmem(vision.leaves(8))
+    table["loop-b8"] = lambda: loop.loop(8)
     table["convs-b8"] = lambda: vision.convs(8)
     table["gradcam-efficientnet"] = lambda: gradcam.grad_cam("EfficientNet-Lite0")
     table["gradcam-resnet"] = lambda: gradcam.grad_cam("ResNet-18")

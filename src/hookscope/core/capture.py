@@ -159,6 +159,7 @@ class Capture(Mapping[str, Record], Shows):
             self._state = "closed"
             self._open.clear()
             self._eager.close()  # the compiled code runs again
+            self._keeper.close()
         self._keeper.wait()
         if exc is None:
             self._diagnose()
@@ -172,16 +173,18 @@ class Capture(Mapping[str, Record], Shows):
         a gradient that arrives later for a forgotten call is dropped.
         """
         self._cleared |= {name for name, record in self._records.items() if record.calls}
+        dropped = _copies(self._records.values()) if self._keeper.pools else None
         for name in list(self._records):
             record = self._records[name]
             if record.type == "tap":
                 del self._records[name]
                 continue
             record.calls.clear()
-            record.param_grads = {pname: [] for pname in record.param_grads}
+            if record.param_grads:
+                record.param_grads = {pname: [] for pname in record.param_grads}
         for pending in self._open.values():
             pending.clear()
-        self._keeper.forget()
+        self._keeper.forget(dropped)  # copies nothing else holds take the next batch's (core/pool)
         self._grads_seen = False
         self._params_reached.clear()
 
@@ -254,9 +257,10 @@ class Capture(Mapping[str, Record], Shows):
         if self._param_grads and not torch.is_grad_enabled():
             call.missing["param_grad"] = NO_GRAD_MODE
         if type(output) is Tensor:  # the common case, without flatten and its loops
+            held, keep = call.tensors, self._keeper.keep
             for kind in self._forward:
-                kept = self._keeper.keep(output, (record.name, kind, "out"))
-                call.tensors[kind] = {} if kept is None else {"out": kept}
+                kept = keep(output, (record.name, kind, "out"))
+                held[kind] = {} if kept is None else {"out": kept}
             for kind in self._output_grads:
                 self._watch(call, kind, [("out", output)], "output")
             return
@@ -336,6 +340,10 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
         got = ", ".join(repr(k) for k in unknown) or "nothing"
         raise CaptureError(f"unknown kind {got}; kinds are {', '.join(names())}")
     return chosen
+
+
+def _copies(records: Iterable[Record]) -> list[Tensor]:
+    return [t for record in records for call in record.calls for held in call.tensors.values() for t in held.values()]
 
 
 def _unknown_site(name: str, names: list[str]) -> str:

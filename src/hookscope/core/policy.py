@@ -36,6 +36,7 @@ from torch import Tensor
 
 from ..errors import CaptureError
 from .host_copy import Streams, async_copier
+from .pool import Pool
 from .records import Label
 
 Reducer = Callable[[str, str, str, Tensor], "Tensor | None"]
@@ -84,20 +85,33 @@ class Keeper:
         self.reduce = reduce
         self._fresh = replace(policy, clone=False)  # for what a reducer made anew
         self._async = async_copier(policy, streams)
-        self._apply = _fast_apply(policy)
-        self._by_reference = not policy.clone
+        pooled = policy.detach and policy.clone and policy.device is None and policy.dtype is None
+        self._pool = Pool() if pooled and self._async is None else None
+        self._apply = self._pool.clone if self._pool is not None else _fast_apply(policy)
         self._seen: dict[_AliasKey, tuple[weakref.ref[Tensor], Tensor]] = {}
         self._references: list[tuple[Label, Tensor, int]] = []  # (label, tensor, version) when clone=False
+        # what keep() does, picked once: it runs on every hooked call
+        if reduce is not None:
+            self.keep: Callable[[Tensor, Label], Tensor | None] = self._reduced
+        elif not policy.clone:
+            self.keep = self._reference if self._async is None else self._reference_async
+        else:
+            self.keep = self._copied
 
-    def keep(self, tensor: Tensor, label: Label) -> Tensor | None:
-        """The stored form of ``tensor`` (None: the reducer kept nothing); ``label`` is (site, kind, key)."""
-        if self.reduce is not None:
-            return self._reduced(tensor, label)
-        if self._by_reference:
-            kept = self._apply(tensor) if self._async is None else self._copy(tensor)
-            if not tensor.is_inference():
-                self._references.append((label, kept, kept._version))
-            return kept
+    # keep(tensor, label) -> the stored form of ``tensor`` (None: the reducer kept nothing); label is (site, kind, key)
+    def _reference(self, tensor: Tensor, label: Label) -> Tensor:
+        kept = self._apply(tensor)
+        if not tensor.is_inference():
+            self._references.append((label, kept, kept._version))
+        return kept
+
+    def _reference_async(self, tensor: Tensor, label: Label) -> Tensor:
+        kept = self._copy(tensor)
+        if not tensor.is_inference():
+            self._references.append((label, kept, kept._version))
+        return kept
+
+    def _copied(self, tensor: Tensor, label: Label) -> Tensor:
         key = _alias_key(tensor)
         if key is not None:
             hit = self._seen.get(key)
@@ -131,10 +145,26 @@ class Keeper:
         """Labels of tensors stored by reference that an in-place op changed afterwards."""
         return [_format(label) for label, t, version in self._references if t._version != version]
 
-    def forget(self) -> None:
-        """Drop the alias table and references (the stored tensors themselves are not touched)."""
+    def forget(self, dropped: list[Tensor] | None = None) -> None:
+        """Drop the alias table and references (the stored tensors themselves are not touched).
+
+        ``dropped``: the copies the capture just let go; those nothing else holds take the next
+        batch's copies (``hookscope.core.pool``). The list is emptied: its references would count.
+        """
         self._seen.clear()
         self._references.clear()
+        if self._pool is not None and dropped is not None:
+            self._pool.release(dropped)
+
+    def close(self) -> None:
+        """Let the pooled copies go (the block ended)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    @property
+    def pools(self) -> bool:
+        """Whether the copies ``clear()`` drops can take later ones (``forget(dropped)`` wants them)."""
+        return self._pool is not None
 
 
 def _fast_apply(policy: Policy) -> Callable[[Tensor], Tensor]:

@@ -70,19 +70,70 @@ class _Shortcuts:
         raise NotImplementedError
 
 
-@dataclass(eq=False)
 class Call(_Shortcuts, Shows):
-    """One call of a site: the tensors of each kind, by key, and why any kind is empty."""
+    """One call of a site: the tensors of each kind, by key, and why any kind is empty.
 
-    site: str
-    index: int  # k-th call of this site inside the capture
-    tensors: dict[str, dict[str, Tensor]] = field(default_factory=dict)  # kind -> key -> tensor
-    missing: dict[str, str] = field(default_factory=dict)  # kind -> why it holds nothing
-    watched: dict[str, list[str]] = field(default_factory=dict)  # grad kind -> keys with a hook
-    reached: set[str] = field(default_factory=set)  # grad kinds a backward pass delivered
+    ``tensors`` (kind -> key -> tensor), ``missing`` (kind -> why it holds nothing), ``watched``
+    (grad kind -> keys with a hook) and ``reached`` (grad kinds a backward pass delivered) are made
+    when first read or written: a hook builds a record per call, and most calls fill one of them.
+    The unset attributes are read from the class (a plain class: cheaper to build than a dataclass
+    or a slotted one, in the hot path of every hooked call).
+    """
+
     order: int = -1  # position among all calls of the capture, in the order they returned
     error: str | None = None  # the exception the module's forward raised, if it did
     layouts: dict[str, Layout] | None = None  # kind -> the structure its tensors sat in; None: one tensor
+    _tensors: dict[str, dict[str, Tensor]] | None = None  # the containers, made when first used
+    _missing: dict[str, str] | None = None
+    _watched: dict[str, list[str]] | None = None
+    _reached: set[str] | None = None
+
+    def __init__(
+        self,
+        site: str,
+        index: int,  # k-th call of this site inside the capture
+        tensors: dict[str, dict[str, Tensor]] | None = None,
+        missing: dict[str, str] | None = None,
+        watched: dict[str, list[str]] | None = None,
+        reached: set[str] | None = None,
+        order: int = -1,
+        error: str | None = None,
+        layouts: dict[str, Layout] | None = None,
+    ) -> None:
+        self.site = site
+        self.index = index
+        if tensors is not None:
+            self._tensors = tensors
+        if order != -1:
+            self.order = order
+        if missing is not None or watched is not None or reached is not None:
+            self._missing, self._watched, self._reached = missing, watched, reached
+        if error is not None or layouts is not None:
+            self.error, self.layouts = error, layouts
+
+    @property
+    def tensors(self) -> dict[str, dict[str, Tensor]]:
+        if self._tensors is None:
+            self._tensors = {}
+        return self._tensors
+
+    @property
+    def missing(self) -> dict[str, str]:
+        if self._missing is None:
+            self._missing = {}
+        return self._missing
+
+    @property
+    def watched(self) -> dict[str, list[str]]:
+        if self._watched is None:
+            self._watched = {}
+        return self._watched
+
+    @property
+    def reached(self) -> set[str]:
+        if self._reached is None:
+            self._reached = set()
+        return self._reached
 
     def __repr__(self) -> str:
         held = "; ".join(f"{kind} {_describe(tensors)}" for kind, tensors in self.tensors.items())
