@@ -8,7 +8,10 @@ Grad-CAM needs: a forward pass and the backward pass of the class score to the i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -16,9 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import hookscope
-from harness import Case, Run
+from harness import Case, Row, Run, _build, measure, table
 
 ROUNDS = 20
+SCORE_CAM_ROUNDS = 2  # one Score-CAM is 1,280 masked forward passes: ~25 s on 2 idle cores, ~75 s CPU at 1 thread
 
 
 def efficientnet_lite0() -> nn.Module:
@@ -91,15 +95,22 @@ def _captum(model: nn.Module, module: nn.Module, x: Tensor, target: int) -> Run:
 
 
 def score_cam(model_name: str, batch_size: int = 32) -> Case:
-    """Score-CAM of one 224x224 image at the auto-picked layer (EfficientNet-Lite0: 1280 channels at
-    7x7), both tools running ``batch_size`` masked copies per forward pass. The bare run is the floor
-    of any Score-CAM: a forward pass of every masked copy (one per channel), masks not built."""
+    """Score-CAM of one 224x224 image at the model's last conv layer (EfficientNet-Lite0's
+    ``_conv_head``: 1280 channels at 7x7), both tools running ``batch_size`` masked copies per
+    forward pass. The bare run is the floor of any Score-CAM: a forward pass of every masked copy
+    (one per channel), masks not built.
+
+    Not the auto-picked layer: on EfficientNet-Lite0 that is the shared ``_swish`` ReLU6 module,
+    whose last call hookscope reads (1280 channels) and whose first call pytorch-grad-cam reads
+    (the stem's 32 channels at 112x112), which made its Score-CAM 40x cheaper and not the same map."""
     model = MODELS[model_name]()
     x = torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
-    layer, _ = hookscope.pick_layer(model, x)
+    layer = [name for name, m in model.named_modules() if isinstance(m, nn.Conv2d)][-1]
     module = dict(model.named_modules())[layer]
     with hookscope.capture(model, layer) as cap, torch.no_grad():
         target = int(model(x).argmax())
+    calls = len(cap[layer].calls)
+    assert calls == 1, f"{layer} runs {calls} times: the tools would read different calls"
     channels = cap[layer].calls[-1].output.shape[1]
 
     def bare() -> list[Tensor]:
@@ -113,7 +124,18 @@ def score_cam(model_name: str, batch_size: int = 32) -> Case:
         ),
         "pytorch-grad-cam": lambda: _pytorch_score_cam(model, module, x, target, batch_size),
     }
-    return Case(f"Score-CAM, 1 image, {model_name} ({layer}, {channels} channels)", bare, factories, 3)
+    title = f"Score-CAM, 1 image, {model_name} ({layer}, {channels} channels, batch {batch_size})"
+    return ScoreCamCase(title, bare, factories, SCORE_CAM_ROUNDS)
+
+
+@dataclass
+class ScoreCamCase(Case):
+    """A case whose runs are long: no warm-up beyond each tool's first (checking) run, and no peak
+    memory run (the profiler's memory trace of 40 forward passes of 32 images)."""
+
+    def run(self, only: Iterable[str] | None = None, *, rounds: int | None = None, memory: bool = False) -> list[Row]:
+        chosen = {name: _build(self.tools[name]) for name in (self.tools if only is None else only)}
+        return measure(self.title, self.bare, chosen, rounds=rounds or self.rounds, warmup=0, memory=False)
 
 
 def _pytorch_score_cam(model: nn.Module, module: nn.Module, x: Tensor, target: int, batch_size: int) -> Run:
@@ -126,3 +148,22 @@ def _pytorch_score_cam(model: nn.Module, module: nn.Module, x: Tensor, target: i
             return cam(input_tensor=x, targets=[ClassifierOutputTarget(target)])
 
     return run
+
+
+def main() -> None:
+    """Score-CAM: bare, hookscope and pytorch-grad-cam side by side in one process (neither patches
+    torch on import), interleaved; with HOOKSCOPE_BENCH_CLOCK=cpu and --threads 1 on a shared machine."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--rounds", type=int, default=SCORE_CAM_ROUNDS)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (1 with HOOKSCOPE_BENCH_CLOCK=cpu)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = score_cam("EfficientNet-Lite0", args.batch_size).run(rounds=args.rounds)
+    for row in rows:
+        print("ROW " + json.dumps(asdict(row)))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
