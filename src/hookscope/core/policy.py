@@ -164,7 +164,7 @@ class Keeper:
     @property
     def pools(self) -> bool:
         """Whether the copies ``clear()`` drops can take later ones (``forget(dropped)`` wants them)."""
-        return self._pool is not None
+        return self._pool is not None and self._pool.large
 
 
 def _fast_apply(policy: Policy) -> Callable[[Tensor], Tensor]:

@@ -36,6 +36,7 @@ class Pool:
 
     def __init__(self) -> None:
         self._free: dict[_Key, list[Tensor]] = {}
+        self.large = False  # whether a copy of MIN_BYTES or more was made since the last release
         # what the counts say of a tensor nobody else holds (made here, held by nothing but the call)
         self._expected = _references([torch.empty(MIN_BYTES, dtype=torch.uint8)])[0]
         self._alone = _holders(torch.empty(MIN_BYTES, dtype=torch.uint8))
@@ -45,16 +46,19 @@ class Pool:
         if self._free and tensor.device.type == "cpu":
             free = self._free.get((tensor.shape, tensor.stride(), tensor.dtype))
             if free and _plain(tensor) and not torch.is_inference_mode_enabled():
-                target = free.pop()
+                target, self.large = free.pop(), True
                 with torch.no_grad():
                     return target.copy_(tensor)
-        return tensor.detach().clone()
+        copy = tensor.detach().clone()
+        if not self.large and copy.nbytes >= MIN_BYTES:
+            self.large = True  # clear() has something to hand back (small copies alone: it skips the walk)
+        return copy
 
     def release(self, dropped: list[Tensor]) -> None:
         """Keep, for the next batch, those of ``dropped`` (the copies ``clear()`` let go) that
         nothing outside hookscope holds; what the pool held before is let go. ``dropped`` is
         emptied first: its own references would count as holders."""
-        self._free = {}
+        self._free, self.large = {}, False
         large = {id(t): t for t in dropped if t.nbytes >= MIN_BYTES}  # the cheap test first: most are small
         candidates = [t for t in large.values() if _poolable(t)]
         del large
