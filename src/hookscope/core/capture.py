@@ -20,7 +20,6 @@ import itertools
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import ExitStack
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -31,7 +30,7 @@ from torch import Tensor, nn
 from ..display import Shows
 from ..errors import CaptureError, CaptureWarning, NotCapturedError
 from ..text import closest
-from .compiled import compiled_note, eager_keyed, run_eagerly
+from .compiled import Eagerly, eager_keyed
 from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
 from .hooks import HandleGroup
 from .kinds import Kind, at, choose, names
@@ -99,8 +98,7 @@ class Capture(Mapping[str, Record], Shows):
         self._modules = [] if model is None else select_modules(model, select)
         records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
-        self._note = compiled_note(model)  # None unless the model is compiled; then it runs eagerly in the block
-        self._eager = ExitStack()  # holds the force_eager stance while the block is open
+        self._eager = Eagerly(model)  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
             raise CaptureError(f"reduce must be a function (site, kind, key, tensor) -> tensor or None, got {reduce!r}")
         self._keeper = Keeper(policy, reduce)
@@ -140,9 +138,7 @@ class Capture(Mapping[str, Record], Shows):
         try:
             for name, module in self._modules:
                 self._install(self._records[name], module)
-            if self._note is not None:  # once per block, inside the try: a warning turned error undoes it all
-                self._eager.enter_context(run_eagerly())
-                warnings.warn(self._note, CaptureWarning, stacklevel=2)
+            self._eager.open()
         except BaseException:
             self._handles.remove()
             self._eager.close()
@@ -320,7 +316,7 @@ class Capture(Mapping[str, Record], Shows):
             cleared=self._cleared,
             params_reached=self._params_reached,
             grads_seen=self._grads_seen,
-            eager=self._note is not None,
+            eager=self._eager.note is not None,
         )
         for line in found:
             warnings.warn(line, CaptureWarning, stacklevel=3)

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
+
+from ..errors import CaptureWarning
 
 WRAPPED = "_orig_mod"  # the attribute (and name segment) of the module an OptimizedModule wraps
 V = TypeVar("V")
@@ -114,6 +117,28 @@ def compiled_note(model: nn.Module | None, block: str = "capture") -> str | None
         "(torch.compiler.set_stance('force_eager'), for the whole process) so every hook fires: as fast as "
         "the eager model, and the compiled code is used again after the block"
     )
+
+
+class Eagerly:
+    """A block's hold on eager mode: while it is open a compiled ``model`` runs eagerly
+    (``run_eagerly``) and one ``CaptureWarning`` has said so; for an eager model, nothing.
+
+    ``open()`` goes inside the block's ``__enter__`` try (a warning turned error undoes it all),
+    ``close()`` in its ``finally`` (a second close does nothing). Used by ``capture``, ``edit`` and
+    ``nan_guard``; ``watch`` holds ``run_eagerly`` on its logged steps only.
+    """
+
+    def __init__(self, model: nn.Module | None, block: str = "capture") -> None:
+        self.note = compiled_note(model, block)  # None unless the model is compiled
+        self._stack = ExitStack()
+
+    def open(self) -> None:
+        if self.note is not None:
+            self._stack.enter_context(run_eagerly())
+            warnings.warn(self.note, CaptureWarning, stacklevel=3)  # the user's `with` line
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 class _Stance:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -41,11 +40,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..core.compiled import compiled_note, run_eagerly
+from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
-from ..errors import CaptureWarning, EditError, EditWarning
+from ..errors import EditError, EditWarning
 from .ops import EditOp, UserFunction, as_op
 from .tally import EditReport, Tally
 from .values import Where
@@ -93,8 +92,7 @@ class Edit:
                     tallies.append(tally)
             self._entries.append((_described(selector), tallies))
         self._handles = HandleGroup()
-        self._note = compiled_note(model, "edit block")  # a compiled model runs eagerly in the block, so edits fire
-        self._eager = ExitStack()
+        self._eager = Eagerly(model, "edit block")  # a compiled model runs eagerly in the block, so edits fire
         self._state = "new"
 
     def __repr__(self) -> str:
@@ -110,9 +108,7 @@ class Edit:
                     self._handles.on_forward_pre(site.module, partial(self._before, site))
                 if site.tallies["output"] or site.tallies["grad_output"]:
                     self._handles.add(site.module.register_forward_hook(partial(self._after, site)))
-            if self._note is not None:  # inside the try: a warning turned error undoes it all
-                self._eager.enter_context(run_eagerly())
-                warnings.warn(self._note, CaptureWarning, stacklevel=2)
+            self._eager.open()
         except BaseException:
             self._handles.remove()
             self._eager.close()

@@ -49,7 +49,6 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterable
-from contextlib import ExitStack
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal
@@ -58,11 +57,11 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from ..core.compiled import compiled_note, run_eagerly
+from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
-from ..errors import CaptureWarning, NonFiniteError, NonFiniteWarning, OptionError
+from ..errors import NonFiniteError, NonFiniteWarning, OptionError
 from . import finite, params
 from .gradients import Gradients
 from .producer import Check, Finding, Judge, Site, error, worst
@@ -127,7 +126,7 @@ class Guard:
         self._scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self._scale = float(self._scaler.get_scale()) if self._scaler is not None else 0.0
         self._handles = HandleGroup()
-        self._eager = ExitStack()  # a compiled model runs eagerly while the block is open
+        self._eager = Eagerly(model, "nan_guard")  # a compiled model runs eagerly while the block is open
         self._judge = Judge()
         self._open: list[tuple[int, Site]] = []  # (id(module), site) of the calls running now
         self._calls: dict[str, int] = {}
@@ -170,10 +169,7 @@ class Guard:
                 self._handles.on_forward_pre(module, partial(self._before, name, allowed))
                 self._handles.on_forward(module, self._after)
             self._clock.__enter__()
-            note = compiled_note(self.model, "nan_guard")
-            if note is not None:  # hooks added after torch.compile fire only in eager code
-                self._eager.enter_context(run_eagerly())
-                warnings.warn(note, CaptureWarning, stacklevel=2)
+            self._eager.open()  # hooks added after torch.compile fire only in eager code
         except BaseException:
             self._close()
             raise
