@@ -4,7 +4,7 @@
 activation sums and units' alive mask, gradient hooks the squares of the output gradient, the
 optimizer hooks the parameter gradients and the update; ``values`` lays it all out as one float64
 vector (NaN where nothing was measured), so that every site of the step travels to the host in
-one transfer.
+one transfer; there ``host_row`` turns a site's vector into its row of statistics.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..stats.norms import square_sum
-from .measures import ACT, F64, activation_moments, combine
+from .measures import ACT, F64, activation_moments, activation_row, combine
 
 SLOTS = (*ACT, "grad_output_sq", "grad_sq", "weight_sq", "delta_sq",
          "before_sq", "dead")  # fmt: skip
@@ -62,3 +62,22 @@ class Gathered:
         act = list(self.act.to(device).unbind()) if self.act is not None else [nan] * 5
         rest = (self.grad_output_sq, self.grad_sq, weight_sq, self.delta_sq, self.before_sq, dead)
         return torch.stack(act + [nan if t is None else t.to(device, F64) for t in rest])
+
+
+def host_row(step: int, slots: list[float]) -> dict[str, float]:
+    """A row of ``COLUMNS`` from a site's ``SLOTS`` on the host."""
+    s = dict(zip(SLOTS, slots, strict=True))
+    mean, std, abs_mean, zeros = activation_row([s[k] for k in ACT])
+    ratio = math.sqrt(s["delta_sq"]) / math.sqrt(s["before_sq"]) if s["before_sq"] > 0 else math.nan
+    if math.isnan(s["delta_sq"]) or not math.isfinite(s["before_sq"]):
+        ratio = math.nan if math.isnan(s["before_sq"]) and math.isnan(s["delta_sq"]) else math.inf
+    return {"step": float(step), "act_mean": mean, "act_std": std, "act_abs_mean": abs_mean, "zeros": zeros,
+            "dead": s["dead"], "grad_output_norm": math.sqrt(s["grad_output_sq"]), "grad_norm": math.sqrt(s["grad_sq"]),
+            "weight_norm": math.sqrt(s["weight_sq"]), "update_ratio": ratio}  # fmt: skip
+
+
+def measured(g: Gathered, has_params: bool) -> set[str]:
+    """The columns a site's row holds numbers for (the others are NaN because nothing was measured)."""
+    found = {"act_mean", "act_std", "act_abs_mean", "zeros", "dead"} if g.act is not None else set()
+    pairs = (("grad_output_norm", g.grad_output_sq), ("grad_norm", g.grad_sq), ("update_ratio", g.delta_sq))
+    return found | {c for c, t in pairs if t is not None} | ({"weight_norm"} if has_params else set())

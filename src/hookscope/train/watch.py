@@ -52,8 +52,8 @@ from ..store.save import provenance
 from ..store.series import COLUMNS, SOURCE, Alert, History, write_watch
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
-from .collect import SLOTS, Gathered
-from .measures import ACT, activation_row, dead_fraction, unit_dim
+from .collect import Gathered, host_row, measured
+from .measures import dead_fraction, unit_dim
 from .steps import StepClock, optimizers_of
 from .view import watch_html
 
@@ -261,9 +261,9 @@ class Watch(display.Shows):
         vectors = [self._vector(name, g, device) for name, g in gathered.items()]
         table = torch.stack(vectors).cpu().tolist() if vectors else []  # the one sync of the step
         for (name, g), slots in zip(gathered.items(), table, strict=True):
-            row = _row(step, slots)
+            row = host_row(step, slots)
             self._rows[name].append([row[c] for c in COLUMNS])
-            new = self._detector.check(step, name, row, _measured(g, bool(self._params[name])))
+            new = self._detector.check(step, name, row, measured(g, bool(self._params[name])))
             self.alerts.extend(new)
             if self._board is not None:
                 self._board.log(step, name, row, g, dict(_named(name, self.sites)))
@@ -308,24 +308,6 @@ class Watch(display.Shows):
         manifest = {**self._manifest, "status": status, "config": config}
         write_watch(self.out, manifest, self.histories(), self.alerts)
         self._written = time.monotonic()
-
-
-def _row(step: int, slots: list[float]) -> dict[str, float]:
-    """A row of ``COLUMNS`` from a site's ``SLOTS`` on the host."""
-    s = dict(zip(SLOTS, slots, strict=True))
-    mean, std, abs_mean, zeros = activation_row([s[k] for k in ACT])
-    ratio = math.sqrt(s["delta_sq"]) / math.sqrt(s["before_sq"]) if s["before_sq"] > 0 else math.nan
-    if math.isnan(s["delta_sq"]) or not math.isfinite(s["before_sq"]):
-        ratio = math.nan if math.isnan(s["before_sq"]) and math.isnan(s["delta_sq"]) else math.inf
-    return {"step": float(step), "act_mean": mean, "act_std": std, "act_abs_mean": abs_mean, "zeros": zeros,
-            "dead": s["dead"], "grad_output_norm": math.sqrt(s["grad_output_sq"]), "grad_norm": math.sqrt(s["grad_sq"]),
-            "weight_norm": math.sqrt(s["weight_sq"]), "update_ratio": ratio}  # fmt: skip
-
-
-def _measured(g: Gathered, has_params: bool) -> set[str]:
-    found = {"act_mean", "act_std", "act_abs_mean", "zeros", "dead"} if g.act is not None else set()
-    pairs = (("grad_output_norm", g.grad_output_sq), ("grad_norm", g.grad_sq), ("update_ratio", g.delta_sq))
-    return found | {c for c, t in pairs if t is not None} | ({"weight_norm"} if has_params else set())
 
 
 def _tensors(value: Any) -> Iterable[Tensor]:
