@@ -119,9 +119,8 @@ def extract(
         interrupt.add_note(f"hookscope.extract was interrupted; the store {root} keeps the {kept} batches finished "
                            "before it: rerun with resume=True to continue it")  # fmt: skip
         raise
-    except Exception as err:  # the model or the data failed (a full disk is a StoreError: its store is kept)
-        if not isinstance(err, StoreError) and world.size == 1 and not resume and not store_format.done_batches(root):
-            shutil.rmtree(root, ignore_errors=True)  # no batch finished: no half-made store left behind
+    except Exception as err:
+        _discard_if_empty(root, world, err, resume=resume)
         raise
     world.barrier()
     if world.rank == 0:
@@ -249,6 +248,13 @@ def _prepare(root: Path, header: dict[str, Any], world: World, *, resume: bool, 
         store_format.open_for_extract(root, header, resume=resume, force=force)
     world.barrier()
     return store_format.done_batches(root) if resume else set()
+
+
+def _discard_if_empty(root: Path, world: World, err: Exception, *, resume: bool) -> None:
+    """A new store whose model or data failed before any batch finished goes: no half-made store left
+    behind. A full disk (a ``StoreError``) keeps its store, as its message says; ranks and resumed runs too."""
+    if not isinstance(err, StoreError) and world.size == 1 and not resume and not store_format.done_batches(root):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
