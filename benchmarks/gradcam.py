@@ -39,10 +39,22 @@ def resnet18() -> nn.Module:
 MODELS: dict[str, Callable[[], nn.Module]] = {"EfficientNet-Lite0": efficientnet_lite0, "ResNet-18": resnet18}
 
 
+def single_call_layer(model: nn.Module, x: Tensor) -> str:
+    """The layer ``pick_layer`` finds, or the last conv layer when that one runs more than once: a
+    shared module (EfficientNet-Lite0's ``_swish`` ReLU6) is read at its last call by hookscope and at
+    its first by pytorch-grad-cam, so the tools would compute different maps."""
+    layer, _ = hookscope.pick_layer(model, x)
+    with hookscope.capture(model, layer) as cap, torch.no_grad():
+        model(x)
+    if len(cap[layer].calls) == 1:
+        return str(layer)
+    return [name for name, m in model.named_modules() if isinstance(m, nn.Conv2d)][-1]
+
+
 def grad_cam(model_name: str) -> Case:
     model = MODELS[model_name]()
     x = torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(2))
-    layer, _ = hookscope.pick_layer(model, x)
+    layer = single_call_layer(model, x)
     with torch.no_grad():
         target = int(model(x).argmax())
     module = dict(model.named_modules())[layer]
