@@ -88,25 +88,20 @@ class Keeper:
         pooled = policy.detach and policy.clone and policy.device is None and policy.dtype is None
         self._pool = Pool() if pooled and self._async is None else None
         self._apply = self._pool.clone if self._pool is not None else _fast_apply(policy)
+        self._take = self._apply if self._async is None else self._copy  # the copy (or reference) made, picked once
         self._seen: dict[_AliasKey, tuple[weakref.ref[Tensor], Tensor]] = {}
         self._references: list[tuple[Label, Tensor, int]] = []  # (label, tensor, version) when clone=False
         # what keep() does, picked once: it runs on every hooked call
         if reduce is not None:
             self.keep: Callable[[Tensor, Label], Tensor | None] = self._reduced
         elif not policy.clone:
-            self.keep = self._reference if self._async is None else self._reference_async
+            self.keep = self._reference
         else:
             self.keep = self._copied
 
     # keep(tensor, label) -> the stored form of ``tensor`` (None: the reducer kept nothing); label is (site, kind, key)
     def _reference(self, tensor: Tensor, label: Label) -> Tensor:
-        kept = self._apply(tensor)
-        if not tensor.is_inference():
-            self._references.append((label, kept, kept._version))
-        return kept
-
-    def _reference_async(self, tensor: Tensor, label: Label) -> Tensor:
-        kept = self._copy(tensor)
+        kept = self._take(tensor)
         if not tensor.is_inference():
             self._references.append((label, kept, kept._version))
         return kept
@@ -117,7 +112,7 @@ class Keeper:
             hit = self._seen.get(key)
             if hit is not None and hit[0]() is not None:
                 return hit[1]
-        kept = self._apply(tensor) if self._async is None else self._copy(tensor)
+        kept = self._take(tensor)
         if key is not None:
             self._seen[key] = (weakref.ref(tensor), kept)
         return kept
