@@ -49,14 +49,13 @@ from .edits import as_section
 from .flow import FlowChart, flow_chart
 from .views import (
     CamView,
-    Guess,
-    Prediction,
     Report,
     Section,
     human_time,
     layer_views,
     not_held,
     png,
+    predictions,
 )
 
 if TYPE_CHECKING:
@@ -120,7 +119,7 @@ def build_report(
         notes=tuple(notes),
         remarks=tuple(_general_remarks(model, x, scores_2d, left_out) + remarks),
         pictures=tuple(png(image) for image in images),
-        predictions=_predictions(scores_2d[:shown], labels, top_k) if scores_2d is not None else (),
+        predictions=predictions(scores_2d[:shown], labels, top_k) if scores_2d is not None else (),
         cam_layer=cam_layer,
         cams=cams,
         flow=_flow(cap, step) if grads else None,
@@ -186,15 +185,6 @@ def _class_scores(output: Any, labels: Sequence[str] | None, key: str) -> Tensor
     if labels is not None and len(labels) != out.shape[1]:
         raise OptionError(f"got {len(labels)} labels but the model returns {out.shape[1]} classes; pass one per class")
     return out
-
-
-def _predictions(scores_2d: Tensor, labels: Sequence[str] | None, top_k: int) -> tuple[Prediction, ...]:
-    probabilities = scores_2d.double().softmax(dim=1)  # (B, classes)
-    top = probabilities.topk(min(top_k, probabilities.shape[1]), dim=1)
-    return tuple(
-        Prediction(i, tuple(Guess(int(c), _class_name(int(c), labels), float(p)) for p, c in zip(*row, strict=True)))
-        for i, row in enumerate(zip(top.values, top.indices, strict=True))
-    )
 
 
 def _general_remarks(model: nn.Module, x: Tensor, scores_2d: Tensor | None, left_out: list[str]) -> list[str]:
@@ -298,10 +288,6 @@ def _why_no_cam(x: Tensor, pictures: list[Image], target: Target, scores_2d: Ten
     if scores_2d is None and not callable(target):
         return "the model's output is not (batch, classes); pass a callable target"
     return ""
-
-
-def _class_name(index: int, labels: Sequence[str] | None) -> str:
-    return labels[index] if labels is not None else f"class {index}"
 
 
 def _class_title(index: int, labels: Sequence[str] | None) -> str:

@@ -24,7 +24,7 @@ from ..edit.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
 from ..explain.targets import logits
 from ..viz.html import Safe, escape, table, view
-from .views import Section
+from .views import Guess, Section, predictions
 
 MAX_IMAGES = 8  # images whose predictions are laid side by side
 
@@ -56,9 +56,10 @@ def ablation(
     if before.dim() != 2:
         raise OptionError(f"an ablation's prediction needs a (batch, classes) output, got {tuple(before.shape)}")
     rows = []
-    for image in range(min(len(x), MAX_IMAGES)):
-        pairs = zip(_top(before[image], labels, top_k), _top(after[image], labels, top_k), strict=True)
-        rows += [(f"image {image}" if rank == 0 else "", rank + 1, *b, *a) for rank, (b, a) in enumerate(pairs)]
+    shown = slice(0, MAX_IMAGES)
+    for b_, a_ in zip(predictions(before[shown], labels, top_k), predictions(after[shown], labels, top_k), strict=True):
+        pairs = zip(_cells(b_.guesses, labels), _cells(a_.guesses, labels), strict=True)
+        rows += [(f"image {b_.image}" if rank == 0 else "", rank + 1, *b, *a) for rank, (b, a) in enumerate(pairs)]
     header = ("image", "rank", "before", "p before", "after", "p after")
     edits = table(("site", "edit", "kind", "changed", "relative"), [_edit_cells(row) for row in ed.report()])
     lead = f"<p>{escape(title or 'The prediction without and with the ablation, under no_grad.')}</p>"
@@ -66,14 +67,12 @@ def ablation(
     return Section("ablation", "Ablation: prediction before and after", str(view(body)))
 
 
-def _top(scores: Tensor, labels: Sequence[str] | None, k: int) -> list[tuple[str, str]]:
-    probabilities = scores.double().softmax(dim=0)
-    top = probabilities.topk(min(k, len(probabilities)))
-    return [(_name(int(c), labels), f"{100 * float(p):.1f}%") for p, c in zip(top.values, top.indices, strict=True)]
-
-
-def _name(index: int, labels: Sequence[str] | None) -> str:
-    return f"{labels[index]} ({index})" if labels is not None and index < len(labels) else f"class {index}"
+def _cells(guesses: Sequence[Guess], labels: Sequence[str] | None) -> list[tuple[str, str]]:
+    """(class, probability) cells: ``cat (3)`` with labels, ``class 3`` without."""
+    named = labels if labels is not None else ()
+    return [
+        (f"{g.name} ({g.index})" if g.index < len(named) else g.name, f"{100 * g.probability:.1f}%") for g in guesses
+    ]
 
 
 def _edit_cells(row: Any) -> tuple[str, ...]:

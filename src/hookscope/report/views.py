@@ -259,3 +259,18 @@ def human_time(moment: datetime.datetime) -> str:
 def png(image: Image) -> bytes:
     """``image`` as PNG bytes."""
     return png_bytes(image)
+
+
+def predictions(scores_2d: Tensor, labels: Sequence[str] | None, top_k: int) -> tuple[Prediction, ...]:
+    """The top-k classes of each row of ``(B, classes)`` scores, by softmax probability (float64)."""
+    probabilities = scores_2d.double().softmax(dim=1)  # (B, classes)
+    top = probabilities.topk(min(top_k, probabilities.shape[1]), dim=1)
+    return tuple(
+        Prediction(i, tuple(Guess(int(c), class_name(int(c), labels), float(p)) for p, c in zip(*row, strict=True)))
+        for i, row in enumerate(zip(top.values, top.indices, strict=True))
+    )
+
+
+def class_name(index: int, labels: Sequence[str] | None) -> str:
+    """A class as the page names it: its label, or ``class 285`` without one."""
+    return labels[index] if labels is not None and index < len(labels) else f"class {index}"
