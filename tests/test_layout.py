@@ -16,12 +16,13 @@ SRC = Path(hookscope.__file__).parent
 # A module of a sub-package may import from its own sub-package, from a lower one, and from the leaves.
 RANKS = {
     **{"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3},
-    **{"edit": 4, "train": 4, "transformer": 4, "report": 5, "cli": 6},
+    **{"edits": 4, "train": 4, "transformer": 4, "report": 5, "cli": 6},
 }
-LEAVES = {"errors", "_version", "optional", "files", "text", "tokens", "reducers", "display"}
-# the curated API, the entry point, forwarding names (edits: the helpers of hookscope.edit.ops as hookscope.edits)
-TOP = {"__init__", "__main__", "cams", "lenet", "edits"}
-CODE_INITS = {"cli", "zoo"}  # hookscope.cli:main and the public hookscope.zoo live in their __init__
+LEAVES = {"errors", "deprecation", "_version", "optional", "files", "text", "tokens", "reducers", "display"}
+# the curated API, the entry point, forwarding names
+TOP = {"__init__", "__main__", "cams", "lenet"}
+# hookscope.cli:main, the public hookscope.zoo and the edit helpers of hookscope.edits live in their __init__
+CODE_INITS = {"cli", "zoo", "edits"}
 
 
 def _modules() -> dict[str, Path]:
@@ -154,3 +155,24 @@ def test_public_modules_the_readme_shows_are_modules() -> None:
     assert isinstance(importlib.import_module("hookscope.reducers"), types.ModuleType)
     assert isinstance(importlib.import_module("hookscope.core.capture"), types.ModuleType)
     assert importlib.import_module("hookscope.core.capture").Capture is hookscope.Capture
+
+
+def test_no_public_name_shadows_a_module() -> None:
+    """``hookscope.X`` for X in ``__all__`` is what ``import hookscope.X`` gives: a name is a module
+    (``zoo``, ``edits``) or a function/class that no sub-package or module of hookscope shares."""
+    submodules = {name.split(".")[0] for name in MODULES if name != "__init__"}
+    shadows = [
+        name
+        for name in hookscope.__all__
+        if name in submodules and not isinstance(getattr(hookscope, name), types.ModuleType)
+    ]
+    assert shadows == []
+    for name in sorted(submodules & set(hookscope.__all__)):
+        assert importlib.import_module(f"hookscope.{name}") is getattr(hookscope, name)
+
+
+def test_the_edit_helpers_are_the_edits_package() -> None:
+    import hookscope.edits.ops
+
+    assert hookscope.edits.ops.zero is hookscope.edits.zero
+    assert callable(hookscope.edit) and not isinstance(hookscope.edit, types.ModuleType)

@@ -22,22 +22,28 @@ from .core.kinds import KINDS, Kind
 from .core.policy import Policy
 from .core.records import Call, Record
 from .core.select import ModuleInfo, Selector, list_modules, select_modules
-from .edit.block import Edit, edit
-from .edit.effects import PatchSweep
-from .edit.patching import patch_sweep
+from .edits.block import Edit, edit
+from .edits.effects import PatchSweep
+from .edits.patching import patch_sweep
 from .errors import (
     AmbiguousCallError,
+    BlockError,
     CaptureError,
     CaptureWarning,
     DamagedShardError,
     EditError,
     EditWarning,
+    ForwardError,
     HookscopeError,
+    HookscopeWarning,
+    InputError,
     MissingDependencyError,
+    ModelError,
     NonFiniteError,
     NonFiniteWarning,
     NotCapturedError,
     OptionError,
+    OutputExistsError,
     SelectionError,
     ShapeError,
     StoreError,
@@ -74,6 +80,7 @@ __all__ = [
     "Alert",
     "AmbiguousCallError",
     "Attention",
+    "BlockError",
     "Call",
     "Capture",
     "CaptureError",
@@ -82,17 +89,22 @@ __all__ = [
     "Edit",
     "EditError",
     "EditWarning",
+    "ForwardError",
     "History",
     "HookInfo",
     "HookscopeError",
+    "HookscopeWarning",
+    "InputError",
     "Kind",
     "LogitLens",
     "MissingDependencyError",
+    "ModelError",
     "ModuleInfo",
     "NonFiniteError",
     "NonFiniteWarning",
     "NotCapturedError",
     "OptionError",
+    "OutputExistsError",
     "PatchSweep",
     "Policy",
     "Record",

@@ -5,6 +5,7 @@
     HookscopeError                 base of every error hookscope raises
      ├── SelectionError            a selector matched no module, or is not a selector
      ├── CaptureError              a capture was built or used the wrong way
+     ├── BlockError                a hook block (capture, edit, nan_guard, watch...) entered twice
      ├── NotCapturedError          asked for a site, kind or key the capture does not hold
      │                             (also a KeyError, so ``name in cap`` idioms keep working)
      ├── AmbiguousCallError        a shortcut (``.output``...) on a site called more than once
@@ -14,17 +15,21 @@
      ├── InputError                an input spec or file that cannot be read as a model input
      ├── ModelError                a model spec or weights file that cannot be loaded
      │    └── ForwardError         the model's own forward raised (the message names the module)
-     ├── StoreError                a store that cannot be written (full disk, unwritable) or read
+     ├── StoreError                a store or report that cannot be written (full disk, unwritable) or read
+     │    ├── OutputExistsError    the output exists and ``force`` was not given (also a FileExistsError)
      │    └── DamagedShardError    one shard of a store is truncated, missing or fails its checksum
      ├── EditError                 an edit that never took effect (site never ran, key absent,
      │                             nothing changed), or one built or applied the wrong way
      ├── NonFiniteError            a NaN or an infinity, named where it was produced (nan_guard)
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
-    CaptureWarning (UserWarning)   something requested could not be captured, and why
-    StoreWarning (UserWarning)     a store opened without part of it (a damaged shard), and which part
-    NonFiniteWarning (UserWarning) what NonFiniteError would say, from nan_guard(mode="warn")
-    EditWarning (UserWarning)      what EditError would say, for an edit block with strict=False
+    HookscopeWarning (UserWarning) base of every warning hookscope gives
+     ├── CaptureWarning            something requested could not be captured, and why
+     ├── StoreWarning              a store opened without part of it (a damaged shard), and which part
+     ├── NonFiniteWarning          what NonFiniteError would say, from nan_guard(mode="warn")
+     └── EditWarning               what EditError would say, for an edit block with strict=False
+
+Old spellings of options warn with Python's own ``DeprecationWarning`` (see ``hookscope.deprecation``).
 
 Every message says what was expected, what was received, and how to fix it.
 """
@@ -34,6 +39,10 @@ from __future__ import annotations
 
 class HookscopeError(Exception):
     """Base class of every error hookscope raises."""
+
+
+class HookscopeWarning(UserWarning):
+    """Base class of every warning hookscope gives: ``warnings.filterwarnings("ignore", category=HookscopeWarning)``."""
 
 
 class SelectionError(HookscopeError):
@@ -51,11 +60,18 @@ class NotCapturedError(HookscopeError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class BlockError(HookscopeError, RuntimeError):
+    """A hook block (``capture``, ``edit``, ``nan_guard``, ``watch``, a recorder) was entered twice.
+
+    Each block is used once: open a new one.
+    """
+
+
 class AmbiguousCallError(HookscopeError):
     """A single-value shortcut was used on a site that was called several times."""
 
 
-class CaptureWarning(UserWarning):
+class CaptureWarning(HookscopeWarning):
     """Something that was asked for could not be captured; the message says why."""
 
 
@@ -84,7 +100,11 @@ class ModelError(HookscopeError, ValueError):
 
 
 class StoreError(HookscopeError):
-    """A store that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""
+    """A store or report that cannot be written (unwritable folder, full disk) or read (missing, corrupt)."""
+
+
+class OutputExistsError(StoreError, FileExistsError):
+    """The output (a store, a report folder or file) exists and ``force=True`` was not given."""
 
 
 class DamagedShardError(StoreError):
@@ -95,7 +115,7 @@ class DamagedShardError(StoreError):
         self.shard, self.why = shard, why
 
 
-class StoreWarning(UserWarning):
+class StoreWarning(HookscopeWarning):
     """A store was opened or read without part of it (a damaged shard); the message names the part."""
 
 
@@ -108,7 +128,7 @@ class EditError(HookscopeError):
     nothing), or one that was built or applied the wrong way; the message names the site."""
 
 
-class EditWarning(UserWarning):
+class EditWarning(HookscopeWarning):
     """What ``EditError`` would say, from an edit block opened with ``strict=False``."""
 
 
@@ -147,5 +167,5 @@ class NonFiniteError(HookscopeError, FloatingPointError):
         return type(self), (str(self),), self.__dict__
 
 
-class NonFiniteWarning(UserWarning):
+class NonFiniteWarning(HookscopeWarning):
     """What ``NonFiniteError`` would say, from ``nan_guard(mode="warn")``: one warning per producer."""

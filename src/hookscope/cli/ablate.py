@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..edit.ops import EditOp, mean, scale, zero
+from ..edits.ops import EditOp, mean, scale, zero
 from ..report.edits import ablation
 from ..report.views import Section
 

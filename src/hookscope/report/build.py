@@ -39,7 +39,7 @@ from .._version import __version__
 from ..core.capture import Capture, capture
 from ..core.kinds import Kind, choose, is_gradient, names, per_call
 from ..core.select import Selector
-from ..edit.effects import PatchSweep
+from ..edits.effects import PatchSweep
 from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer

@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from ..core.select import Selector
-from ..edit.block import EditSpec, edit
-from ..edit.effects import PatchSweep, patch_sweep_html
+from ..edits.block import EditSpec, edit
+from ..edits.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
 from ..explain.targets import logits
 from ..viz.html import Safe, escape, table, view

@@ -1,0 +1,14 @@
+"""Edits: change what a layer produces, receives or gets back, patch between runs, and prove each edit took effect.
+
+The helpers that say what an edit does are this package's public names:
+``from hookscope import edits``; ``hookscope.edit(model, {"layer4": edits.zero(channels=[3, 17])})``.
+Beside them: ``hookscope.edits.block`` (the ``edit`` block), ``.patching`` (``patch_sweep``),
+``.effects`` (``PatchSweep``), ``.ops`` (each helper, with what it does), ``.values`` and ``.tally``.
+"""
+
+from __future__ import annotations
+
+from .ops import EDIT_KINDS, EditOp, add, clamp, function, mean, replace, scale, zero
+from .values import Where
+
+__all__ = ["EDIT_KINDS", "EditOp", "Where", "add", "clamp", "function", "mean", "replace", "scale", "zero"]
