@@ -6,6 +6,10 @@ drawn high (``report``, ``viz``), so a class cannot import its own drawing. A cl
 Code and GitHub call ``_repr_html_``; with nothing registered it returns None and they fall back to
 the one-line ``__repr__``. Importing :mod:`hookscope` imports the drawing modules, so a result
 shows itself wherever it came from.
+
+One result shape: every result has ``_repr_html_``; ``.table()`` (text) where it has rows and
+``.plot()`` (a PIL image) where it has a picture, registered the same way
+(``shows_as(cls, table=..., plot=...)``).
 """
 
 from __future__ import annotations
@@ -13,20 +17,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .errors import OptionError
+
 T = TypeVar("T")
 Renderer = Callable[[Any], str]
 
 _HTML: dict[type, Renderer] = {}
 _PNG: dict[type, Callable[[Any], bytes | None]] = {}
+_TABLE: dict[type, Callable[..., str]] = {}
+_PLOT: dict[type, Callable[..., Any]] = {}
 
 
-def shows_as(cls: type, *, png: Callable[[Any], bytes | None] | None = None) -> Callable[[Renderer], Renderer]:
-    """Register the decorated function as the HTML view of ``cls`` (and ``png`` as its picture)."""
+def shows_as(
+    cls: type,
+    *,
+    png: Callable[[Any], bytes | None] | None = None,
+    table: Callable[..., str] | None = None,
+    plot: Callable[..., Any] | None = None,
+) -> Callable[[Renderer], Renderer]:
+    """Register the decorated function as the HTML view of ``cls``; ``png`` as its notebook picture,
+    ``table(obj, **options)`` as its ``.table()`` (text) and ``plot(obj, **options)`` as its ``.plot()`` (PIL)."""
 
     def register(html: Renderer) -> Renderer:
         _HTML[cls] = html
-        if png is not None:
-            _PNG[cls] = png
+        registries: tuple[tuple[dict[type, Any], Any], ...] = ((_PNG, png), (_TABLE, table), (_PLOT, plot))
+        for registry, func in registries:
+            if func is not None:
+                registry[cls] = func
         return html
 
     return register
@@ -48,7 +65,11 @@ def html_of(obj: object) -> str | None:
 
 
 class Shows:
-    """Mix-in: ``_repr_html_`` (and ``_repr_png_`` where a picture is registered) for notebooks."""
+    """Mix-in: ``_repr_html_`` (and ``_repr_png_`` where a picture is registered) for notebooks.
+
+    A result with rows defines ``def table(self, ...) -> str: return display.table_of(self, ...)`` and one
+    with a picture ``def plot(self, ...) -> Image: return display.plot_of(self, ...)``, with its own options.
+    """
 
     def _repr_html_(self) -> str | None:
         return html_of(self)
@@ -56,3 +77,20 @@ class Shows:
     def _repr_png_(self) -> bytes | None:
         draw = _lookup(_PNG, self)
         return None if draw is None else draw(self)
+
+
+def table_of(obj: object, **options: Any) -> str:
+    """The text table a room registered for ``obj``'s class (what ``obj.table()`` returns)."""
+    return str(_registered(_TABLE, obj, "table")(obj, **options))
+
+
+def plot_of(obj: object, **options: Any) -> Any:
+    """The picture (a ``PIL.Image.Image``) a room registered for ``obj``'s class (what ``obj.plot()`` returns)."""
+    return _registered(_PLOT, obj, "plot")(obj, **options)
+
+
+def _registered(table: dict[type, Any], obj: object, what: str) -> Any:
+    func = _lookup(table, obj)
+    if func is None:
+        raise OptionError(f"a {type(obj).__name__} has no .{what}(); it shows itself with _repr_html_ in a notebook")
+    return func
