@@ -224,3 +224,6 @@ def test_a_bad_option_of_patch_sweep_is_an_option_error() -> None:
             hookscope.patch_sweep(model, x, y, sites="fc1", metric=lambda out: out.sum(), copies=copies)  # type: ignore[arg-type]
     with pytest.raises(hookscope.OptionError, match=r"positions=True needs an output of shape \(B, T, \.\.\.\)"):
         hookscope.patch_sweep(model, x[0], y[0], sites="fc1", metric=lambda out: out.sum(), positions=True)
+    lstm = nn.Sequential(nn.LSTM(4, 4, batch_first=True)).to(D).eval()  # returns (out, (h, c)): three tensors
+    with pytest.raises(hookscope.OptionError, match=r"site '0' returns out\[0\], .*; pass key= to name the one"):
+        hookscope.patch_sweep(lstm, x[:, None], y[:, None], sites="0", metric=lambda out: out[0].sum())
