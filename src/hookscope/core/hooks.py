@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -32,20 +32,26 @@ NodeHook = Callable[[Any, Any], None]  # (grad_inputs, grad_outputs) of an autog
 StepHook = Callable[[Optimizer, tuple[Any, ...], dict[str, Any]], None]
 
 
+class Removable(Protocol):
+    """A handle: torch's ``RemovableHandle``, or anything a block undoes the same way (``remove()``)."""
+
+    def remove(self) -> None: ...
+
+
 class HandleGroup:
     """The handles of one block; ``remove()`` removes them all and may be called twice."""
 
     def __init__(self) -> None:
-        self._handles: list[RemovableHandle] = []
+        self._handles: list[Removable] = []
         self._prune_at = 1024
 
     def __len__(self) -> int:
         return len(self._handles)
 
-    def add(self, handle: RemovableHandle) -> None:
+    def add(self, handle: Removable) -> None:
         self._handles.append(handle)
         if len(self._handles) >= self._prune_at:  # tensor hooks pile up over many calls
-            self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]
+            self._handles = [h for h in self._handles if not _gone(h)]
             self._prune_at = 2 * len(self._handles) + 1024
 
     def remove(self) -> None:
@@ -84,6 +90,11 @@ class HandleGroup:
     def on_optimizer_step_post(self, optimizer: Optimizer, hook: StepHook) -> None:
         """``hook(optimizer, args, kwargs)`` after each ``optimizer.step()`` (not for one a GradScaler skips)."""
         self.add(optimizer.register_step_post_hook(hook))
+
+
+def _gone(handle: Removable) -> bool:
+    """A torch handle whose hook dict was freed with its tensor: nothing left to remove."""
+    return isinstance(handle, RemovableHandle) and handle.hooks_dict_ref() is None
 
 
 @dataclass(frozen=True)
