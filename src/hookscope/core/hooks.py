@@ -120,6 +120,10 @@ _OPTIMIZER_HOOKS = (
     ("optimizer_step_pre", "_optimizer_step_pre_hooks"),
     ("optimizer_step_post", "_optimizer_step_post_hooks"),
 )
+_GLOBAL_OPTIMIZER_HOOKS = (
+    ("optimizer_step_pre", "_global_optimizer_pre_hooks"),
+    ("optimizer_step_post", "_global_optimizer_post_hooks"),
+)
 
 
 def find_hooks(
@@ -161,10 +165,8 @@ def _global_hooks() -> list[HookInfo]:
         for kind, attr in _GLOBAL_HOOKS
         for hook in getattr(torch.nn.modules.module, attr, {}).values()
     ]
-    optim = optimizers_module
-    for kind, table in (("optimizer_step_pre", "_global_optimizer_pre_hooks"),
-                        ("optimizer_step_post", "_global_optimizer_post_hooks")):  # fmt: skip
-        found += [HookInfo("<global>", kind, hook_name(hook)) for hook in getattr(optim, table, {}).values()]
+    for kind, attr in _GLOBAL_OPTIMIZER_HOOKS:
+        found += [HookInfo("<global>", kind, hook_name(h)) for h in getattr(optimizers_module, attr, {}).values()]
     return found
 
 
