@@ -11,6 +11,7 @@ hooks are checked by running a backward pass through a tensor kept from inside t
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import hookscope
 
@@ -438,3 +440,100 @@ def test_nested_captures_remove_only_their_own(model: nn.Sequential, x: Tensor) 
     assert hook_counts(model) == before
     assert len(inner["head.1"].calls) == 1
     assert len(outer["head.1"].calls) == 2
+
+
+# -- optimizers, scripted submodules and tensors: what find_hooks sees -------------------------
+
+
+def scripted_model() -> nn.Sequential:
+    """A Linear, a ReLU, then a ``torch.jit.script``ed Linear: torch refuses module hooks on the last."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script is deprecated in torch 2.14
+        scripted = torch.jit.script(nn.Linear(4, 2))
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), scripted)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        lambda m, o: hookscope.watch(m, o, every=1),
+        lambda m, o: hookscope.nan_guard(m, o),
+        lambda m, o: hookscope.capture(m),
+    ],
+    ids=["watch", "nan_guard", "capture"],
+)
+def test_a_scripted_submodule_fails_the_entry_and_leaves_no_hook(block: Callable[..., Any]) -> None:
+    """The hooks installed before the scripted site (the optimizer's, the first Linear's) all go."""
+    model = scripted_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="not supported on ScriptModules"), block(model, opt):
+        pytest.fail("the block opened")
+    assert hookscope.find_hooks(model, optimizers=opt) == []
+    assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
+    model(torch.randn(2, 3)).sum().backward()
+    before = model[0].weight.detach().clone()
+    opt.step()  # the leaked step hooks made every later step raise
+    assert model[0].weight.grad is not None
+    torch.testing.assert_close(model[0].weight.detach(), before - 0.1 * model[0].weight.grad)
+
+
+def user_step_pre_hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    CALLS.append("optimizer_step_pre")
+
+
+def user_step_post_hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    CALLS.append("optimizer_step_post")
+
+
+def user_grad_hook(grad: Tensor) -> None:
+    CALLS.append("grad")
+
+
+def named(hook: Callable[..., Any]) -> str:
+    return f"{hook.__module__}.{hook.__qualname__} ({hook.__code__.co_filename}:{hook.__code__.co_firstlineno})"
+
+
+def test_find_hooks_lists_optimizer_step_hooks_and_tensor_hooks(model: nn.Sequential, x: Tensor) -> None:
+    """The user's step hooks (one optimizer's and torch's global ones) and tensor hooks, by name."""
+    opts = [torch.optim.SGD(model.encoder.parameters(), lr=0.1), torch.optim.Adam(model.head.parameters())]
+    handles = [
+        opts[1].register_step_pre_hook(user_step_pre_hook),
+        opts[1].register_step_post_hook(user_step_post_hook),
+        register_optimizer_step_post_hook(user_step_post_hook),
+        model.head[1].bias.register_hook(user_grad_hook),
+    ]
+    y = model(x)
+    handles.append(y.register_hook(user_grad_hook))
+    try:
+        found = hookscope.find_hooks(model, optimizers=opts, tensors=y)
+        assert sorted((i.where, i.kind, i.hook) for i in found) == sorted(
+            [
+                ("<optimizer 1: Adam>", "optimizer_step_pre", named(user_step_pre_hook)),
+                ("<optimizer 1: Adam>", "optimizer_step_post", named(user_step_post_hook)),
+                ("<global>", "optimizer_step_post", named(user_step_post_hook)),
+                ("head.1.bias", "grad", named(user_grad_hook)),
+                ("<tensor 0>", "grad", named(user_grad_hook)),
+            ]
+        )
+        assert [i.where for i in hookscope.find_hooks(model, optimizers=opts[0])] == ["<global>", "head.1.bias"]
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert hookscope.find_hooks(model, optimizers=opts, tensors=y) == []
+
+
+@pytest.mark.parametrize("exit_", ["normal", "after_backward"])
+@pytest.mark.parametrize("name", ["watch", "nan_guard"])
+def test_training_blocks_hook_the_optimizer_only_inside(model: nn.Sequential, x: Tensor, name: str, exit_: str) -> None:
+    """find_hooks sees the block's step hooks on each optimizer inside the block and none after it."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    block = hookscope.watch(model, opt) if name == "watch" else hookscope.nan_guard(model, opt)
+    inside: list[hookscope.HookInfo] = []
+    with exits(exit_, ()), block:
+        inside += hookscope.find_hooks(model, optimizers=opt)
+        body(model, x, exit_)
+    kinds = {(i.where, i.kind) for i in inside if i.where.startswith("<optimizer")}
+    assert kinds == {("<optimizer 0: SGD>", "optimizer_step_pre"), ("<optimizer 0: SGD>", "optimizer_step_post")}
+    assert all("hookscope" in i.hook for i in inside)
+    assert hookscope.find_hooks(model, optimizers=opt) == []

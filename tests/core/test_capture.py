@@ -295,7 +295,7 @@ def test_misuse_is_explained() -> None:
         with pytest.raises(hookscope.CaptureError, match=r"expects a torch.Tensor"):
             cap.tap([1], "list")  # type: ignore[arg-type]
         net(torch.zeros(1, 2))
-    with pytest.raises(hookscope.CaptureError, match=r"already used"), cap:
+    with pytest.raises(hookscope.BlockError, match=r"this capture was already used.*hookscope.capture"), cap:
         pass
     with pytest.raises(hookscope.NotCapturedError, match=r"'conv_1' is not a site.*closest: 'conv1'"):
         cap["conv_1"]

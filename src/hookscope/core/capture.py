@@ -21,7 +21,6 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -30,6 +29,7 @@ from torch import Tensor, nn
 from ..display import Shows
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from ..text import closest
+from .block import Block
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
 from .hooks import HandleGroup
@@ -74,8 +74,10 @@ def probe(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
     return cap
 
 
-class Capture(Mapping[str, Record], Shows):
+class Capture(Block, Mapping[str, Record], Shows):
     """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
+
+    noun, remake = "capture", "hookscope.capture(...)"
 
     def __init__(
         self,
@@ -98,18 +100,16 @@ class Capture(Mapping[str, Record], Shows):
         self._modules = [] if model is None else select_modules(model, select)
         records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
-        self._eager = Eagerly(model)  # a compiled model runs eagerly while the block is open
+        super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
             raise CaptureError(f"reduce must be a function (site, kind, key, tensor) -> tensor or None, got {reduce!r}")
         self._keeper = Keeper(policy, reduce)
-        self._handles = HandleGroup()
         self._open: dict[str, list[Call]] = {name: [] for name, _ in self._modules}
         self._order = itertools.count()
         self._grads_seen = False
         self._params_reached: set[str] = set()
         self._cleared: set[str] = set()  # sites that had calls before a clear()
         self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
-        self._state = "new"
 
     # -- the mapping -------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Record:
@@ -131,31 +131,16 @@ class Capture(Mapping[str, Record], Shows):
         model = type(self.model).__name__ if self.model is not None else "no model"
         return f"<Capture of {model}: {len(self)} sites, {calls} calls, kinds={self.kinds}, {self._state}>"
 
-    # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> Capture:
-        if self._state != "new":
-            raise CaptureError("this capture was already used; make a new one with hookscope.capture(...)")
-        try:
-            for name, module in self._modules:
-                self._install(self._records[name], module)
-            self._eager.open()
-        except BaseException:
-            self._handles.remove()
-            self._eager.close()
-            raise
-        self._state = "active"
-        return self
+    # -- lifecycle (core.block: entered once, hooks removed before the diagnosis) ------------------
+    def _install(self, handles: HandleGroup) -> None:
+        for name, module in self._modules:
+            self._hook(self._records[name], module)
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            self._handles.remove()
-        finally:
-            self._state = "closed"
-            self._open.clear()
-            self._eager.close()  # the compiled code runs again
-            self._keeper.close()
+    def _release(self) -> None:
+        self._open.clear()
+        self._keeper.close()
+
+    def _finish(self, exc: BaseException | None) -> None:
         self._keeper.wait()
         if exc is None:
             self._diagnose()
@@ -210,7 +195,7 @@ class Capture(Mapping[str, Record], Shows):
         return tensor
 
     # -- hooks -------------------------------------------------------------------------------
-    def _install(self, record: Record, module: nn.Module) -> None:
+    def _hook(self, record: Record, module: nn.Module) -> None:
         if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
         self._handles.on_forward(module, partial(self._after, record))
@@ -316,17 +301,17 @@ class Capture(Mapping[str, Record], Shows):
             cleared=self._cleared,
             params_reached=self._params_reached,
             grads_seen=self._grads_seen,
-            eager=self._eager.note is not None,
+            eager=self._eager is not None and self._eager.note is not None,
         )
         for line in found:
-            warnings.warn(line, CaptureWarning, stacklevel=3)
+            warnings.warn(line, CaptureWarning, stacklevel=4)
         modified = self.changed_in_place()
         if modified:
             warnings.warn(
                 f"hookscope: {', '.join(modified[:6])} changed in place after capture (clone=False stores "
                 "references); capture with clone=True to keep the values the hooks saw",
                 CaptureWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
 

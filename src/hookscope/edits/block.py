@@ -34,12 +34,12 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from types import TracebackType
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..core.block import Block
 from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
@@ -71,8 +71,10 @@ class _Site:
     outputs: int = 0  # calls seen by the forward hook
 
 
-class Edit:
+class Edit(Block):
     """One edit block: its hooks, and what each edit did (``report()``)."""
+
+    noun, remake = "edit block", "hookscope.edit(...)"
 
     def __init__(self, model: nn.Module, edits: Mapping[Selector, EditSpec], *, strict: bool = True) -> None:
         if not isinstance(edits, Mapping) or not edits:
@@ -91,39 +93,21 @@ class Edit:
                     site.tallies[op.kind].append(tally)
                     tallies.append(tally)
             self._entries.append((_described(selector), tallies))
-        self._handles = HandleGroup()
-        self._eager = Eagerly(model, "edit block")  # a compiled model runs eagerly in the block, so edits fire
-        self._state = "new"
+        super().__init__(Eagerly(model, "edit block"))  # a compiled model runs eagerly in the block, so edits fire
 
     def __repr__(self) -> str:
         edits = sum(len(t) for _, t in self._entries)
         return f"<Edit of {type(self.model).__name__}: {edits} edit(s) at {len(self._sites)} module(s), {self._state}>"
 
-    def __enter__(self) -> Edit:
-        if self._state != "new":
-            raise EditError("this edit block was already used; make a new one with hookscope.edit(...)")
-        try:
-            for site in self._sites.values():
-                if site.tallies["input"]:
-                    self._handles.on_forward_pre(site.module, partial(self._before, site))
-                if site.tallies["output"] or site.tallies["grad_output"]:
-                    self._handles.add(site.module.register_forward_hook(partial(self._after, site)))
-            self._eager.open()
-        except BaseException:
-            self._handles.remove()
-            self._eager.close()
-            raise
-        self._state = "active"
-        return self
+    # -- lifecycle (core.block: entered once, hooks removed before the check) -------------------
+    def _install(self, handles: HandleGroup) -> None:
+        for site in self._sites.values():
+            if site.tallies["input"]:
+                handles.on_forward_pre(site.module, partial(self._before, site))
+            if site.tallies["output"] or site.tallies["grad_output"]:
+                handles.on_forward(site.module, partial(self._after, site), always_call=False)
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            self._handles.remove()
-        finally:
-            self._state = "closed"
-            self._eager.close()  # the compiled code runs again
+    def _finish(self, exc: BaseException | None) -> None:
         if exc is None:
             self._check()
 
@@ -231,7 +215,7 @@ class Edit:
             more = f" (and {len(failures) - 1} more; see .report())" if len(failures) > 1 else ""
             raise EditError(f"{failures[0]}{more}; pass strict=False to warn instead")
         for line in failures:
-            warnings.warn(line, EditWarning, stacklevel=3)
+            warnings.warn(line, EditWarning, stacklevel=4)  # _finish, __exit__, the user's with
 
 
 def _key(tally: Tally, held: Mapping[str, Tensor]) -> str | None:

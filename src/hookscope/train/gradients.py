@@ -66,7 +66,7 @@ class Gradients:
         node = y.grad_fn
         if known is None or known[0]() is not x or y is x or node is None or len(node.next_functions) != 1:
             return
-        self._handles.add(node.register_hook(partial(self._sent, site, id(known[1]))))
+        self._handles.on_node(node, partial(self._sent, site, id(known[1])))
 
     def _sent(self, site: Site, subscribers: int, grad_inputs: Any, grad_outputs: Any) -> None:
         """The op's node ran: what it sent is finite if what it received is the gradient read finite."""

@@ -50,13 +50,13 @@ import sys
 import warnings
 from collections.abc import Iterable
 from functools import partial
-from types import TracebackType
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from ..core.block import Block
 from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
@@ -94,8 +94,10 @@ def _every(name: str, module: nn.Module) -> bool:
     return True
 
 
-class Guard:
+class Guard(Block):
     """The hooks of one ``nan_guard`` block and what they found."""
+
+    noun, remake = "nan_guard", "hookscope.nan_guard(...)"
 
     def __init__(
         self,
@@ -125,8 +127,7 @@ class Guard:
         self._step_checks = {id(o): params.StepCheck(names) for o in optimizers}
         self._scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self._scale = float(self._scaler.get_scale()) if self._scaler is not None else 0.0
-        self._handles = HandleGroup()
-        self._eager = Eagerly(model, "nan_guard")  # a compiled model runs eagerly while the block is open
+        super().__init__(Eagerly(model, "nan_guard"))  # a compiled model runs eagerly while the block is open
         self._judge = Judge()
         self._open: list[tuple[int, Site]] = []  # (id(module), site) of the calls running now
         self._calls: dict[str, int] = {}
@@ -141,7 +142,6 @@ class Guard:
         self._warned: set[tuple[str, str, str]] = set()
         self.findings: list[NonFiniteError] = []
         self.skipped_steps = 0
-        self._state = "new"
 
     def __repr__(self) -> str:
         return f"<Guard of {type(self.model).__name__}: {len(self._modules)} modules, {self.mode}, {self._state}>"
@@ -157,44 +157,26 @@ class Guard:
         """End the step being run, for loops that count their own steps; returns the next index."""
         return self._clock.step()
 
-    # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> Guard:
-        if self._state != "new":
-            raise OptionError("this guard was already used; make a new one with hookscope.nan_guard(...)")
-        try:
-            self._keeps = {id(m) for _, m in self._modules if finite.keeps_finite(m)}  # before its own hooks
-            self._pointwise = {id(m) for _, m in self._modules if finite.pointwise(m)}
-            for name, module in self._modules:
-                allowed = id(module) in self._allowed
-                self._handles.on_forward_pre(module, partial(self._before, name, allowed))
-                self._handles.on_forward(module, self._after)
-            self._clock.__enter__()
-            self._eager.open()  # hooks added after torch.compile fire only in eager code
-        except BaseException:
-            self._close()
-            raise
-        self._state = "active"
-        return self
+    # -- lifecycle (core.block: entered once, hooks removed before the last read) --------------
+    def _install(self, handles: HandleGroup) -> None:
+        self._keeps = {id(m) for _, m in self._modules if finite.keeps_finite(m)}  # before its own hooks
+        self._pointwise = {id(m) for _, m in self._modules if finite.pointwise(m)}
+        for name, module in self._modules:
+            allowed = id(module) in self._allowed
+            handles.on_forward_pre(module, partial(self._before, name, allowed))
+            handles.on_forward(module, self._after)
+        self._clock.install(handles)
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._close()
+    def _release(self) -> None:
+        self._open.clear()
+        self._gradients.forget()  # gradients held for a call whose input gradient never came go too
+        self._readings.forget()
+
+    def _finish(self, exc: BaseException | None) -> None:
         if exc is None:
             self._read()
             self._settle_held()
             self._held.clear()  # the loop ended between a backward pass and its step: nothing was applied
-
-    def _close(self) -> None:
-        try:
-            self._handles.remove()
-        finally:
-            self._clock.close()
-            self._eager.close()  # a compiled model's compiled code runs again
-            self._state = "closed"
-            self._open.clear()
-            self._gradients.forget()  # gradients held for a call whose input gradient never came go too
-            self._readings.forget()
 
     # -- forward -----------------------------------------------------------------------------
     def _before(

@@ -2,8 +2,9 @@
 
 ::
 
-    with StepClock(optimizers, on_end=flush) as clock:    # hooks on each optimizer, removed on exit
-        ...                                               # clock.step_index: the step being run
+    clock = StepClock(optimizers, on_end=flush)
+    clock.install(handles)        # step hooks on each optimizer, in the block's HandleGroup (core.block)
+    ...                           # clock.step_index: the step being run
 
 The rule (no step is counted twice):
 
@@ -23,13 +24,12 @@ work happened (a forward pass), so that a later ``clock.step()`` is not mistaken
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from torch.optim import Optimizer
-from torch.utils.hooks import RemovableHandle
 
+from ..core.hooks import HandleGroup
 from ..errors import OptionError
 
 OptimizerHook = Callable[[Optimizer], None]
@@ -46,7 +46,7 @@ def optimizers_of(optimizer: Optimizer | Iterable[Optimizer] | None) -> list[Opt
     return found
 
 
-class StepClock(contextlib.AbstractContextManager["StepClock"]):
+class StepClock:
     """The index of the step being run, ended by ``step()`` or by the optimizers (see the module docstring)."""
 
     def __init__(
@@ -63,22 +63,12 @@ class StepClock(contextlib.AbstractContextManager["StepClock"]):
         self._on_end, self._on_pre, self._on_post = on_end, on_pre_optimizer, on_post_optimizer
         self._stepped: set[int] = set()  # ids of the optimizers that stepped in this step
         self._just_ended = False  # the optimizers ended a step and nothing ran since
-        self._handles: list[RemovableHandle] = []
 
-    def __enter__(self) -> StepClock:
+    def install(self, handles: HandleGroup) -> None:
+        """A step pre- and post-hook on each optimizer, in ``handles`` (the block removes them)."""
         for optimizer in self.optimizers:
-            self._handles.append(optimizer.register_step_pre_hook(self._pre))
-            self._handles.append(optimizer.register_step_post_hook(self._post))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Remove the optimizer hooks (twice is a no-op)."""
-        handles, self._handles = self._handles, []
-        for handle in handles:
-            handle.remove()
+            handles.on_optimizer_step_pre(optimizer, self._pre)
+            handles.on_optimizer_step_post(optimizer, self._post)
 
     def touch(self) -> None:
         """Work happened in the current step (a forward or backward pass)."""

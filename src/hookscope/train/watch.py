@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from .. import display
+from ..core.block import Block
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules, selector_text
@@ -97,12 +98,19 @@ def default_sites(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return select_modules(model, chosen)
 
 
-class Watch(display.Shows):
-    """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``)."""
+class Watch(Block, display.Shows):
+    """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``).
+
+    Its block (``core.block``) holds the optimizers' step hooks for the whole block; the module
+    hooks of a logged step are in a group of their own, removed when the step ends and at exit.
+    """
+
+    noun, remake = "watch", "hookscope.watch(...)"
 
     def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
                  out: str | os.PathLike[str] | None, tensorboard: str | os.PathLike[str] | None,
                  thresholds: Thresholds, force: bool, flush_every: float) -> None:  # fmt: skip
+        super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         self.model, self.every, self.thresholds = model, every, thresholds
         self.sites = default_sites(model) if select is None else select_modules(model, select)
         self.alerts: list[Alert] = []
@@ -116,8 +124,8 @@ class Watch(display.Shows):
         self._clock = StepClock(
             optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
         )
-        self._hooks = HandleGroup()
-        self._eager = contextlib.ExitStack()  # a compiled model runs eagerly while a logged step runs
+        self._hooks = HandleGroup()  # the module hooks of the logged step running now
+        self._step_eager = contextlib.ExitStack()  # a compiled model runs eagerly while a logged step runs
         self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
         self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
@@ -125,29 +133,30 @@ class Watch(display.Shows):
         self._manifest: dict[str, Any] = {}
         self._written = -math.inf
 
-    # -- the block --------------------------------------------------------------------------
-    def __enter__(self) -> Watch:
-        if self.out is not None:
-            self._open_store()
+    # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
+    def _install(self, handles: HandleGroup) -> None:
+        self._check_out()  # before anything is touched
+        self._clock.install(handles)
         self._board = Board(self._board_dir) if self._board_dir is not None else None
-        self._clock.__enter__()
-        self._arm()
-        return self
+        self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
+        if self.out is not None:
+            self._open_store()  # last: a failed entry writes no store
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+    def _release(self) -> None:
         try:
             if self._gathered is not None and any(g.measured for g in self._gathered.values()):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
             self._hooks.remove()
-            self._eager.close()
+            self._step_eager.close()
             self._gathered = None
-            self._clock.close()
             if self._board is not None:
                 self._board.close()
-            if self.out is not None:
-                ended = "normally" if exc_type is None else f"by {exc_type.__name__}"
-                self._write(status="complete", ended=ended)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if self.out is not None:
+            ended = "normally" if exc is None else f"by {type(exc).__name__}"
+            self._write(status="complete", ended=ended)
 
     def step(self) -> int:
         """End the current training step; returns the index of the next. Optional with an optimizer."""
@@ -182,7 +191,7 @@ class Watch(display.Shows):
             return
         self._gathered = {name: Gathered() for name, _ in self.sites}
         if is_compiled(self.model):  # hooks added after torch.compile fire only in eager code
-            self._eager.enter_context(run_eagerly())
+            self._step_eager.enter_context(run_eagerly())
         for name, module in self.sites:
             self._hooks.on_forward(module, self._forward_hook(name))
 
@@ -257,7 +266,7 @@ class Watch(display.Shows):
         """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
         gathered, self._gathered = self._gathered, None
         self._hooks.remove()
-        self._eager.close()
+        self._step_eager.close()
         self._before.clear()
         assert gathered is not None
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
@@ -285,13 +294,13 @@ class Watch(display.Shows):
         return g.values(weight_sq, dead, device)
 
     # -- the store --------------------------------------------------------------------------
+    def _check_out(self) -> None:
+        if self.out is not None and self.out.exists() and not self._force:
+            raise OutputExistsError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
+
     def _open_store(self) -> None:
         assert self.out is not None
         if self.out.exists():
-            if not self._force:
-                raise OutputExistsError(
-                    f"{self.out} already exists; pass force=True to replace it, or pick another path"
-                )
             shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
         try:
             self.out.mkdir(parents=True)

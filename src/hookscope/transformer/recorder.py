@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..core.block import Block
+from ..core.hooks import HandleGroup
 from ..errors import CaptureError
 from ..optional import require
 from .weights import attention_probs
@@ -59,31 +60,65 @@ def implementations(model: nn.Module) -> set[str]:
     return found
 
 
-@contextmanager
-def recording(model: nn.Module, record: Record) -> Iterator[None]:
+def recording(model: nn.Module, record: Record) -> AttentionRecorder:
     """Inside the block, ``record(module, probs)`` for each attention call of one of ``model``'s modules.
 
     ``probs`` is ``(B, H, Tq, Tk)``, detached. Restores the registry in ``finally``.
     """
-    impls = implementations(model)
-    if not impls:
-        raise CaptureError(
-            f"{type(model).__name__} has no Hugging Face config naming an attention implementation; "
-            "hookscope.attention reads models that call transformers' attention interface"
-        )
-    table = {id(module): record for module in model.modules()}
-    registry = require("transformers.modeling_utils").ALL_ATTENTION_FUNCTIONS
-    with _LOCK:
-        for impl in impls:
-            _install(registry, impl)
-        _ACTIVE.append(table)
-    try:
-        yield
-    finally:
+    return AttentionRecorder(model, record)
+
+
+class AttentionRecorder(Block):
+    """The block of ``recording``: the registry's entries wrapped on entry, put back on exit (``core.block``)."""
+
+    noun, remake = "attention recorder", "hookscope.transformer.recorder.recording(model, record)"
+
+    def __init__(self, model: nn.Module, record: Record) -> None:
+        super().__init__()
+        self.implementations = sorted(implementations(model))
+        if not self.implementations:
+            raise CaptureError(
+                f"{type(model).__name__} has no Hugging Face config naming an attention implementation; "
+                "hookscope.attention reads models that call transformers' attention interface"
+            )
+        self._table = {id(module): record for module in model.modules()}
+
+    def _install(self, handles: HandleGroup) -> None:
+        registry = require("transformers.modeling_utils").ALL_ATTENTION_FUNCTIONS
+        for impl in self.implementations:
+            handles.add(_Wrapped(registry, impl))
+        handles.add(_Listening(self._table))
+
+
+class _Wrapped:
+    """``impl`` of the registry wrapped while this handle lives (shared by every active recorder)."""
+
+    def __init__(self, registry: Any, impl: str) -> None:
+        self._registry, self._impl = registry, impl
         with _LOCK:
-            _ACTIVE.remove(table)
-            for impl in impls:
-                _uninstall(registry, impl)
+            _install(registry, impl)
+        self._installed = True
+
+    def remove(self) -> None:
+        with _LOCK:
+            if self._installed:
+                self._installed = False
+                _uninstall(self._registry, self._impl)
+
+
+class _Listening:
+    """A recorder's table among the active ones while this handle lives."""
+
+    def __init__(self, table: dict[int, Record]) -> None:
+        self._table: dict[int, Record] | None = table
+        with _LOCK:
+            _ACTIVE.append(table)
+
+    def remove(self) -> None:
+        with _LOCK:
+            if self._table is not None:
+                _ACTIVE.remove(self._table)
+                self._table = None
 
 
 def _install(registry: Any, impl: str) -> None:

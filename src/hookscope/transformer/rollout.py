@@ -27,12 +27,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from functools import partial
-from types import TracebackType
 from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
+from ..core.block import Block
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
 from ..errors import CaptureWarning, OptionError, SelectionError
@@ -107,11 +107,14 @@ def discard_smallest(fused: Tensor, ratio: float) -> Tensor:
     return fused.scatter(-1, drop, 0.0)
 
 
-class MultiheadWeights:
+class MultiheadWeights(Block):
     """``(name, (B, heads, L, S) weights)`` of each call of the selected ``nn.MultiheadAttention``
     modules inside the ``with`` block, in call order (see the module doc for how)."""
 
+    noun, remake = "attention weights block", "MultiheadWeights(model, layers)"
+
     def __init__(self, model: nn.Module, layers: Selector = nn.MultiheadAttention) -> None:
+        super().__init__()
         found = [(n, m) for n, m in _select(model, layers) if isinstance(m, nn.MultiheadAttention)]
         if not found:
             raise SelectionError(
@@ -120,23 +123,14 @@ class MultiheadWeights:
             )
         self.modules = found
         self.weights: list[tuple[str, Tensor]] = []
-        self._handles = HandleGroup()
         self._pending: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
-    def __enter__(self) -> MultiheadWeights:
-        try:
-            for name, module in self.modules:
-                self._handles.on_forward_pre(module, self._remember)
-                self._handles.on_forward(module, partial(self._weigh, name))
-        except BaseException:
-            self._handles.remove()
-            raise
-        return self
+    def _install(self, handles: HandleGroup) -> None:
+        for name, module in self.modules:
+            handles.on_forward_pre(module, self._remember)
+            handles.on_forward(module, partial(self._weigh, name))
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self._handles.remove()
+    def _release(self) -> None:
         self._pending.clear()
 
     def _remember(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
