@@ -133,7 +133,7 @@ def run_cam(args: argparse.Namespace) -> int:
     batch = _inputs(args, [args.image], loaded)
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
-        heat = cam(loaded.model, x, args.method, args.target, layer=args.layer, output=args.output,
+        heat = cam(loaded.model, x, args.method, args.target, select=args.layer, output=args.output,
                    batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
     picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
     draw = panel if args.panel else overlay

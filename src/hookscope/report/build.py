@@ -269,7 +269,7 @@ def _cams(
     step("cam", 0, len(methods))
     for i, method in enumerate(methods):
         chosen = classes if classes is not None else target
-        heats.append(cam(model, x, method, chosen, layer=layer, call=call, output=key))
+        heats.append(cam(model, x, method, chosen, select=layer, call=call, output=key))
         step("cam", i + 1, len(methods))
     views = tuple(
         CamView(
