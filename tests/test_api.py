@@ -107,7 +107,7 @@ def test_exported_members() -> None:
 # Sub-packages and leaf modules that `import hookscope` binds as attributes; reachable, not exported.
 SUBMODULES = {
     "core", "explain", "stats", "viz", "report", "store", "train", "transformer", "display", "errors",
-    "files", "optional", "reducers", "text", "tokens", "deprecation", "annotations", "cams", "lenet",
+    "files", "optional", "reducers", "text", "tokens", "deprecation", "annotations", "cams", "lenet", "progress",
 }  # fmt: skip
 
 
