@@ -93,9 +93,10 @@ def extract(
     module). ``progress`` (``hookscope.progress``; on by default, a dataset run is long): a line with
     throughput redrawn on stderr when it is a terminal (``True``; quiet off a terminal), on the given
     stream, none (``False`` or None), or a callable told ``("extract", batches done, batches in all)``
-    after each batch (0 in all when the loader has no length). An existing store is refused unless ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a
-    finished batch may wait in memory before it is written, in a shard not yet full (``None``:
-    only full shards and the end of the run). ``target``: a callable on the model's output,
+    after each batch (0 in all when the loader has no length). An existing store is refused unless
+    ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may
+    wait in memory before it is written, in a shard not yet full (``None``: only full shards and the
+    end of the run). ``target``: a callable on the model's output,
     ``target(output)``, or ``target(output, batch)`` when it takes two positional arguments,
     returning a scalar or one value per row (summed), whose backward pass each batch runs, so the
     gradient kinds of a call (``grad_output``, ``grad_input``) can be extracted too, with the same
