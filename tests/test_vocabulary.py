@@ -146,3 +146,34 @@ def test_kinds_take_one_kind_or_several() -> None:
     for name in ("capture", "extract", "build_report", "show"):
         annotation = str(inspect.signature(FUNCTIONS[name]).parameters["kinds"].annotation)
         assert "Kind | Iterable[Kind]" in annotation, f"{name}(kinds=) takes Kind | Iterable[Kind], got {annotation}"
+
+
+# The public methods of exported classes: their parameters name parts of the result they belong to.
+METHOD_NAMES = {
+    "name",  # a series or tapped tensor by name (Run.history, Watch.history, Capture.tap)
+    "grad",  # Capture.tap: also keep the tensor's gradient
+    "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
+    "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
+}  # fmt: skip
+RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
+
+
+def _methods() -> list[tuple[str, str, inspect.Signature]]:
+    found = []
+    for name in hookscope.__all__:
+        cls = getattr(hookscope, name)
+        if inspect.isclass(cls) and not issubclass(cls, BaseException):
+            for method, value in vars(cls).items():
+                if not method.startswith("_") and inspect.isfunction(value):
+                    found.append((name, method, inspect.signature(value)))
+    return found
+
+
+def test_public_methods_speak_the_vocabulary_too() -> None:
+    methods = _methods()
+    assert len(methods) > 20  # Capture, Run, Record, Attention, PatchSweep, ...
+    for cls, method, signature in methods:
+        for p in list(signature.parameters.values())[1:]:  # after self
+            assert p.name in ALLOWED | METHOD_NAMES, f"{cls}.{method}({p.name}=) is not in the vocabulary"
+            if p.name in RENAMED:  # only a result's own layer may be called layer
+                assert cls in RESULT_LAYER, f"{cls}.{method}({p.name}=) is the old spelling of {RENAMED[p.name]}="
