@@ -4,6 +4,7 @@ call=None is the last call, a gradient kind runs its own backward pass, extract'
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,21 @@ def test_show_takes_one_kind_or_several() -> None:
         net(x)
     assert hookscope.show(cap, kinds="input").html == hookscope.show(cap, kinds=["input"]).html
     assert hookscope.show(cap, kinds="input").html != hookscope.show(cap, kinds=("input", "output")).html
+
+
+def test_each_old_spelling_is_reported_at_the_callers_line() -> None:
+    """The DeprecationWarning names the line that used the old spelling, so a user can find it."""
+    net = conv_net()
+    x = torch.rand(1, 3, 8, 8, dtype=torch.float64)
+    calls = [
+        lambda: hookscope.select_modules(net, selector="0.0"),
+        lambda: hookscope.cam(net, x, "gradcam", 1, layer="0.1"),
+        lambda: hookscope.attribute(net, x, "ig", 1, steps=4),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            call()
+        deprecations = [w for w in seen if w.category is DeprecationWarning]
+        assert len(deprecations) == 1 and deprecations[0].filename == __file__
+        assert deprecations[0].lineno == call.__code__.co_firstlineno
