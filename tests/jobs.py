@@ -90,7 +90,7 @@ def ranks(out: str) -> None:
     loader = DataLoader(data, batch_size=3)  # 4 batches: rank 0 takes 0 and 2, rank 1 takes 1 and 3
     extract(small_net(), loader, out=f"{out}/acts", kinds=("input", "output"), progress=False)
     extract(small_net(), images(5, 8), out=f"{out}/stats", stats_only=True, per_channel=True, progress=False)
-    extract(small_net(), loader, out=f"{out}/grads", kinds=("output", "grad_output"), loss=square_sum, progress=False)
+    extract(small_net(), loader, out=f"{out}/grads", kinds=("output", "grad_output"), target=square_sum, progress=False)
 
 
 def square_sum(output: torch.Tensor, batch: Any) -> torch.Tensor:

@@ -57,8 +57,8 @@ def test_cams_are_class_discriminative(model, method) -> None:
 def test_score_cam_is_class_discriminative(model) -> None:
     """Score-CAM (320 masked forward passes per target), at a lower resolution to stay quick."""
     x = side_by_side(128)
-    assert left_share(cam(model, x, "scorecam", target=285, layer="_blocks.15", batch_size=64)[0]) > 0.65
-    assert left_share(cam(model, x, "scorecam", target=ESPRESSO, layer="_blocks.15", batch_size=64)[0]) < 0.35
+    assert left_share(cam(model, x, "scorecam", target=285, select="_blocks.15", batch_size=64)[0]) > 0.65
+    assert left_share(cam(model, x, "scorecam", target=ESPRESSO, select="_blocks.15", batch_size=64)[0]) < 0.35
 
 
 def test_grad_cam_matches_captum_on_efficientnet(model) -> None:
@@ -70,7 +70,7 @@ def test_grad_cam_matches_captum_on_efficientnet(model) -> None:
     low, high = theirs.amin(dim=(2, 3), keepdim=True), theirs.amax(dim=(2, 3), keepdim=True)
     theirs = (theirs - low) / (high - low)
     theirs = LayerAttribution.interpolate(theirs, tuple(x.shape[2:]), interpolate_mode="bilinear")[:, 0]
-    ours = cam(model, x, "gradcam", targets, layer="_conv_head")
+    ours = cam(model, x, "gradcam", targets, select="_conv_head")
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 

@@ -273,8 +273,8 @@ def test_gradcam_equals_the_eager_models(compiled: Compiled) -> None:
     model, eager, x = compiled.model, compiled.eager, compiled.x
     torch.testing.assert_close(hookscope.cam(model, x, method="gradcam", target=1), hookscope.cam(eager, x, target=1))
     layer = "conv" if compiled.how == "in_place" else "_orig_mod.conv"  # compiled in place: no _orig_mod
-    at_conv = hookscope.cam(eager, x, method="gradcam", target=1, layer="conv")
-    torch.testing.assert_close(hookscope.cam(model, x, method="gradcam", target=1, layer=layer), at_conv)
+    at_conv = hookscope.cam(eager, x, method="gradcam", target=1, select="conv")
+    torch.testing.assert_close(hookscope.cam(model, x, method="gradcam", target=1, select=layer), at_conv)
 
 
 @pytest.mark.filterwarnings(NON_LEAF_GRAD)

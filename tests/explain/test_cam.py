@@ -57,7 +57,7 @@ def test_gradient_methods_equal_their_maths_on_hand_computed_gradients(tiny, met
     expected = maths.normalize_maps(fn(act, grad).float(), size=(8, 8))
     signed = pytest.warns(CaptureWarning, match=r"of layer 'features' are negative")  # a conv, before its relu
     with signed if method in maths.SIGN_SENSITIVE else contextlib.nullcontext():
-        torch.testing.assert_close(cam(model, x, method, [2, 0], layer="features"), expected)
+        torch.testing.assert_close(cam(model, x, method, [2, 0], select="features"), expected)
 
 
 def test_score_cam_equals_a_hand_loop_over_masked_inputs(tiny) -> None:
@@ -70,13 +70,13 @@ def test_score_cam_equals_a_hand_loop_over_masked_inputs(tiny) -> None:
     channel_scores = torch.tensor(rows, dtype=torch.float64)
     expected = maths.normalize_maps(maths.score_cam(act, channel_scores).float(), size=(8, 8))
     for batch_size in (1, 2, 32):
-        torch.testing.assert_close(cam(model, x, "scorecam", 1, layer="features", batch_size=batch_size), expected)
+        torch.testing.assert_close(cam(model, x, "scorecam", 1, select="features", batch_size=batch_size), expected)
 
 
 def test_eigen_cam_uses_only_activations(tiny) -> None:
     model, x = tiny
     expected = maths.normalize_maps(maths.eigen_cam(model.features(x).detach()).float(), size=(8, 8))
-    torch.testing.assert_close(cam(model, x, "eigencam", layer="features"), expected)
+    torch.testing.assert_close(cam(model, x, "eigencam", select="features"), expected)
 
 
 def test_targets_top1_callable_and_list(tiny) -> None:
@@ -84,10 +84,10 @@ def test_targets_top1_callable_and_list(tiny) -> None:
     model, x = tiny
     top1 = model(x).argmax(1).tolist()
     torch.testing.assert_close(
-        cam(model, x, target=None, layer="features"), cam(model, x, target=top1, layer="features")
+        cam(model, x, target=None, select="features"), cam(model, x, target=top1, select="features")
     )
-    by_callable = cam(model, x, target=lambda out: out[:, 2], layer="features")
-    torch.testing.assert_close(by_callable, cam(model, x, target=2, layer="features"))
+    by_callable = cam(model, x, target=lambda out: out[:, 2], select="features")
+    torch.testing.assert_close(by_callable, cam(model, x, target=2, select="features"))
 
 
 def test_no_side_effects_on_the_model(tiny) -> None:
@@ -97,7 +97,7 @@ def test_no_side_effects_on_the_model(tiny) -> None:
     for method in CAM_METHODS:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # 'features' ends in a conv: signed
-            cam(model, x, method, 0, layer="features")
+            cam(model, x, method, 0, select="features")
     assert all(p.grad is None for p in model.parameters())
     assert not model.training
     assert not model.features[0].weight.requires_grad
@@ -107,15 +107,15 @@ def test_no_side_effects_on_the_model(tiny) -> None:
 def test_cam_works_under_no_grad_inference_mode_and_an_inplace_first_layer(tiny) -> None:
     """The caller's grad mode does not matter, and a model that edits its input in place still works."""
     model, x = tiny
-    expected = cam(model, x, "gradcam", 1, layer="features")
+    expected = cam(model, x, "gradcam", 1, select="features")
     with torch.no_grad():
-        torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected)
+        torch.testing.assert_close(cam(model, x, "gradcam", 1, select="features"), expected)
     with torch.inference_mode():
-        torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected)
+        torch.testing.assert_close(cam(model, x, "gradcam", 1, select="features"), expected)
     inplace_first = nn.Sequential(nn.ReLU(inplace=True), model)
     torch.testing.assert_close(
-        cam(inplace_first, x.relu(), "gradcam", 1, layer="1.features"),
-        cam(model, x.relu(), "gradcam", 1, layer="features"),
+        cam(inplace_first, x.relu(), "gradcam", 1, select="1.features"),
+        cam(model, x.relu(), "gradcam", 1, select="features"),
     )
 
 
@@ -132,11 +132,11 @@ def test_errors_are_one_line_and_helpful(tiny) -> None:
     with pytest.raises(hookscope.HookscopeError, match=r"needs an image batch \(B, C, H, W\)"):
         cam(model, x[0])
     with pytest.raises(hookscope.HookscopeError, match=r"'features' ran 1 time\(s\).*call=3"):
-        cam(model, x, layer="features", call=3)
+        cam(model, x, select="features", call=3)
     with pytest.raises(hookscope.SelectionError, match=r"no module of Sequential returns a \(B, C, H, W\) map"):
         cam(nn.Sequential(nn.Flatten(), nn.Linear(3, 2)), torch.randn(1, 3, 1, 1))
     with pytest.raises(hookscope.HookscopeError, match=r"target 7 is not a class"):
-        cam(model, x, target=7, layer="features")
+        cam(model, x, target=7, select="features")
 
 
 def test_grad_cam_matches_captum_layer_grad_cam_on_resnet18() -> None:
@@ -148,7 +148,7 @@ def test_grad_cam_matches_captum_layer_grad_cam_on_resnet18() -> None:
     theirs = LayerGradCam(model, model.layer4).attribute(x, target=[3, 7], relu_attributions=True)
     low, high = theirs.amin(dim=(2, 3), keepdim=True), theirs.amax(dim=(2, 3), keepdim=True)
     theirs = LayerAttribution.interpolate((theirs - low) / (high - low), (96, 96), interpolate_mode="bilinear")[:, 0]
-    ours = cam(model, x, "gradcam", [3, 7], layer="layer4")
+    ours = cam(model, x, "gradcam", [3, 7], select="layer4")
     torch.testing.assert_close(ours, theirs.float(), atol=1e-5, rtol=1e-5)
 
 
@@ -170,7 +170,7 @@ def test_vision_transformer_layers_work_through_the_token_grid() -> None:
     (grad,) = torch.autograd.grad(logits[:, 4].sum(), seen[0])
     act = tokens_to_grid(seen[0].detach(), prefix=1)
     expected = maths.normalize_maps(maths.grad_cam(act, tokens_to_grid(grad, prefix=1)).float(), size=(32, 32))
-    torch.testing.assert_close(cam(model, x, "gradcam", 4, layer="encoder.layers.encoder_layer_1"), expected)
+    torch.testing.assert_close(cam(model, x, "gradcam", 4, select="encoder.layers.encoder_layer_1"), expected)
 
 
 def test_a_layer_changed_in_place_afterwards_gets_the_gradient_of_its_own_output(tiny) -> None:
@@ -183,11 +183,11 @@ def test_a_layer_changed_in_place_afterwards_gets_the_gradient_of_its_own_output
     logits = model.fc(model.pool(torch.relu(rest(torch.relu(act)))).flatten(1))
     (grad,) = torch.autograd.grad(logits[:, 1].sum(), act)  # out-of-place oracle
     expected = maths.normalize_maps(maths.grad_cam(act.detach(), grad).float(), size=(8, 8))
-    torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features.0"), expected)
+    torch.testing.assert_close(cam(model, x, "gradcam", 1, select="features.0"), expected)
     _, grad_last = _oracle_layer(model, x, [1, 1])
     act_last = model.features(x).detach()
     expected_last = maths.normalize_maps(maths.grad_cam(act_last, grad_last).float(), size=(8, 8))
-    torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="features"), expected_last)
+    torch.testing.assert_close(cam(model, x, "gradcam", 1, select="features"), expected_last)
 
 
 class TwiceConv(nn.Module):
@@ -214,4 +214,4 @@ def test_a_shared_layer_gets_the_gradient_of_the_chosen_call_and_no_warning(call
     grads = torch.autograd.grad(score, [first, second])
     act, grad = ((first, grads[0]), (second, grads[1]))[call]
     expected = maths.normalize_maps(maths.grad_cam(act.detach(), grad).float(), size=(6, 6))
-    torch.testing.assert_close(cam(model, x, "gradcam", 1, layer="conv", call=call), expected)
+    torch.testing.assert_close(cam(model, x, "gradcam", 1, select="conv", call=call), expected)

@@ -21,7 +21,7 @@ def test_a_1x1_layer_gives_a_flat_map(method: str) -> None:
     torch.manual_seed(0)
     model = torchvision.models.resnet18().eval()
     x = torch.randn(2, 3, 32, 32)
-    assert torch.equal(cam(model, x, method, layer="layer4", batch_size=512), torch.zeros(2, 32, 32))
+    assert torch.equal(cam(model, x, method, select="layer4", batch_size=512), torch.zeros(2, 32, 32))
 
 
 def test_normalize_maps_scales_at_the_layer_size_then_resizes() -> None:
@@ -60,11 +60,11 @@ def test_a_conv_before_its_activation_warns_once_and_names_the_activation(method
     assert share > 0.05
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        cam(net, x, method, 1, layer="2")
+        cam(net, x, method, 1, select="2")
     assert len(seen) == 1 and seen[0].category is CaptureWarning
     message = str(seen[0].message)
     assert f"{method} assumes non-negative activations, but {share:.0%} of those of layer '2'" in message
-    assert "explain the activation after it, layer='3'" in message
+    assert "explain the activation after it, select='3'" in message
 
 
 @pytest.mark.parametrize("method", CAM_METHODS)
@@ -72,9 +72,9 @@ def test_no_warning_after_the_relu_nor_for_methods_that_do_not_divide_by_the_sum
     net, x = _small_net(), torch.randn(2, 3, 8, 8, dtype=torch.float64)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        cam(net, x, method, 1, layer="3")
+        cam(net, x, method, 1, select="3")
         if method not in SIGN_SENSITIVE:
-            cam(net, x, method, 1, layer="2")
+            cam(net, x, method, 1, select="2")
     assert [str(w.message) for w in seen] == []
 
 
@@ -92,7 +92,7 @@ def test_a_functional_activation_is_not_named() -> None:
 
     torch.manual_seed(0)
     with pytest.warns(CaptureWarning, match=r"layer 'conv' are negative.*explain the activation that follows it"):
-        cam(Functional().eval(), torch.randn(1, 3, 6, 6), "xgradcam", 0, layer="conv")
+        cam(Functional().eval(), torch.randn(1, 3, 6, 6), "xgradcam", 0, select="conv")
 
 
 # -- a layer that returns several tensors ---------------------------------------------------------
@@ -130,12 +130,12 @@ def test_a_layer_with_two_outputs_is_read_at_its_key() -> None:
     expected = [maths.normalize_maps(maths.grad_cam(t.detach(), g).float()) for t, g in zip((a, b), grads, strict=True)]
     noted = r"layer 'pair' holds 2 tensors; using the first, out\[0\] \(others: out\[1\]\)"
     with pytest.warns(CaptureWarning, match=noted):
-        torch.testing.assert_close(cam(model, x, "gradcam", 2, layer="pair"), expected[0])
-    torch.testing.assert_close(cam(model, x, "gradcam", 2, layer="pair", key="out[1]"), expected[1])
-    torch.testing.assert_close(cam(model, x, "gradcam", 2, layer="pair", key="1"), expected[1])
+        torch.testing.assert_close(cam(model, x, "gradcam", 2, select="pair"), expected[0])
+    torch.testing.assert_close(cam(model, x, "gradcam", 2, select="pair", key="out[1]"), expected[1])
+    torch.testing.assert_close(cam(model, x, "gradcam", 2, select="pair", key="1"), expected[1])
     unknown = r"layer 'pair' has no tensor at key='out\[2\]'; its keys are out\[0\], out\[1\]"
     with pytest.raises(OptionError, match=unknown):
-        cam(model, x, "gradcam", 2, layer="pair", key="out[2]")
+        cam(model, x, "gradcam", 2, select="pair", key="out[2]")
 
 
 def test_score_cam_tells_its_progress_after_each_forward_pass() -> None:
@@ -143,7 +143,7 @@ def test_score_cam_tells_its_progress_after_each_forward_pass() -> None:
     net = nn.Sequential(nn.Conv2d(3, 10, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(10, 4)).eval()
     x = torch.randn(2, 3, 12, 12)
     told: list[tuple[str, int, int]] = []
-    heat = cam(net, x, "scorecam", target=1, layer="1", batch_size=4, progress=lambda *t: told.append(t))
+    heat = cam(net, x, "scorecam", target=1, select="1", batch_size=4, progress=lambda *t: told.append(t))
     chunks = 3  # 10 channels, 4 masked copies at a time: 4 + 4 + 2
     assert told == [("scorecam", done, 2 * chunks) for done in range(2 * chunks + 1)]
-    assert torch.equal(heat, cam(net, x, "scorecam", target=1, layer="1", batch_size=10))  # batching changes nothing
+    assert torch.equal(heat, cam(net, x, "scorecam", target=1, select="1", batch_size=10))  # batching changes nothing

@@ -1,4 +1,4 @@
-"""The layer a CAM reads without ``layer=``: the last spatial map on a CNN, the tokens the last
+"""The layer a CAM reads without ``select=``: the last spatial map on a CNN, the tokens the last
 attention reads on a vision transformer, named in words a user knows.
 
 Oracle for the transformer's choice: ``torch.autograd.grad`` of the class score with respect to each
@@ -45,9 +45,9 @@ def test_on_a_vision_transformer_it_is_the_input_of_the_last_attention() -> None
         assert torch.count_nonzero(patch_gradient(vit, x, later, 3)) == 0
     assert torch.count_nonzero(patch_gradient(vit, x, choice.layer, 3)) > 0
     heat = hookscope.cam(vit, x, target=3)
-    assert torch.equal(heat, hookscope.cam(vit, x, target=3, layer=choice.layer))
+    assert torch.equal(heat, hookscope.cam(vit, x, target=3, select=choice.layer))
     assert heat.std() > 0.05  # a map, not flat
-    assert hookscope.cam(vit, x, target=3, layer=last).abs().max() == 0  # the flat map it avoids
+    assert hookscope.cam(vit, x, target=3, select=last).abs().max() == 0  # the flat map it avoids
 
 
 def test_on_a_cnn_it_is_the_last_spatial_map_and_a_shared_module_is_named_by_its_neighbour() -> None:
@@ -66,5 +66,5 @@ def test_on_a_cnn_it_is_the_last_spatial_map_and_a_shared_module_is_named_by_its
 
 def test_no_map_at_all_says_how_to_choose() -> None:
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
-    with pytest.raises(hookscope.SelectionError, match="pass layer=NAME"):
+    with pytest.raises(hookscope.SelectionError, match="pass select=NAME"):
         choose_layer(mlp, torch.randn(1, 3, 2, 2))

@@ -1,4 +1,4 @@
-"""cam() without layer= picks its layer in the forward pass that computes the map: no probe pass."""
+"""cam() without select= picks its layer in the forward pass that computes the map: no probe pass."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _forwards(model: nn.Module) -> list[int]:
 @pytest.mark.parametrize("method", CAM_METHODS)
 def test_the_layer_is_found_in_the_same_pass(method: str) -> None:
     model, x = _net(), torch.rand(2, 3, 12, 12)
-    named = cam(model, x, method, target=1, layer=pick_layer(model, x)[0])
+    named = cam(model, x, method, target=1, select=pick_layer(model, x)[0])
     count = _forwards(model)
     found = cam(model, x, method, target=1, batch_size=4)
     masked = 2 * 2 if method == "scorecam" else 0  # 8 channels, 4 at a time, for each of 2 images
@@ -54,7 +54,7 @@ def test_the_layer_is_found_in_the_same_pass(method: str) -> None:
 def test_an_output_changed_in_place_later_costs_one_more_pass_and_stays_right(method: str) -> None:
     model, x = Doubles().eval(), torch.rand(1, 3, 8, 8)
     assert pick_layer(model, x) == ("conv", 0)
-    named = cam(model, x, method, target=2, layer="conv")
+    named = cam(model, x, method, target=2, select="conv")
     count = _forwards(model)
     found = cam(model, x, method, target=2)
     assert count[0] == 2
@@ -73,4 +73,4 @@ def test_an_output_changed_in_place_later_costs_one_more_pass_and_stays_right(me
 def test_a_call_that_never_ran_is_named() -> None:
     model, x = _net(), torch.rand(1, 3, 8, 8)
     with pytest.raises(Exception, match=r"layer '2' ran 1 time\(s\) in this forward; call=3 does not exist"):
-        cam(model, x, "eigencam", layer="2", call=3)
+        cam(model, x, "eigencam", select="2", call=3)

@@ -35,7 +35,7 @@ def test_a_0_dim_tensor_target_is_every_images_class_as_in_captum(resnet: nn.Mod
     low, high = raw.amin(dim=(2, 3), keepdim=True), raw.amax(dim=(2, 3), keepdim=True)
     assert (high > low).all()  # three maps that are not flat
     theirs = LayerAttribution.interpolate((raw - low) / (high - low), (96, 96), interpolate_mode="bilinear")[:, 0]
-    torch.testing.assert_close(cam(resnet, three, "gradcam", five, layer="layer4"), theirs.float(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(cam(resnet, three, "gradcam", five, select="layer4"), theirs.float(), atol=1e-5, rtol=0)
 
 
 class Body(nn.Module):
@@ -80,8 +80,8 @@ def pair() -> tuple[Detector, Classifier, Tensor]:
 def test_output_key_explains_that_tensor(pair: tuple[Detector, Classifier, Tensor], output: str) -> None:
     detector, classifier, x = pair
     for method in ("gradcam", "layercam", "scorecam"):
-        expected = cam(classifier, x, method, [4, 1], layer="body.features.1")
-        torch.testing.assert_close(cam(detector, x, method, [4, 1], layer="body.features.1", output=output), expected)
+        expected = cam(classifier, x, method, [4, 1], select="body.features.1")
+        torch.testing.assert_close(cam(detector, x, method, [4, 1], select="body.features.1", output=output), expected)
     for method in ("saliency", "integrated_gradients", "guided_backprop"):
         expected = attribute(classifier, x, method, None, steps=4)
         torch.testing.assert_close(attribute(detector, x, method, None, steps=4, output=output), expected)
@@ -91,8 +91,8 @@ def test_without_a_key_the_first_tensor_is_used_and_named_once(pair: tuple[Detec
     detector, _, x = pair
     first = r"the model's output \(dict\) holds 2 tensors; using the first, out\['box'\] \(others: out\['logits'\]\)"
     for run in (
-        lambda: cam(detector, x, "gradcam", 3, layer="body.features.1"),
-        lambda: cam(detector, x, "scorecam", 3, layer="body.features.1", batch_size=2),
+        lambda: cam(detector, x, "gradcam", 3, select="body.features.1"),
+        lambda: cam(detector, x, "scorecam", 3, select="body.features.1", batch_size=2),
         lambda: attribute(detector, x, "integrated_gradients", 3, steps=4, batch_size=3),
     ):
         with warnings.catch_warnings(record=True) as seen:

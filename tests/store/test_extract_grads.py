@@ -1,4 +1,4 @@
-"""extract(loss=...): the gradient kinds of a call over a whole dataset, checked against autograd."""
+"""extract(target=...): the gradient kinds of a call over a whole dataset, checked against autograd."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _by_hand(net: nn.Sequential, x: Tensor, y: Tensor) -> dict[str, tuple[Tensor
 def test_each_batch_holds_the_gradients_autograd_gives(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
     weights = {k: v.clone() for k, v in net.state_dict().items()}
-    run = extract(net, batches, out=tmp_path / "g", select=["0", "1", "2"], kinds=KINDS, loss=_loss, progress=False)
+    run = extract(net, batches, out=tmp_path / "g", select=["0", "1", "2"], kinds=KINDS, target=_loss, progress=False)
     assert run.complete and run.batches == [0, 1, 2] and run.config["loss"] == "_loss"
     for index, (x, y) in enumerate(batches):
         expected = _by_hand(net, x, y)
@@ -58,17 +58,17 @@ def test_each_batch_holds_the_gradients_autograd_gives(tmp_path: Path) -> None:
 
 def test_a_resumed_gradient_run_equals_one_run(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
-    whole = extract(net, batches, out=tmp_path / "whole", kinds=KINDS, loss=_loss, progress=False)
-    extract(net, batches[:1], out=tmp_path / "part", kinds=KINDS, loss=_loss, progress=False)
-    resumed = extract(net, batches, out=tmp_path / "part", kinds=KINDS, loss=_loss, progress=False, resume=True)
+    whole = extract(net, batches, out=tmp_path / "whole", kinds=KINDS, target=_loss, progress=False)
+    extract(net, batches[:1], out=tmp_path / "part", kinds=KINDS, target=_loss, progress=False)
+    resumed = extract(net, batches, out=tmp_path / "part", kinds=KINDS, target=_loss, progress=False, resume=True)
     assert_equal_runs(resumed, whole)
     with pytest.raises(StoreError, match="made with loss '_loss'"):  # another loss is another store
-        extract(net, batches, out=tmp_path / "part", kinds=KINDS, loss=lambda o, b: o.sum(), resume=True)
+        extract(net, batches, out=tmp_path / "part", kinds=KINDS, target=lambda o, b: o.sum(), resume=True)
 
 
 def test_statistics_of_gradients_over_the_dataset(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
-    run = extract(net, batches, out=tmp_path / "s", select="1", kinds="grad_output", loss=_loss,
+    run = extract(net, batches, out=tmp_path / "s", select="1", kinds="grad_output", target=_loss,
                   stats_only=True, progress=False)  # fmt: skip
     grads = torch.cat([_by_hand(net, x, y)["1"][1] for x, y in batches])
     stats = load(tmp_path / "s").statistics()[("1", "grad_output", "out")]
@@ -79,16 +79,16 @@ def test_statistics_of_gradients_over_the_dataset(tmp_path: Path) -> None:
 
 def test_what_a_gradient_run_refuses_says_how_to_fix_it(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
-    with pytest.raises(OptionError, match=r"forward kinds .*pass loss=fn\(output, batch\)"):
+    with pytest.raises(OptionError, match=r"forward kinds .*pass target=fn\(output\)"):
         extract(net, batches, out=tmp_path / "a", kinds=("output", "grad_output"), progress=False)
     with pytest.raises(OptionError, match="a parameter's gradient per batch"):
-        extract(net, batches, out=tmp_path / "b", kinds=("param_grad",), loss=_loss, progress=False)
-    with pytest.raises(OptionError, match=r"must return a scalar tensor, got \(3, 3\)"):
-        extract(net, batches, out=tmp_path / "c", kinds="grad_output", loss=lambda o, b: o, progress=False)
+        extract(net, batches, out=tmp_path / "b", kinds=("param_grad",), target=_loss, progress=False)
+    with pytest.raises(OptionError, match=r"must return a scalar tensor or one value per row, got \(3, 3\)"):
+        extract(net, batches, out=tmp_path / "c", kinds="grad_output", target=lambda o, b: o, progress=False)
     with pytest.raises(OptionError, match=r"no \.detach"):
-        extract(net, batches, out=tmp_path / "d", kinds="grad_output", loss=lambda o, b: o.detach().sum(),
+        extract(net, batches, out=tmp_path / "d", kinds="grad_output", target=lambda o, b: o.detach().sum(),
                 progress=False)  # fmt: skip
     frozen = _net().requires_grad_(False)
     with pytest.raises(OptionError, match="trainable parameters"):
-        extract(frozen, batches, out=tmp_path / "e", kinds="grad_output", loss=_loss, progress=False)
+        extract(frozen, batches, out=tmp_path / "e", kinds="grad_output", target=_loss, progress=False)
     assert not any((tmp_path / name).exists() for name in "abe")  # refused before the store was made

@@ -87,7 +87,7 @@ def run_report(args: argparse.Namespace) -> int:
             args.ablate, loaded.model, x, labels=loaded.labels, top_k=_top_k(args), output=args.output
         )  # --ablate: cli/ablate.py
         report = build_report(
-            loaded.model, x, select=args.select, grads=args.grads or _gradients(args.kinds), kinds=args.kinds,
+            loaded.model, x, select=args.select, grads=args.grads, kinds=args.kinds,
             pictures=batch.pictures,
             labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam or ("gradcam",)), top_k=_top_k(args),
             title=_title(loaded.name, batch.names, len(x)), notes=notes, progress=progress,
@@ -95,11 +95,6 @@ def run_report(args: argparse.Namespace) -> int:
         )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0
-
-
-def _gradients(chosen: Sequence[str] | None) -> bool:
-    """Whether ``--kinds`` names a gradient kind (which needs the backward pass ``--grads`` asks for)."""
-    return any(kinds.is_gradient(kind) for kind in chosen or ())
 
 
 def _title(model: str, names: Sequence[str], images: int) -> str:
@@ -133,7 +128,7 @@ def run_cam(args: argparse.Namespace) -> int:
     batch = _inputs(args, [args.image], loaded)
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
-        heat = cam(loaded.model, x, args.method, args.target, layer=args.layer, output=args.output,
+        heat = cam(loaded.model, x, args.method, args.target, select=args.layer, output=args.output,
                    batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
     picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
     draw = panel if args.panel else overlay

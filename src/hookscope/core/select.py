@@ -34,6 +34,7 @@ from typing import Union
 
 from torch import nn
 
+from ..deprecation import renamed
 from ..errors import SelectionError
 from ..text import closest
 from .compiled import eager_selector, has_wrappers, named_modules, unwrap
@@ -74,21 +75,23 @@ def list_modules(model: nn.Module) -> list[ModuleInfo]:
     ]
 
 
-def select_modules(model: nn.Module, selector: Selector | None = None) -> list[tuple[str, nn.Module]]:
-    """The ``(name, module)`` pairs of ``model`` that ``selector`` matches, in model order.
+@renamed(selector="select")
+def select_modules(model: nn.Module, select: Selector | None = None) -> list[tuple[str, nn.Module]]:
+    """The ``(name, module)`` pairs of ``model`` that ``select`` matches, in model order (None, the
+    default: every leaf module).
 
     A module registered under several names (a shared module) comes back once, under the first
     name that matched. Raises ``SelectionError`` naming the closest names when a selector
-    matches nothing.
+    matches nothing. ``selector=`` is the old spelling of ``select=``.
     """
     _check_model(model)
     named = named_modules(model, remove_duplicate=False)
     wrapped = has_wrappers(model)
-    if selector is None:
+    if select is None:
         leaves = [(n, m) for n, m in named if next(m.children(), None) is None]
         return _unique(leaves) or named[:1]
     matched: set[str] = set()
-    for single in _entries(selector):
+    for single in _entries(select):
         if single == BLOCKS:
             matched |= {name for name, _ in (blocks(model) or select_modules(model))}
             continue

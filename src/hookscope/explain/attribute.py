@@ -41,7 +41,9 @@ from torch import Tensor, nn
 
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
+from ..deprecation import warn_renamed
 from ..errors import OptionError
+from ..progress import Progress, callback
 from .notes import once_each
 from .targets import Target, logits, scores
 
@@ -53,6 +55,7 @@ UNIFORM_SEED = 0  # the "uniform" baseline is the same on every call
 
 Points = Callable[[Tensor, Tensor], Tensor]  # (steps, images) of some rows -> those rows' inputs
 Forward = Callable[[Tensor], Any]  # the model, or the model and the pick of its output's tensor
+Steps = Callable[[int, int], None]  # (done, total) of the method's stage: the progress callback
 
 
 @overload
@@ -60,14 +63,14 @@ def attribute(
     model: nn.Module, x: Tensor, method: Method = ..., target: Target = ..., *,
     baseline: Baseline = ..., steps: int = ..., batch_size: int | None = ..., samples: int = ...,
     noise: float = ..., generator: torch.Generator | None = ..., output: str | None = ...,
-    return_delta: Literal[False] = ...,
+    progress: Progress = ..., return_delta: Literal[False] = ...,
 ) -> Tensor: ...  # fmt: skip
 @overload
 def attribute(
     model: nn.Module, x: Tensor, method: Method = ..., target: Target = ..., *,
     baseline: Baseline = ..., steps: int = ..., batch_size: int | None = ..., samples: int = ...,
     noise: float = ..., generator: torch.Generator | None = ..., output: str | None = ...,
-    return_delta: Literal[True],
+    progress: Progress = ..., return_delta: Literal[True],
 ) -> tuple[Tensor, Tensor]: ...  # fmt: skip
 def attribute(
     model: nn.Module,
@@ -82,6 +85,7 @@ def attribute(
     noise: float = 0.15,
     generator: torch.Generator | None = None,
     output: str | None = None,
+    progress: Progress = None,
     return_delta: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Attributions of ``model``'s ``target`` score to ``x``, with ``x``'s shape (see the module doc).
@@ -93,23 +97,38 @@ def attribute(
     at once). ``generator`` makes smoothgrad's noise reproducible. ``return_delta`` also returns
     integrated gradients' per-image ``sum(attr) - (score(x) - score(baseline))``. ``output``
     picks the tensor of a structured model output that the target indexes (see
-    ``hookscope.explain.targets``).
+    ``hookscope.explain.targets``). ``progress`` (``hookscope.progress``; default quiet) hears
+    ``(method, done, total)`` after each batch of rows through the model. ``method="ig"`` is the old
+    spelling of ``"integrated_gradients"``.
     """
+    method = _method(method)
     _check_options(x, method, steps, samples, noise, batch_size)
+    step = partial(callback(progress), method)
     if return_delta and method != "integrated_gradients":
         raise OptionError(f"return_delta=True needs method='integrated_gradients', got method={method!r}")
     forward: Forward = model if output is None else partial(_pick_output, model, output)
     with torch.inference_mode(False), torch.enable_grad(), once_each():  # each step may say the same
         x = x.detach().clone()  # a normal tensor even if x was made in inference mode
         if method == "integrated_gradients":
-            attr, delta = _integrated_gradients(forward, x, target, baseline, steps, batch_size)
+            attr, delta = _integrated_gradients(forward, x, target, baseline, steps, batch_size, step)
             return (attr, delta) if return_delta else attr
         if method == "smoothgrad":
-            return _smoothgrad(forward, x, target, samples, noise, batch_size, generator)
+            return _smoothgrad(forward, x, target, samples, noise, batch_size, generator, step)
+        step(0, 1)
         if method == "guided_backprop":
-            return _guided_backprop(model, forward, x, target)
-        grad = _gradient(forward, x, target)[0]
-        return grad if method == "saliency" else x * grad
+            grad = _guided_backprop(model, forward, x, target)
+        else:
+            grad = _gradient(forward, x, target)[0]
+        step(1, 1)
+        return x * grad if method == "input_x_gradient" else grad
+
+
+def _method(method: str) -> Method:
+    """The method's name, with the old spelling ``"ig"`` turned into ``"integrated_gradients"`` (and a warning)."""
+    if method == "ig":
+        warn_renamed('attribute(method="ig")', 'attribute(method="integrated_gradients")', stacklevel=3)
+        return "integrated_gradients"
+    return method  # type: ignore[return-value]  # checked by _check_options
 
 
 def _pick_output(model: nn.Module, key: str, x: Tensor) -> Tensor:
@@ -135,7 +154,7 @@ def _gradient(model: Forward, x: Tensor, target: Target) -> tuple[Tensor, Tensor
 
 def _smoothgrad(
     model: Forward, x: Tensor, target: Target, samples: int, noise: float, batch_size: int | None,
-    generator: torch.Generator | None,
+    generator: torch.Generator | None, step: Steps,
 ) -> Tensor:  # fmt: skip
     """Mean d score / d x over ``samples`` copies x + N(0, (noise * (max - min))^2) of each image.
 
@@ -151,11 +170,11 @@ def _smoothgrad(
         return x[image] + std[image] * torch.stack(draws).to(x.device)
 
     weights = torch.full((samples,), 1 / samples, dtype=x.dtype, device=x.device)
-    return _weighted_gradients(model, noisy, weights, x, fixed, batch_size)
+    return _weighted_gradients(model, noisy, weights, x, fixed, batch_size, step)
 
 
 def _integrated_gradients(
-    model: Forward, x: Tensor, target: Target, baseline: Baseline, steps: int, batch_size: int | None
+    model: Forward, x: Tensor, target: Target, baseline: Baseline, steps: int, batch_size: int | None, step: Steps
 ) -> tuple[Tensor, Tensor]:
     """Integrated gradients from ``baseline`` to x by ``steps``-point Gauss-Legendre, and the delta.
 
@@ -168,10 +187,10 @@ def _integrated_gradients(
     alphas, weights = alphas.to(x), weights.to(x)
     diff = x - base
 
-    def on_path(step: Tensor, image: Tensor) -> Tensor:
-        return base[image] + _per_row(alphas[step], x) * diff[image]
+    def on_path(point: Tensor, image: Tensor) -> Tensor:
+        return base[image] + _per_row(alphas[point], x) * diff[image]
 
-    attr = diff * _weighted_gradients(model, on_path, weights, x, fixed, batch_size)
+    attr = diff * _weighted_gradients(model, on_path, weights, x, fixed, batch_size, step)
     score_base = _fixed_target(model, base, fixed)[0]
     return attr, attr.flatten(1).sum(1) - (score_x - score_base)
 
@@ -218,23 +237,27 @@ def _relu_message(model: nn.Module, problem: str) -> str:
 
 
 def _weighted_gradients(
-    model: Forward, points: Points, weights: Tensor, x: Tensor, target: Target, batch_size: int | None
+    model: Forward, points: Points, weights: Tensor, x: Tensor, target: Target, batch_size: int | None, step: Steps
 ) -> Tensor:
     """sum_s weights[s] * d score / d input at ``points(s, i)``, for each image i of x: x's shape.
 
     Row r = s * B + i; rows go through the model ``batch_size`` at a time. A class target must
-    already be ``(B,)`` indices; a callable target sees each chunk of rows.
+    already be ``(B,)`` indices; a callable target sees each chunk of rows. ``step(done, total)``
+    after each chunk.
     """
     batch = len(x)
     rows = len(weights) * batch
     chunk = batch_size or rows
     total = torch.zeros_like(x)
+    chunks = -(-rows // chunk)
+    step(0, chunks)
     for start in range(0, rows, chunk):
         row = torch.arange(start, min(start + chunk, rows), device=x.device)
-        step, image = row // batch, row % batch
+        point, image = row // batch, row % batch
         row_target = target[image] if isinstance(target, Tensor) else target
-        grad = _gradient(model, points(step, image), row_target)[0]
-        total = total.index_add(0, image, grad * _per_row(weights[step], grad))
+        grad = _gradient(model, points(point, image), row_target)[0]
+        total = total.index_add(0, image, grad * _per_row(weights[point], grad))
+        step(start // chunk + 1, chunks)
     return total
 
 

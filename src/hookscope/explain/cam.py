@@ -34,9 +34,12 @@ from torch import Tensor, nn
 
 from ..core.capture import capture
 from ..core.records import Call
+from ..core.select import Selector
+from ..deprecation import renamed
 from ..errors import CaptureWarning, OptionError
+from ..progress import Callback, Progress, callback
 from ..tokens import spatial_maps
-from .layers import choose_among
+from .layers import choose_among, one_module
 from .notes import once_each
 from .signed import warn_if_signed
 from .targets import Target, choose_key, scores, several_tensors
@@ -126,7 +129,6 @@ def normalize_maps(maps: Tensor, size: tuple[int, int] | None = None) -> Tensor:
 # -- the registry and the driver ------------------------------------------------------------------
 
 GradMethod = Callable[[Tensor, Tensor], Tensor]
-Progress = Callable[[str, int, int], None]  # (stage, done, total), as the report's
 GRAD_METHODS: dict[str, GradMethod] = {
     "gradcam": grad_cam,
     "gradcam++": grad_cam_pp,
@@ -162,39 +164,42 @@ class Pass(NamedTuple):
         return self.calls[self.where.call] if -len(self.calls) <= self.where.call < len(self.calls) else None
 
 
+@renamed(layer="select")
 def cam(
     model: nn.Module,
     x: Tensor,
     method: str = "gradcam",
     target: Target = None,
     *,
-    layer: str | None = None,
-    call: int = -1,
+    select: Selector | None = None,
+    call: int | None = None,
     key: str | None = None,
     output: str | None = None,
     batch_size: int = 32,
-    progress: Progress | None = None,
+    progress: Progress = None,
 ) -> Tensor:
     """Heatmaps (B, H, W) at ``x``'s size, each scaled to [0, 1], for ``target`` (top-1 when None).
 
-    ``layer`` is a module name; without one, the last layer whose output is still a spatial map
-    is used, or on a vision transformer the tokens its last attention reads
-    (``hookscope.explain.layers``; the choice is logged on the "hookscope" logger), found in the
-    same forward pass that computes the map. ``call`` picks the layer's call when it runs several
-    times (the last by default). ``key`` picks the tensor of a layer that returns several (default:
-    the first, with a ``CaptureWarning``); ``output`` the tensor of the model's output that the
-    target indexes (see ``hookscope.explain.targets``). ``batch_size`` bounds the masked copies
-    Score-CAM runs at once; ``progress("scorecam", done, total)`` is told after each of those
-    forward passes (one per channel and image, in batches). Grad-CAM++ and XGrad-CAM warn when more
-    than 5% of the layer's activations are negative (a conv before its activation): their weights
-    assume non-negative ones (``hookscope.explain.signed``).
+    ``select`` is a selector (``hookscope.core.select``) that must match exactly one module; None
+    (the default) uses the last layer whose output is still a spatial map, or on a vision
+    transformer the tokens its last attention reads (``hookscope.explain.layers``; the choice is
+    logged on the "hookscope" logger), found in the same forward pass that computes the map.
+    ``call`` picks the layer's call when it runs several times, 0-based, negative from the end
+    (None, the default: the last). ``key`` picks the tensor of a layer that returns several
+    (default: the first, with a ``CaptureWarning``); ``output`` the tensor of the model's output
+    that the target indexes (see ``hookscope.explain.targets``). ``batch_size`` bounds the masked
+    copies Score-CAM runs at once; ``progress`` (``hookscope.progress``; default quiet) hears
+    ``("scorecam", done, total)`` after each of those forward passes (one per channel and image, in
+    batches). Grad-CAM++ and XGrad-CAM warn when more than 5% of the layer's activations are
+    negative (a conv before its activation): their weights assume non-negative ones
+    (``hookscope.explain.signed``). ``layer=`` is the old spelling of ``select=``.
     """
     if method not in CAM_METHODS:
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
-    with once_each():  # the passes below may each say the same thing
-        where = Where(layer, call, key, output)
+    with once_each(wrappers=1):  # the passes below may each say the same thing; 1: @renamed
+        where = Where(one_module(model, select), -1 if call is None else call, key, output)
         if method in GRAD_METHODS:
             where, activations, gradients = _gradient_cam(model, x, target, where)
             if method in SIGN_SENSITIVE:
@@ -203,7 +208,7 @@ def cam(
         elif method == "eigencam":
             raw = eigen_cam(_activations(model, x, where)[1])
         else:
-            raw = _score_cam(model, x, target, where, batch_size, progress or _quiet)
+            raw = _score_cam(model, x, target, where, batch_size, callback(progress))
     return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
 
 
@@ -298,7 +303,7 @@ def _score_cam(
     target: Target,
     where: Where,
     batch_size: int,
-    progress: Callable[[str, int, int], None],
+    progress: Callback,
 ) -> Tensor:
     passed, activations = _activations(model, x, where)
     with torch.no_grad():
@@ -332,10 +337,6 @@ def _masked_scores(
             out.append(picked)
             step(n)
     return torch.cat(out)
-
-
-def _quiet(stage: str, done: int, total: int) -> None:
-    """No progress shown."""
 
 
 def _one_call(calls: list[Call], where: Where) -> Call:

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ..core.capture import probe
 from ..core.compiled import unwrap
 from ..core.records import Call, Record
+from ..core.select import Selector, select_modules
 from ..errors import SelectionError, ShapeError
 from ..tokens import tokens_to_grid
 
@@ -43,14 +44,29 @@ class LayerChoice(NamedTuple):
     words: str
 
 
+def one_module(model: nn.Module, select: Selector | None) -> str | None:
+    """The name of the one module ``select`` matches (None stays None: cam() picks the layer); a
+    ``SelectionError`` when it matches several."""
+    if select is None:
+        return None
+    matched = [name for name, _ in select_modules(model, select)]
+    if len(matched) > 1:
+        shown = ", ".join(matched[:4]) + (", ..." if len(matched) > 4 else "")
+        raise SelectionError(
+            f"cam() reads one module, but select={select!r} matched {len(matched)} ({shown}); "
+            f"pick one, e.g. select={matched[-1]!r}"
+        )
+    return matched[0]
+
+
 def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
-    """The (name, call) a CAM reads without ``layer=`` (``choose_layer`` says how, and logs why)."""
+    """The (name, call) a CAM reads without ``select=`` (``choose_layer`` says how, and logs why)."""
     choice = choose_layer(model, x)
     return choice.layer, choice.call
 
 
 def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
-    """The layer a CAM reads without ``layer=`` (see the module docstring), logged on "hookscope"."""
+    """The layer a CAM reads without ``select=`` (see the module docstring), logged on "hookscope"."""
     return choose_among(model, probe(model, x))
 
 
@@ -61,7 +77,7 @@ def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
     if not maps:
         raise SelectionError(
             f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 or (B, N, C) "
-            "tokens on a patch grid; pass layer=NAME"
+            "tokens on a patch grid; pass select=NAME"
         )
     chosen, why = maps[-1], "the last spatial map"
     if not _is_spatial(chosen):

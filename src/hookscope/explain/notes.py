@@ -9,9 +9,10 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def once_each() -> Iterator[None]:
+def once_each(wrappers: int = 0) -> Iterator[None]:
     """Run the block, then issue each distinct warning it raised once, in order, at the code that
-    called the public function running the block (``with once_each():`` in its body).
+    called the public function running the block (``with once_each():`` in its body; ``wrappers``:
+    the decorators between that function and its caller, e.g. ``hookscope.deprecation.renamed``).
 
     The caller's filters decide what happens to them, as if they had not been collected ("error"
     raises at the end of the block). When the block raises, its warnings are dropped: the
@@ -23,5 +24,5 @@ def once_each() -> Iterator[None]:
     for w in seen:
         unique.setdefault((w.category, str(w.message)), w)
     for w in unique.values():
-        # this generator, contextlib's __exit__, the public function, its caller
-        warnings.warn(w.message, w.category, stacklevel=4)
+        # this generator, contextlib's __exit__, the public function, its wrappers, its caller
+        warnings.warn(w.message, w.category, stacklevel=4 + wrappers)

@@ -34,7 +34,7 @@ def warn_if_signed(model: nn.Module, x: Tensor, method: str, activations: Tensor
     if share <= SIGNED_SHARE:
         return
     after = activation_after(model, x, layer, call)
-    instead = f"the activation after it, layer={after!r}" if after else "the activation that follows it"
+    instead = f"the activation after it, select={after!r}" if after else "the activation that follows it"
     warnings.warn(
         f"{method} assumes non-negative activations, but {share:.0%} of those of layer {layer!r} are negative "
         f"(more than {SIGNED_SHARE:.0%}), so its eps decides the map; explain {instead}, or use gradcam",

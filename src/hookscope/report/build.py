@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,6 +44,7 @@ from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
+from ..progress import Callback, Progress, callback
 from ..viz.images import overlay, to_pil
 from .edits import as_section
 from .flow import FlowChart, flow_chart
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
 MAX_IMAGES = 8  # images of the batch that get a prediction, a picture and CAMs
 PICTURE_SIDE = (192, 448)  # pictures are enlarged (nearest) or shrunk to fit these sides
 
-Progress = Callable[[str, int, int], None]
-
 
 def build_report(
     model: nn.Module,
@@ -73,7 +72,7 @@ def build_report(
     *,
     select: Selector | None = None,
     grads: bool = False,
-    kinds: Sequence[str] | None = None,
+    kinds: Kind | Iterable[Kind] | None = None,
     pictures: Sequence[Image] | None = None,
     labels: Sequence[str] | None = None,
     target: Target = None,
@@ -82,25 +81,30 @@ def build_report(
     title: str = "hookscope report",
     notes: Sequence[str] = (),
     max_layers: int = 64,
-    progress: Progress | None = None,
+    progress: Progress = None,
     output: str | None = None,
     image_names: Sequence[str] = (),
     sections: Sequence[Section | PatchSweep] = (),
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
-    ``kinds``: drawn on each layer's card (None: ``output``, and ``grad_output`` with ``grads``).
+    ``select``: the layers captured (None, the default: every leaf module). ``kinds``: drawn on each
+    layer's card (None: ``output``, and ``grad_output`` with ``grads``); a gradient kind runs the
+    backward pass itself, so ``grads=True`` is a shorthand for ``kinds=("output", "grad_output")``
+    (with the gradient-flow chart).
     ``pictures``, ``image_names``: one per image of ``x``, what CAMs are drawn over (default: ``x``
     min-max scaled) and what the page calls it (default: ``image 0``...). ``labels`` name classes.
     ``target``: what gradients and CAMs explain (``hookscope.explain.targets``; None: top-1), in the
     model's output at ``output`` (a key of a tuple or dict output; default its first tensor, named
-    in a remark). ``progress(stage, done, total)``: at the start of each stage (``forward``,
-    ``layers``, ``cam``, ``flow``) with ``done=0``, and after each of its steps. ``sections``: drawn
+    in a remark). ``progress`` (``hookscope.progress``; default quiet) hears ``(stage, done, total)``
+    at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
+    after each of its steps. ``sections``: drawn
     after the prediction, each a ``PatchSweep`` or a ``Section`` (``hookscope.report.edits``).
     """
-    _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
     drawn = _drawn_kinds(kinds, grads)
-    step = progress or _quiet
+    grads = grads or any(is_gradient(k) for k in drawn)
+    _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
+    step = callback(progress)
     cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
     scores_2d = _class_scores(returned, labels, key)
     layers, left_out = layer_views(
@@ -139,7 +143,7 @@ def _run(
     kinds: tuple[Kind, ...],
     grads: bool,
     explain: tuple[Target, str | None],
-    step: Progress,
+    step: Callback,
 ) -> tuple[Capture, Any, str, list[str]]:
     """One forward pass under the capture (and a backward one with ``grads``), the ``forward`` stage:
     the capture, what the model returned, the key of the output explained (``explain``: the target
@@ -170,7 +174,7 @@ def _run(
     return cap, output, key, remarks
 
 
-def _flow(cap: Capture, step: Progress) -> FlowChart | None:
+def _flow(cap: Capture, step: Callback) -> FlowChart | None:
     step("flow", 0, 1)
     chart = flow_chart(cap)
     step("flow", 1, 1)
@@ -246,7 +250,7 @@ def _cams(
     explain: tuple[Target, str],
     scores_2d: Tensor | None,
     labels: Sequence[str] | None,
-    step: Progress,
+    step: Callback,
     remarks: list[str],
 ) -> tuple[str, tuple[CamView, ...]]:
     """(the layer in words, one CamView per image) for each of ``methods``; ("", ()) with a remark when
@@ -269,7 +273,7 @@ def _cams(
     step("cam", 0, len(methods))
     for i, method in enumerate(methods):
         chosen = classes if classes is not None else target
-        heats.append(cam(model, x, method, chosen, layer=layer, call=call, output=key))
+        heats.append(cam(model, x, method, chosen, select=layer, call=call, output=key))
         step("cam", i + 1, len(methods))
     views = tuple(
         CamView(
@@ -302,7 +306,10 @@ def _check_options(
     if not isinstance(x, Tensor) or x.dim() == 0:
         raise OptionError(f"x must be a batch tensor (B, ...), got {type(x).__name__} {getattr(x, 'shape', '')}")
     if grads and not x.is_floating_point():
-        raise OptionError(f"grads=True differentiates with respect to x, which must be floating point, got {x.dtype}")
+        raise OptionError(
+            f"gradients (grads=True or a gradient kind) are taken with respect to x, which must be floating point, "
+            f"got {x.dtype}; pass a float input or kinds without gradients"
+        )
     if isinstance(methods, str):
         raise OptionError(f"cam_methods must be a list of method names, got the string {methods!r}; pass [{methods!r}]")
     unknown = [m for m in methods if m not in CAM_METHODS]
@@ -317,8 +324,9 @@ def _check_options(
             raise OptionError(f"{name} must be a positive int, got {value!r}")
 
 
-def _drawn_kinds(kinds: Sequence[str] | None, grads: bool) -> tuple[Kind, ...]:
-    """The kinds each card draws, in table order: those asked for, or output (and grad_output with grads)."""
+def _drawn_kinds(kinds: Kind | Iterable[Kind] | None, grads: bool) -> tuple[Kind, ...]:
+    """The kinds each card draws, in table order: those asked for, or output (and grad_output with grads).
+    A gradient kind among them means a backward pass (``build_report`` infers it)."""
     if kinds is None:
         return ("output", "grad_output") if grads else ("output",)
     drawable = tuple(k for k in names() if per_call(k))
@@ -327,11 +335,4 @@ def _drawn_kinds(kinds: Sequence[str] | None, grads: bool) -> tuple[Kind, ...]:
         got = ", ".join(map(repr, wrong)) or "none"
         got += misspelled(wrong)
         raise OptionError(f"a report draws the kinds {', '.join(drawable)}, got {got}; pass some of them as kinds=")
-    needing = [k for k in chosen if is_gradient(k)]
-    if needing and not grads:
-        raise OptionError(f"kinds {', '.join(needing)}: gradients need a backward pass; pass grads=True")
     return chosen
-
-
-def _quiet(stage: str, done: int, total: int) -> None:
-    pass

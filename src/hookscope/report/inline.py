@@ -19,7 +19,7 @@ Small by default: at most ``MAX_ROWS`` sites (or store rows), ``MAX_CALLS`` call
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,12 +67,12 @@ class Inline:
         return f"<hookscope view of {self.what}>"
 
 
-def show(obj: Any, *, kinds: Sequence[str] | None = None, max_layers: int = SHOW_LAYERS) -> Inline:
+def show(obj: Any, *, kinds: Kind | Iterable[Kind] | None = None, max_layers: int = SHOW_LAYERS) -> Inline:
     """The report's layer cards of ``obj``, inline: the last line of a cell shows them.
 
     ``obj``: a capture, a store (``load``; its first batch), a ``Record``, a dict of records, or a
-    ``Report``; anything else that shows itself is shown as it does. ``kinds``: the kinds drawn of
-    a capture, records or a site (default: every per-call kind they hold; a store and a report
+    ``Report``; anything else that shows itself is shown as it does. ``kinds``: the kind or kinds
+    drawn of a capture, records or a site (default: every per-call kind they hold; a store and a report
     draw their own); ``max_layers``: cards drawn, the rest counted.
     """
     if isinstance(obj, Report):
@@ -261,7 +261,7 @@ def _param_grads(record: Record) -> Safe:
     return html.table(("parameter", "backward passes", "grad shape"), grads, numeric=(1,)) if grads else Safe("")
 
 
-def _kinds(records: Any, asked: Sequence[str] | None) -> tuple[Kind, ...]:
+def _kinds(records: Any, asked: Kind | Iterable[Kind] | None) -> tuple[Kind, ...]:
     """The per-call kinds ``asked`` (checked), or those the records' calls hold, in table order."""
     if asked is not None:
         drawable = tuple(k for k in names() if per_call(k))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from ..core.records import forward_order
 from ..core.select import BLOCKS, Selector
 from ..errors import CaptureWarning, OptionError
 from ..optional import require
+from ..progress import Progress, callback
 from ..transformer.attention import Attention, attention
 from ..transformer.grid import attention_grid
 from .html import environment, write_page
@@ -47,8 +48,6 @@ from .views import human_time, png
 
 TEMPLATE = "tokens.html.j2"  # beside report.html.j2
 MAX_SENTENCES = 4  # sequences of a batch the page draws
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -104,12 +103,12 @@ def build_text_report(
     title: str = "hookscope text report",
     notes: Sequence[str] = (),
     max_layers: int = 64,
-    progress: Progress | None = None,
+    progress: Progress = None,
 ) -> TextReport:
     """Run ``model`` once on ``inputs`` (a ``BatchEncoding``, ids, or text with ``tokenizer``) and gather the page."""
     if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 1:
         raise OptionError(f"max_layers must be a positive int, got {max_layers!r}")
-    step = progress or _quiet
+    step = callback(progress)
     step("forward", 0, 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CaptureWarning)
@@ -211,10 +210,6 @@ def _shade(value: float, top: float) -> str:
     """The CSS background of a cell: the accent colour at ``value / top`` strength."""
     strength = 0.0 if top <= 0 else max(0.0, min(1.0, value / top))
     return f"background: color-mix(in srgb, var(--accent) {100 * strength:.0f}%, transparent)"
-
-
-def _quiet(stage: str, done: int, total: int) -> None:
-    pass
 
 
 def table_max(rows: Sequence[Sequence[float]]) -> float:

@@ -1,7 +1,9 @@
-"""Batches as ``extract`` meets them: fed to the model, counted in rows, and the loss a gradient run takes."""
+"""Batches as ``extract`` meets them: fed to the model, counted in rows, and the target a gradient run
+differentiates."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -13,7 +15,7 @@ from ..core.tree import flatten
 from ..errors import OptionError
 
 Forward = Callable[[nn.Module, Any], Any]
-Loss = Callable[[Any, Any], Tensor]  # (model output, batch) -> a scalar
+Loss = Callable[..., Tensor]  # (model output) or (model output, batch) -> a scalar or one value per row
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -47,18 +49,33 @@ def rows_of(batch: Any) -> int | None:
     return int(leaves[0][1].shape[0]) if leaves and leaves[0][1].dim() else None
 
 
-def backward(model: nn.Module, loss: Loss, output: Any, batch: Any) -> None:
-    """d loss / d every trainable parameter, so the backward pass reaches every layer, without writing
-    ``param.grad`` (``torch.autograd.grad``, not ``backward()``: the model is left as it was)."""
+def backward(model: nn.Module, target: Loss, output: Any, batch: Any) -> None:
+    """d target / d every trainable parameter, so the backward pass reaches every layer, without writing
+    ``param.grad`` (``torch.autograd.grad``, not ``backward()``: the model is left as it was). A target
+    of one value per row is summed."""
     trainable = trainable_parameters(model)
-    value = loss(output, batch)
-    if not isinstance(value, Tensor) or value.numel() != 1:
+    value = target(output, batch) if takes_batch(target) else target(output)
+    rows = rows_of(batch)
+    if not isinstance(value, Tensor) or not (value.numel() == 1 or (value.dim() == 1 and rows in (None, len(value)))):
         got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise OptionError(f"loss(output, batch) must return a scalar tensor, got {got}; reduce it, e.g. with .sum()")
+        raise OptionError(f"target(output) must return a scalar tensor or one value per row, got {got}; "
+                          "reduce it, e.g. with .sum()")  # fmt: skip
     if not value.requires_grad:
-        raise OptionError("loss(output, batch) does not depend on the model's output with a gradient; "
+        raise OptionError("target(output) does not depend on the model's output with a gradient; "
                           "compute it from the output (no .detach(), no torch.no_grad())")  # fmt: skip
-    torch.autograd.grad(value.reshape(()), trainable, allow_unused=True)
+    torch.autograd.grad(value.sum(), trainable, allow_unused=True)
+
+
+def takes_batch(target: Loss) -> bool:
+    """Whether ``target`` is called ``(output, batch)``: it takes two positional arguments (or ``*args``);
+    else it is called ``(output)``."""
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    return len(required) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
 def trainable_parameters(model: nn.Module) -> list[Tensor]:

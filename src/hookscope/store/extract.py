@@ -11,7 +11,7 @@ One capture stays open for the whole run (hooks registered once); each batch run
 (``hookscope.store.shard_writer``) and the capture is cleared, so memory stays flat: what hookscope holds
 never exceeds ``max_memory`` plus the batch being computed. ``reduce=`` shrinks each tensor
 in the hook (``hookscope.reducers``). Only the kinds that are not gradients are extracted
-(``hookscope.core.kinds.forward_kinds()``: ``input``, ``output``), and with ``loss=`` the
+(``hookscope.core.kinds.forward_kinds()``: ``input``, ``output``), and with ``target=`` the
 gradients of a call too (``grad_input``, ``grad_output``): each batch then runs its backward pass.
 
 ``stats_only=True`` keeps nothing but a ``RunningStats`` per (site, kind, key), updated in the
@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -48,7 +48,9 @@ from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Label
 from ..core.select import Selector, select_modules, selector_text
+from ..deprecation import renamed
 from ..errors import OptionError, StoreError
+from ..progress import Callback, Progress, callback
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from ..text import bar, format_size, parse_size
@@ -63,6 +65,7 @@ from .shard_writer import Pending, ShardWriter, StatsCheckpoint
 FLUSH_EVERY = 5.0  # seconds: the default bound between finishing a batch and having it on disk
 
 
+@renamed(loss="target")
 def extract(
     model: nn.Module,
     loader: Iterable[Any],
@@ -76,38 +79,43 @@ def extract(
     per_channel: bool | int = False,
     resume: bool = False,
     force: bool = False,
-    progress: bool | TextIO = True,
+    progress: Progress = True,
     forward: Forward | None = None,
     shard_size: int | str = "256MB",
     flush_every: float | None = FLUSH_EVERY,
-    loss: Loss | None = None,
+    target: Loss | None = None,
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
     A batch is a tensor, an ``(inputs, ...)`` tuple or list (the first item is the model's
     input), or a dict of keyword arguments; ``forward(model, batch)`` handles anything else.
-    Tensors go to the model's device. ``progress``: a line with throughput on stderr when it is
-    a terminal (``True``), on the given stream, or none (``False``). An existing store is
-    refused unless ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a
-    finished batch may wait in memory before it is written, in a shard not yet full (``None``:
-    only full shards and the end of the run). ``loss(output, batch)``: a scalar whose backward pass
-    each batch runs, so the gradient kinds of a call (``grad_output``, ``grad_input``) can be
-    extracted too, with the same memory bound, resume and ranks (``param.grad`` is never written).
+    Tensors go to the model's device. ``select``: the modules kept (None, the default: every leaf
+    module). ``progress`` (``hookscope.progress``; on by default, a dataset run is long): a line with
+    throughput redrawn on stderr when it is a terminal (``True``; quiet off a terminal), on the given
+    stream, none (``False`` or None), or a callable told ``("extract", batches done, batches in all)``
+    after each batch (0 in all when the loader has no length). An existing store is refused unless
+    ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may
+    wait in memory before it is written, in a shard not yet full (``None``: only full shards and the
+    end of the run). ``target``: a callable on the model's output,
+    ``target(output)``, or ``target(output, batch)`` when it takes two positional arguments,
+    returning a scalar or one value per row (summed), whose backward pass each batch runs, so the
+    gradient kinds of a call (``grad_output``, ``grad_input``) can be extracted too, with the same
+    memory bound, resume and ranks (``param.grad`` is never written). ``loss=`` is its old spelling.
     A run that fails keeps the batches finished before it (``resume=True`` continues); one whose
     model or data fails before its first batch finished leaves no store behind (one process).
     Returns ``load(out)``.
     """
-    chosen = _check_kinds(model, kinds, loss)
+    chosen = _check_kinds(model, kinds, target)
     limit = parse_size(max_memory)
     _check_flush(flush_every)
     root, device = Path(os.path.abspath(out)), model_device(model)
     run_forward = forward or default_forward(device)
     world = World.join(device)
-    header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, loss)
+    header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
-    meter = _Meter(_stream(progress) if world.rank == 0 else None, total)
-    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, loss)
+    meter = _Meter(progress if world.rank == 0 else None, total)
+    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, target)
     todo = unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
     try:
         if todo is not None and stats_only:
@@ -134,10 +142,10 @@ class _Job:
 
     def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
                  reduce: Reducer | None, world: World, meter: _Meter, forward: Forward,
-                 flush_every: float | None, loss: Loss | None) -> None:  # fmt: skip
+                 flush_every: float | None, target: Loss | None) -> None:  # fmt: skip
         self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
         self.world, self.meter, self.forward, self.flush_every = world, meter, forward, flush_every
-        self.loss = loss
+        self.target = target
         self.token = f"r{world.rank}-{secrets.token_hex(4)}"  # this rank, this run: file names never collide
 
     def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
@@ -187,12 +195,12 @@ class _Job:
             self.meter.close(0)
 
     def _run(self, batch: Any) -> None:
-        if self.loss is None:
+        if self.target is None:
             with torch.no_grad():
                 self.forward(self.model, batch)
             return
         with torch.inference_mode(False), torch.enable_grad():
-            backward(self.model, self.loss, self.forward(self.model, batch), batch)
+            backward(self.model, self.target, self.forward(self.model, batch), batch)
 
 
 class _StatsAccumulator:
@@ -213,16 +221,24 @@ class _StatsAccumulator:
 
 class _Meter:
     """One line of progress: a bar (when the number of batches is known), rows per second, bytes
-    written and their rate; redrawn at most five times a second."""
+    written and their rate; redrawn at most five times a second. A callable ``progress`` is told
+    ``("extract", done, total)`` after each batch instead."""
 
-    def __init__(self, stream: TextIO | None, total: int | None) -> None:
-        self.stream, self.total = stream, total
+    def __init__(self, progress: Progress, total: int | None) -> None:
+        self.stream = _stream(progress)
+        wants_calls = self.stream is None and progress not in (True, False, None)  # True off a terminal: quiet
+        self.told: Callback | None = callback(progress) if wants_calls else None
+        self.total = total
         self.batches = self.rows = 0
         self.start = self.shown = time.monotonic()
+        if self.told is not None:
+            self.told("extract", 0, total or 0)
 
     def step(self, rows: int | None, written: int) -> None:
         self.batches += 1
         self.rows += rows or 0
+        if self.told is not None:
+            self.told("extract", self.batches, self.total or 0)
         if self.stream is not None and time.monotonic() - self.shown >= 0.2:
             self._show(written, end="")
 
@@ -264,28 +280,32 @@ def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
 
 # -- small parts ---------------------------------------------------------------------------------
 def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...], reduce: Reducer | None,
-            stats_only: bool, channel_dim: int | None, world: World, loss: Loss | None) -> dict[str, Any]:  # fmt: skip
+            stats_only: bool, channel_dim: int | None, world: World,
+            target: Loss | None) -> dict[str, Any]:  # fmt: skip
     sites = [{"name": name, "type": type(m).__name__, "kinds": list(chosen), "params": [], "missing": {}}
              for name, m in select_modules(model, select)]  # fmt: skip
     config = {"source": "extract", "select": selector_text(select), "kinds": list(chosen),
               "reduce": reducer_name(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
               "world_size": world.size,
-              "loss": None if loss is None else getattr(loss, "__qualname__", type(loss).__name__)}  # fmt: skip
+              "loss": None if target is None else getattr(target, "__qualname__", type(target).__name__)}  # fmt: skip
     return store_format.new_manifest(provenance(model), config, sites)
 
 
-def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], loss: Loss | None) -> tuple[Kind, ...]:
-    """The kinds a run keeps; with a loss, also a check that the model has something to differentiate."""
-    if loss is not None:
+def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], target: Loss | None) -> tuple[Kind, ...]:
+    """The kinds a run keeps; with a target, also a check that the model has something to differentiate."""
+    if target is not None and not callable(target):
+        raise OptionError(f"extract's target must be a callable on the model's output, target(output) or "
+                          f"target(output, batch), returning a scalar; got {type(target).__name__}")  # fmt: skip
+    if target is not None:
         trainable_parameters(model)
     forward = kinds.forward_kinds()
     per_call = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)
-    chosen, wrong = kinds.choose(asked, forward if loss is None else per_call)
+    chosen, wrong = kinds.choose(asked, forward if target is None else per_call)
     got = (", ".join(map(repr, wrong)) or "none") + kinds.misspelled(wrong)
-    if loss is None and (wrong or not chosen):
+    if target is None and (wrong or not chosen):
         raise OptionError(
             f"extract captures forward kinds ({', '.join(forward)}), got {got}; "
-            "for gradients, pass loss=fn(output, batch) -> scalar, whose backward pass each batch runs"
+            "for gradients, pass target=fn(output) -> scalar, whose backward pass each batch runs"
         )
     if wrong or not chosen:
         raise OptionError(
@@ -311,7 +331,8 @@ def _channel_dim(per_channel: bool | int) -> int | None:
     return per_channel
 
 
-def _stream(progress: bool | TextIO) -> TextIO | None:
+def _stream(progress: Progress) -> Any:
+    """Where the redrawn line goes: stderr on a terminal (``True``), the stream given, else nowhere."""
     if progress is True:
         return sys.stderr if sys.stderr.isatty() else None
-    return progress or None
+    return progress if hasattr(progress, "write") else None

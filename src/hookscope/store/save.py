@@ -1,4 +1,4 @@
-"""A capture on disk: ``save(cap, path)`` writes every tensor of it to a new store and opens it.
+"""A capture on disk: ``save(cap, out)`` writes every tensor of it to a new store and opens it.
 
 Also what every store records of where it came from (``provenance``, ``weights_hash``) and of
 its sites, and ``entries``: one manifest entry per (site, kind, key, call) and each distinct tensor
@@ -24,6 +24,7 @@ from ..core.compiled import unwrap
 from ..core.layout import layout_id, to_json
 from ..core.records import Call, Record
 from ..core.tree import Layout
+from ..deprecation import renamed
 from ..errors import OutputExistsError
 from ..files import staged_folder
 from ..text import parse_size
@@ -32,15 +33,17 @@ from .reader import Run, load
 from .shards import dtype_name, write_shard
 
 
+@renamed(path="out")
 def save(
-    cap: Mapping[str, Record], path: str | os.PathLike[str], *, force: bool = False, shard_size: int | str = "1GB"
+    cap: Mapping[str, Record], out: str | os.PathLike[str], *, force: bool = False, shard_size: int | str = "1GB"
 ) -> Run:
-    """Write every tensor of a capture to a new store at ``path`` and return it opened (``load``).
+    """Write every tensor of a capture to a new store at ``out`` and return it opened (``load``).
 
-    The store is written next to ``path`` and renamed into place when complete; an existing
-    ``path`` is refused unless ``force``. Shards hold at most ``shard_size`` bytes (one tensor more).
+    The store is written next to ``out`` and renamed into place when complete; an existing
+    ``out`` is refused unless ``force``. Shards hold at most ``shard_size`` bytes (one tensor more).
+    ``path=`` is the old spelling of ``out=``.
     """
-    root = Path(os.path.abspath(path))
+    root = Path(os.path.abspath(out))
     if root.exists() and not force:
         raise OutputExistsError(f"{root} already exists; pass force=True to replace it, or pick another path")
     limit = parse_size(shard_size)

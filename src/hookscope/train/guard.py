@@ -85,7 +85,8 @@ def nan_guard(
     """Find the first NaN or infinity where it is born, inside a ``with`` block (see the module docstring).
 
     ``mode="raise"`` raises ``NonFiniteError`` at the first producer; ``mode="warn"`` warns once per
-    producer (``NonFiniteWarning``) and goes on; both keep them in ``guard.findings``.
+    producer (``NonFiniteWarning``) and goes on; both keep them in ``guard.findings``. ``select``: the
+    modules checked (None, the default: every module); ``allow``: those whose non-finite values are expected.
     """
     return Guard(model, optimizer, mode=mode, allow=allow, select=select, scaler=scaler, sync=sync)
 

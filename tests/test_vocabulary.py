@@ -1,0 +1,179 @@
+"""One vocabulary: every public function spells an idea one way, with one default (README "One vocabulary").
+
+The test reads ``inspect.signature`` of every function in ``hookscope.__all__``. A parameter name
+outside ``ALLOWED`` fails, and an old spelling (``RENAMED``) fails naming the new one, so a new
+function that says ``layers=`` or ``metric=`` is caught here, not by a user. Shared options keep
+one default (``DEFAULTS``), and what follows a function's subject is keyword-only (``POSITIONAL``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import hookscope
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    name: getattr(hookscope, name) for name in hookscope.__all__ if inspect.isfunction(getattr(hookscope, name))
+}
+
+# The old spellings: each is now the name on the right (kept one release with a DeprecationWarning).
+RENAMED = {
+    "selector": "select", "layer": "select", "layers": "select", "blocks": "select", "sites": "select",
+    "scalar_fn": "target", "metric": "target", "loss": "target",
+    "k": "top_k", "copies": "batch_size",
+}  # fmt: skip
+
+# The shared vocabulary (README "One vocabulary"): one name per idea in every function.
+SHARED = {
+    "select",  # which modules: a Selector (hookscope.core.select), ":blocks" included
+    "target",  # the number explained: an int, a list, a tensor, or a callable on the model's output
+    "method",  # one spelling per method ("integrated_gradients", not "ig")
+    "steps",  # points on an integration path
+    "progress",  # hookscope.progress.Progress: bool, stream or (stage, done, total) callable
+    "call",  # which call of a module that runs several times: 0-based, None = the default below
+    "key",  # a tensor inside a layer's structured value
+    "output",  # a tensor inside the model's structured output
+    "top_k",  # how many predictions
+    "batch_size",  # rows (copies, path points) sent through the model at once
+    "out",  # a path hookscope writes
+    "kinds",  # Kind | Iterable[Kind]
+    "kind",  # one Kind, where a function draws or reduces exactly one (gradient_flow, histogram_plot)
+    "tokenizer",  # encodes text and names tokens
+    "force",  # replace an output that exists
+}
+
+# Names that are one idea each today, grouped by what they are.
+SUBJECTS = {
+    "model", "x", "inputs", "input_ids", "clean_x", "corrupt_x", "loader",  # what runs, and on what
+    "cap", "capture", "capture_or_rows", "tensor", "tensors", "tokens", "obj", "report", "att",  # what is drawn/saved
+    "image", "heat",  # a picture and its heatmap
+    "path",  # only load(path): a path hookscope reads (writing is out=)
+    "optimizer",  # watch/nan_guard: one optimizer or several
+    "edits",  # edit(model, {selector: spec}): the mapping's keys are Selectors
+}  # fmt: skip
+OPTIONS = {
+    # capture
+    "detach", "clone", "device", "dtype", "reduce",
+    # explanations: attribute's Captum-like options, token_attribution's, attention_rollout's
+    "baseline", "samples", "noise", "generator", "return_delta", "embeddings", "rows", "head_fusion",
+    "discard_ratio", "prefix", "positions", "unembed", "norm",
+    # attention_grid(att, layer): which layer of an Attention result (a name or index in att.layers, not a Selector)
+    "layer", "batch", "heads", "mean",
+    # pictures
+    "channels", "pick", "normalize", "cmap", "diverging", "padding", "min_tile", "columns", "background",
+    "alpha", "labels", "vanish", "explode", "bins", "log", "grid",
+    # statistics
+    "per_channel", "channel_dim", "percentiles",
+    # reports
+    "grads", "pictures", "cam_methods", "title", "notes", "max_layers", "image_names", "sections",
+    # stores
+    "verify", "max_memory", "stats_only", "resume", "forward", "shard_size", "flush_every",
+    # training
+    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync",
+    # edits
+    "strict",
+}  # fmt: skip
+ALLOWED = SHARED | SUBJECTS | OPTIONS
+
+# Which options may come before the `*` (the subject aside): the rest are keyword-only.
+POSITIONAL = {
+    "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
+    "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
+    "watch": {"optimizer"}, "nan_guard": {"optimizer"},
+    "save": {"out"}, "write_report": {"out"}, "attention_grid": {"layer"},
+}  # fmt: skip
+
+# The shared defaults: {option: {function: default}}, and one default for any other function.
+SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks"}  # else None
+DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None}
+PROGRESS_DEFAULTS = {"extract": True}  # a dataset run is long; else None (quiet)
+
+
+def _parameters(name: str) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(FUNCTIONS[name]).parameters.values() if p.kind is not p.VAR_KEYWORD]
+
+
+def test_there_are_functions_to_check() -> None:
+    assert {"capture", "cam", "attribute", "extract", "build_report", "patch_sweep", "logit_lens"} <= set(FUNCTIONS)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_parameter_names_are_the_vocabulary(name: str) -> None:
+    for p in _parameters(name):
+        own = p.name in POSITIONAL.get(name, set())  # attention_grid(att, layer): a layer of the result
+        assert own or p.name not in RENAMED, f"{name}({p.name}=) is the old spelling; call it {RENAMED[p.name]}="
+        assert p.name in ALLOWED, f"{name}({p.name}=) is not in the vocabulary; use a shared name or add it here"
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_options_after_the_subject_are_keyword_only(name: str) -> None:
+    for p in _parameters(name):
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            assert p.name in SUBJECTS | POSITIONAL.get(name, set()), f"{name}({p.name}) must come after `*`"
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_shared_options_have_one_default(name: str) -> None:
+    params = {p.name: p for p in _parameters(name)}
+    for option, default in DEFAULTS.items():
+        if option in params:
+            assert params[option].default == default, f"{name}({option}=) must default to {default!r}"
+    if "progress" in params:
+        assert params["progress"].default == PROGRESS_DEFAULTS.get(name), f"{name}(progress=)'s default"
+    if "select" in params and params["select"].default is not inspect.Parameter.empty:
+        assert params["select"].default == SELECT_DEFAULTS.get(name), f"{name}(select=)'s default"
+    assert all(p.default != "ig" for p in params.values()), f"{name}: the method is 'integrated_gradients'"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in FUNCTIONS if "select" in inspect.signature(FUNCTIONS[n]).parameters))
+def test_each_docstring_says_what_select_picks(name: str) -> None:
+    doc = inspect.getdoc(FUNCTIONS[name]) or ""
+    assert "select" in doc, f"{name}'s docstring must say what select= picks and what None means"
+
+
+def test_the_target_is_the_same_idea_where_it_is_positional() -> None:
+    """``target`` follows the subject (and the method) in every explanation: cam, attribute, token_attribution."""
+    for name in ("cam", "attribute", "token_attribution"):
+        positional = [p.name for p in _parameters(name) if p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert "target" in positional, f"{name}: target stays positional"
+
+
+def test_kinds_take_one_kind_or_several() -> None:
+    for name in ("capture", "extract", "build_report", "show"):
+        annotation = str(inspect.signature(FUNCTIONS[name]).parameters["kinds"].annotation)
+        assert "Kind | Iterable[Kind]" in annotation, f"{name}(kinds=) takes Kind | Iterable[Kind], got {annotation}"
+
+
+# The public methods of exported classes: their parameters name parts of the result they belong to.
+METHOD_NAMES = {
+    "name",  # a series or tapped tensor by name (Run.history, Watch.history, Capture.tap)
+    "grad",  # Capture.tap: also keep the tensor's gradient
+    "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
+    "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
+}  # fmt: skip
+RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
+
+
+def _methods() -> list[tuple[str, str, inspect.Signature]]:
+    found = []
+    for name in hookscope.__all__:
+        cls = getattr(hookscope, name)
+        if inspect.isclass(cls) and not issubclass(cls, BaseException):
+            for method, value in vars(cls).items():
+                if not method.startswith("_") and inspect.isfunction(value):
+                    found.append((name, method, inspect.signature(value)))
+    return found
+
+
+def test_public_methods_speak_the_vocabulary_too() -> None:
+    methods = _methods()
+    assert len(methods) > 20  # Capture, Run, Record, Attention, PatchSweep, ...
+    for cls, method, signature in methods:
+        for p in list(signature.parameters.values())[1:]:  # after self
+            assert p.name in ALLOWED | METHOD_NAMES, f"{cls}.{method}({p.name}=) is not in the vocabulary"
+            if p.name in RENAMED:  # only a result's own layer may be called layer
+                assert cls in RESULT_LAYER, f"{cls}.{method}({p.name}=) is the old spelling of {RENAMED[p.name]}="
