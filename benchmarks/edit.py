@@ -97,7 +97,7 @@ def sweep_case(size: int, rounds: int) -> list[Any]:
 
     def sweep(copies: int) -> Any:
         return lambda: hookscope.patch_sweep(
-            model, clean, corrupt, sites=BLOCKS, metric=lambda out: out[:, 0] - out[:, 1], copies=copies
+            model, clean, corrupt, select=BLOCKS, target=lambda out: out[:, 0] - out[:, 1], batch_size=copies
         )
 
     tools = {"patch_sweep, copies=1": sweep(1), "patch_sweep, copies=8": sweep(8)}

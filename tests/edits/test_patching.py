@@ -71,7 +71,7 @@ def test_a_cnn_sweep_over_swapped_photos_equals_the_manual_loop(copies: int) -> 
     def weighted(out: Tensor) -> Tensor:
         return metric(out) * shift[:, 0]
 
-    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, sites=SITES, metric=weighted, copies=copies)
+    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, select=SITES, target=weighted, batch_size=copies)
     assert list(effects.restored) == SITES
     assert effects.forwards == 2 + math.ceil(len(SITES) / copies)
     expected = {site: manual(model, clean_x, corrupt_x, site, weighted) for site in SITES}
@@ -96,7 +96,7 @@ def test_a_transformer_sweep_over_positions_equals_the_manual_loop() -> None:
     torch.manual_seed(1)
     clean_x, corrupt_x = torch.randn(2, 5, 8, dtype=D), torch.randn(2, 5, 8, dtype=D)
     effects = hookscope.patch_sweep(
-        model, clean_x, corrupt_x, sites=["layers.0", "layers.1"], metric=last_token, copies=3
+        model, clean_x, corrupt_x, select=["layers.0", "layers.1"], target=last_token, batch_size=3
     )
     for site in ("layers.0", "layers.1"):
         assert isinstance(effects.restored[site], list) and len(effects.restored[site]) == 5
@@ -106,7 +106,7 @@ def test_a_transformer_sweep_over_positions_equals_the_manual_loop() -> None:
     assert effects.fraction("layers.1", 4) == pytest.approx(1.0, abs=1e-12)  # the last token of the last layer
     assert effects.fraction("layers.1", 0) == pytest.approx(0.0, abs=1e-12)  # the metric reads token 4 only there
     assert effects.forwards == 2 + math.ceil(10 / 3)
-    whole = hookscope.patch_sweep(model, clean_x, corrupt_x, sites="layers.1", metric=last_token, positions=False)
+    whole = hookscope.patch_sweep(model, clean_x, corrupt_x, select="layers.1", target=last_token, positions=False)
     assert whole.restored == {"layers.1": pytest.approx(1.0, abs=1e-12)}
 
 
@@ -117,8 +117,8 @@ def test_the_table_the_heatmap_and_the_notebook_view() -> None:
         model,
         torch.randn(1, 4, 8, dtype=D),
         torch.randn(1, 4, 8, dtype=D),
-        sites=["layers.0", "layers.1"],
-        metric=last_token,
+        select=["layers.0", "layers.1"],
+        target=last_token,
     )
     lines = effects.table().splitlines()
     assert lines[0].split() == ["site", "pos", "0", "pos", "1", "pos", "2", "pos", "3"]
@@ -132,15 +132,15 @@ def test_the_table_the_heatmap_and_the_notebook_view() -> None:
 def test_an_equal_metric_or_idle_sites_are_said() -> None:
     model = encoder()
     x = torch.randn(1, 4, 8, dtype=D)
-    with pytest.raises(hookscope.EditError, match=r"the metric is .* on both the clean and the corrupted input"):
-        hookscope.patch_sweep(model, x, x.clone(), sites="layers.0", metric=last_token)
+    with pytest.raises(hookscope.EditError, match=r"the target is .* on both the clean and the corrupted input"):
+        hookscope.patch_sweep(model, x, x.clone(), select="layers.0", target=last_token)
     with pytest.warns(hookscope.EditWarning, match=r"leaves out 'layers.0.self_attn.out_proj'.*never called"):
         hookscope.patch_sweep(
             model,
             x,
             torch.randn(1, 4, 8, dtype=D),
-            sites=["layers.0", "layers.0.self_attn.out_proj"],
-            metric=last_token,
+            select=["layers.0", "layers.0.self_attn.out_proj"],
+            target=last_token,
         )
     with pytest.raises(hookscope.EditError, match="differ in shape"):
-        hookscope.patch_sweep(model, x, x[:, :2], sites="layers.0", metric=last_token)
+        hookscope.patch_sweep(model, x, x[:, :2], select="layers.0", target=last_token)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hookscope
-from hookscope.errors import CaptureError, NotCapturedError, SelectionError
+from hookscope.errors import CaptureError, InputError, NotCapturedError, SelectionError
 from hookscope.transformer.weights import attention_probs
 
 SENTENCES = ["The cat sat on the mat.", "Dogs bark."]
@@ -106,7 +106,7 @@ def test_an_eager_model_gives_its_own_weights(tiny_gpt2: Any) -> None:
 
 
 def test_text_layers_and_names(minilm: Any, minilm_tokenizer: Any) -> None:
-    att = hookscope.attention(minilm, "Tokenization is fun", tokenizer=minilm_tokenizer, layers="encoder.layer.1*")
+    att = hookscope.attention(minilm, "Tokenization is fun", tokenizer=minilm_tokenizer, select="encoder.layer.1*")
     assert att.layers == ["encoder.layer.1.attention.self"]
     assert att.tokens == [["[CLS]", "token", "##ization", "is", "fun", "[SEP]"]]
     assert att.words(0) == [("[CLS]", [0]), ("tokenization", [1, 2]), ("is", [3]), ("fun", [4]), ("[SEP]", [5])]
@@ -116,7 +116,7 @@ def test_text_layers_and_names(minilm: Any, minilm_tokenizer: Any) -> None:
         att.weights("encoder.layer.2")
     with pytest.raises(NotCapturedError, match="out of range: 1 attention layers"):
         att.weights(3)
-    with pytest.raises(CaptureError, match="text needs tokenizer="):
+    with pytest.raises(InputError, match="text needs tokenizer="):
         hookscope.attention(minilm, "no tokenizer")
     with pytest.raises(SelectionError, match="holds 6 attention modules"):
         hookscope.attention(minilm, "a b", tokenizer=minilm_tokenizer).weights("encoder")
@@ -143,7 +143,7 @@ def test_registry_restored_when_forward_raises_and_when_nested(tiny_gpt2: Any) -
                 return self.outer(input_ids=input_ids)
 
         nested = Nested()
-        outer = hookscope.attention(nested, {"input_ids": torch.tensor([[1, 2, 3]])}, layers="outer")
+        outer = hookscope.attention(nested, {"input_ids": torch.tensor([[1, 2, 3]])}, select="outer")
         assert outer.layers == ["outer.transformer.h.0.attn", "outer.transformer.h.1.attn"]
         assert torch.equal(outer.weights(0), nested.seen.weights(0))
         assert _registry() == {"sdpa": mine}

@@ -160,7 +160,7 @@ def test_options_are_checked(pair: tuple[Any, Any]) -> None:
     scalar = _similarity(enc["attention_mask"])
     with pytest.raises(OptionError, match="method='shap' is not a token attribution method"):
         hookscope.token_attribution(model, enc, scalar, method="shap")  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="scalar_fn must return one number"):
+    with pytest.raises(OptionError, match=r"target must return one number, or one per row \(2\)"):
         hookscope.token_attribution(model, enc, lambda out: out.last_hidden_state, steps=1)
     with pytest.raises(OptionError, match="has no get_input_embeddings"):
         hookscope.token_attribution(torch.nn.Linear(2, 2), torch.zeros(1, 2), lambda out: out.sum())

@@ -29,7 +29,7 @@ def _ids() -> torch.Tensor:
 
 def test_last_layer_is_the_models_own_logits(tiny_gpt2: Any) -> None:
     ids = _ids()
-    lens = hookscope.logit_lens(tiny_gpt2, ids, norm=tiny_gpt2.transformer.ln_f, unembed=tiny_gpt2.lm_head, k=5)
+    lens = hookscope.logit_lens(tiny_gpt2, ids, norm=tiny_gpt2.transformer.ln_f, unembed=tiny_gpt2.lm_head, top_k=5)
     assert lens.layers == ["transformer.h.0", "transformer.h.1"]
     assert lens.ids.shape == lens.probs.shape == (2, 2, 9, 5)
     with torch.no_grad():
@@ -49,7 +49,7 @@ def test_an_intermediate_layer_equals_the_hand_computation(tiny_gpt2: Any) -> No
         top = torch.softmax(normed @ tiny_gpt2.lm_head.weight.T, dim=-1).topk(3, dim=-1)
     before = hookscope.find_hooks(tiny_gpt2)  # transformers leaves its own hooks for output_hidden_states
     lens = hookscope.logit_lens(
-        tiny_gpt2, ids, blocks="transformer.h.*", norm=tiny_gpt2.transformer.ln_f, unembed=tiny_gpt2.lm_head, k=3
+        tiny_gpt2, ids, select="transformer.h.*", norm=tiny_gpt2.transformer.ln_f, unembed=tiny_gpt2.lm_head, top_k=3
     )
     assert lens.layers == ["transformer.h.0", "transformer.h.1"]  # the blocks, not their parts
     assert torch.equal(lens.ids[0], top.indices)
@@ -59,7 +59,7 @@ def test_an_intermediate_layer_equals_the_hand_computation(tiny_gpt2: Any) -> No
 
 def test_strings_and_html_are_escaped(tiny_gpt2: Any) -> None:
     ids = _ids()
-    lens = hookscope.logit_lens(tiny_gpt2, ids, unembed=tiny_gpt2.lm_head, k=2, tokenizer=Vocabulary())
+    lens = hookscope.logit_lens(tiny_gpt2, ids, unembed=tiny_gpt2.lm_head, top_k=2, tokenizer=Vocabulary())
     assert lens.inputs is not None and lens.inputs[0][4] == "<img src=x onerror=alert(1)>"
     assert lens.tokens is not None and lens.tokens[1][0][2][0] == f"t{int(lens.ids[1, 0, 2, 0])}"
     page = html_of(lens)
@@ -69,6 +69,6 @@ def test_strings_and_html_are_escaped(tiny_gpt2: Any) -> None:
 
 def test_k_is_checked(tiny_gpt2: Any) -> None:
     with pytest.raises(OptionError, match="k must be a positive int"):
-        hookscope.logit_lens(tiny_gpt2, _ids(), unembed=tiny_gpt2.lm_head, k=0)
-    with pytest.raises(OptionError, match="k=51 is more than the 50 entries"):
-        hookscope.logit_lens(tiny_gpt2, _ids(), unembed=tiny_gpt2.lm_head, k=51)
+        hookscope.logit_lens(tiny_gpt2, _ids(), unembed=tiny_gpt2.lm_head, top_k=0)
+    with pytest.raises(OptionError, match="top_k=51 is more than the 50 entries"):
+        hookscope.logit_lens(tiny_gpt2, _ids(), unembed=tiny_gpt2.lm_head, top_k=51)
