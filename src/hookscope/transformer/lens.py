@@ -187,21 +187,26 @@ def lens_plot(lens: LogitLens, *, row: int = 0) -> Any:
     pil: Any = require("PIL.Image")
     layers, _, length, _ = lens.ids.shape
     top = lens.probs[:, row, :, 0].double().cpu()  # (layers, T)
-    fig = figure.Figure(figsize=(2.4 + 0.6 * length, 0.9 + 0.3 * layers), dpi=DPI, layout="constrained")
+    fig = figure.Figure(figsize=(3.0 + 0.6 * length, 2.2 + 0.3 * layers), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     shown = ax.imshow(top.numpy(), cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     ax.set_yticks(range(layers), lens.layers, fontsize=7)
-    ax.set_xticks(range(length), [_input(lens, row, t) for t in range(length)], fontsize=7, rotation=90)
+    ax.set_xticks(range(length), [_cut(_input(lens, row, t)) for t in range(length)], fontsize=7, rotation=90)
     ax.set_title("top guess after each block, and its probability", fontsize=9)
     for layer in range(layers):
         for t in range(length):
             colour = "white" if float(top[layer, t]) > 0.6 else "black"
-            ax.text(t, layer, _token(lens, layer, row, t, 0), ha="center", va="center", fontsize=6, color=colour)
+            guess = _cut(_token(lens, layer, row, t, 0))
+            ax.text(t, layer, guess, ha="center", va="center", fontsize=6, color=colour)
     fig.colorbar(shown, ax=ax, shrink=0.8)
     canvas = agg.FigureCanvasAgg(fig)
     canvas.draw()
     image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     return image.convert("RGB")
+
+
+def _cut(text: str, most: int = 12) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _check_row(lens: LogitLens, row: int) -> None:
