@@ -217,3 +217,12 @@ def test_a_renamed_implementation_would_drop_the_mask_ours_does_not(tiny_gpt2: A
         del AttentionInterface._global_mapping["renamed_sdpa"]
     assert (dropped[1] - plain[1]).abs().max() > 1e-3  # left padding ignored: the mask was dropped
     assert torch.equal(hookscope.attention(tiny_gpt2, inputs).output.logits, plain)
+
+
+def test_layers_is_the_old_name_of_select(tiny_gpt2: Any) -> None:
+    inputs = {"input_ids": torch.tensor([[3, 1, 4, 1, 5]])}
+    new = hookscope.attention(tiny_gpt2, inputs, select="transformer.h.1")
+    with pytest.warns(DeprecationWarning, match=r"attention\(layers=...\) is deprecated.*attention\(select=...\)"):
+        old = hookscope.attention(tiny_gpt2, inputs, layers="transformer.h.1")
+    assert new.layers == old.layers == ["transformer.h.1.attn"]
+    assert torch.equal(new.weights(0), old.weights(0))
