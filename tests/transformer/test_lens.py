@@ -93,7 +93,9 @@ def test_a_model_without_them_is_told_what_to_pass(tiny_gpt2: Any) -> None:
         lens = hookscope.logit_lens(blocks, torch.randn(1, 2, 4), unembed=torch.nn.Identity(), select="0", top_k=2)
     hidden = blocks[0](torch.randn(1, 2, 4))
     assert lens.ids.shape == (1, 1, 2, 2) and hidden.shape == (1, 2, 4)
-    quiet = hookscope.logit_lens(blocks, torch.randn(1, 2, 4), unembed=torch.nn.Identity(), norm=None, select="0", top_k=2)
+    quiet = hookscope.logit_lens(
+        blocks, torch.randn(1, 2, 4), unembed=torch.nn.Identity(), norm=None, select="0", top_k=2
+    )
     assert quiet.layers == ["0"]  # norm=None: no norm, nothing to say
 
 
