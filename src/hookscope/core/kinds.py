@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 Point = Literal["pre", "forward", "input_grad", "output_grad", "param"]
-POINTS: tuple[Point, ...] = ("pre", "forward", "input_grad", "output_grad", "param")
 
 # The built-in rows, for type checkers; tests check that it names exactly the table's rows.
 Kind = Literal["input", "output", "grad_input", "grad_output", "param_grad"]
