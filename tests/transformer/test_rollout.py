@@ -149,3 +149,12 @@ def test_layers_is_the_old_name_of_select(tiny_vit: nn.Module) -> None:
         old = hookscope.attention_rollout(tiny_vit, x, layers=one)
     assert new.layers == old.layers == [one]
     torch.testing.assert_close(new.maps, old.maps, rtol=0, atol=0)
+
+
+def test_a_selector_of_blocks_keeps_the_attention_inside_them(tiny_vit: nn.Module) -> None:
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    every = hookscope.attention_rollout(tiny_vit, x)
+    blocks = hookscope.attention_rollout(tiny_vit, x, select=":blocks")  # the encoder layers, not their attention
+    last = hookscope.attention_rollout(tiny_vit, x, select=LAYERS[1])
+    assert blocks.layers == every.layers and last.layers == [f"{LAYERS[1]}.self_attention"]
+    torch.testing.assert_close(blocks.maps, every.maps, rtol=0, atol=0)

@@ -87,7 +87,8 @@ def attention_rollout(
     """The rollout of the class token's attention over the patches (a :class:`Rollout`; ``.maps`` is ``(B, h, w)``).
 
     ``select`` picks the attention modules: None (the default) is every ``nn.MultiheadAttention``
-    the model has; a selector keeps the ``nn.MultiheadAttention`` modules among its matches. Their
+    the model has; a selector keeps the ``nn.MultiheadAttention`` modules it matches or that sit
+    under a module it matches (``":blocks"``: the attention of every block). Their
     calls are multiplied in call order. ``prefix`` tokens lead the sequence (1: the class token,
     whose row is read); the rest must make a square patch grid. ``layers=`` is the old name of
     ``select=`` (deprecated).
@@ -197,12 +198,14 @@ class MultiheadWeights:
 
 
 def _select(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
+    """The modules ``select`` matches and every module under them (``":blocks"``: the blocks' attention)."""
     try:
-        return select_modules(model, select)
+        chosen = [name for name, _ in select_modules(model, select)]
     except SelectionError:
         if select is nn.MultiheadAttention:
             return []
         raise
+    return [(n, m) for n, m in model.named_modules() if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
 
 
 def _check_options(head_fusion: str, discard_ratio: float) -> None:
