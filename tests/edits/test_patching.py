@@ -209,3 +209,26 @@ def test_blocks_by_default_a_class_target_and_the_old_keywords() -> None:
     by_class = hookscope.patch_sweep(head, clean_x, corrupt_x, target=2, select="1")
     by_function = hookscope.patch_sweep(head, clean_x, corrupt_x, target=lambda out: out[:, 2], select="1")
     assert by_class.restored == by_function.restored and by_class.metric_clean == by_function.metric_clean
+
+
+class TwoHeads(nn.Module):
+    """A structured output: ``{"aux": ..., "logits": ...}`` (aux first, so the first tensor is not the logits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.head = nn.Linear(6, 6).to(D), nn.Linear(6, 3).to(D)
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        hidden = self.body(x).tanh()
+        return {"aux": hidden.sum(1, keepdim=True), "logits": self.head(hidden)}
+
+
+def test_output_names_the_tensor_the_target_reads() -> None:
+    model = TwoHeads()
+    clean, corrupt = torch.randn(2, 6, dtype=D), torch.randn(2, 6, dtype=D)
+    by_hand = hookscope.patch_sweep(model, clean, corrupt, target=lambda out: out["logits"][:, 1], select="body")
+    by_class = hookscope.patch_sweep(model, clean, corrupt, target=1, output="logits", select="body")
+    by_key = hookscope.patch_sweep(model, clean, corrupt, target=lambda t: t[:, 1], output="logits", select="body")
+    assert by_class.restored == by_hand.restored == by_key.restored
+    assert by_class.metric_clean == by_hand.metric_clean

@@ -265,3 +265,23 @@ def test_table_plot_and_text() -> None:
     assert full in {tuple(int(c) for c in pixel) for pixel in np.asarray(image).reshape(-1, 3)}
     with pytest.raises(hookscope.InputError, match="text needs tokenizer="):
         hookscope.token_attribution(model, "1234", 4, embeddings=embed)
+
+
+def test_output_names_the_tensor_a_class_target_reads() -> None:
+    embed, rest, _ = _toy()
+
+    class Structured(torch.nn.Module):  # {"hidden": ..., "logits": ...}: the logits are not the first tensor
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.rest = embed, rest
+
+        def forward(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+            hidden = self.embed(ids)
+            return {"hidden": hidden, "logits": self.rest(hidden)}
+
+    model, ids = Structured(), torch.tensor([[1, 2, 3, 4]])
+    by_hand = hookscope.token_attribution(model, ids, lambda out: out["logits"][:, 3], baseline="zeros", steps=4,
+                                          embeddings=embed)  # fmt: skip
+    by_class = hookscope.token_attribution(model, ids, 3, output="logits", baseline="zeros", steps=4, embeddings=embed)
+    torch.testing.assert_close(by_class.attributions, by_hand.attributions, rtol=0, atol=0)
+    assert by_class.value == by_hand.value

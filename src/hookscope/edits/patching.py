@@ -38,7 +38,7 @@ from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
 from ..deprecation import renamed
 from ..errors import CaptureWarning, EditError, EditWarning
-from ..explain.targets import Target, scores
+from ..explain.targets import Target, logits, scores
 from .block import edit
 from .effects import PatchSweep
 from .ops import function
@@ -66,6 +66,7 @@ def patch_sweep(
     key: str | None = None,
     call: int | None = None,
     batch_size: int = 8,
+    output: str | None = None,
 ) -> PatchSweep:
     """Patch each selected site's clean activation into the corrupted run and measure ``target`` (module doc).
 
@@ -74,7 +75,9 @@ def patch_sweep(
     model's repeated blocks). ``positions``: patch token outputs one position at a time (None: for
     3-D outputs ``(B, T, D)``). ``key``: the tensor of a structured output that is patched (needed
     when it holds several). ``call``: patch only call ``call`` (0-based) of a module that runs
-    several times (None: every call). ``batch_size``: patched runs per forward pass.
+    several times (None: every call). ``batch_size``: patched runs per forward pass. ``output``:
+    the tensor of a structured model output the target reads (``"logits"``; None: a callable gets
+    the whole output, a class index the first tensor).
     ``sites=``, ``metric=`` and ``copies=`` are the old names of ``select=``, ``target=`` and
     ``batch_size=`` (deprecated).
     """
@@ -86,7 +89,7 @@ def patch_sweep(
         raise EditError(f"batch_size= is the number of patched runs per forward pass, 1 or more, got {batch_size}")
     if call is not None and (not isinstance(call, int) or call < 0):
         raise EditError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
-    metric = _metric(target)
+    metric = _metric(target, output)
     with torch.no_grad():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
@@ -108,15 +111,18 @@ def patch_sweep(
     return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
 
 
-def _metric(target: Metric | Target) -> Metric:
-    """The target as a function of the model's output: a callable as it is, a class as its logit."""
-    if callable(target) and not isinstance(target, Tensor):
-        return target
+def _metric(target: Metric | Target, key: str | None) -> Metric:
+    """The target as a function of the model's output (its tensor at ``key``, when given): a
+    callable as it is, a class as its logit."""
     if target is None:
         raise EditError("patch_sweep needs target=: a callable of the model's output, or a class index")
+    if callable(target) and not isinstance(target, Tensor):
+        function: Metric = target
+        return function if key is None else lambda output: function(logits(output, key))
+    index: Target = target
 
     def logit(output: Any) -> Tensor:
-        return scores(output, target)[0]
+        return scores(output, index, key)[0]
 
     return logit
 

@@ -48,7 +48,7 @@ from ..deprecation import renamed, warn_renamed
 from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import InputError, OptionError
 from ..explain.attribute import attribute_through, make_baseline
-from ..explain.targets import Target, scores
+from ..explain.targets import Target, logits, scores
 from ..text import columns
 from ..viz.highlight import token_html, token_image
 from .text import encode
@@ -100,6 +100,7 @@ def token_attribution(
     tokenizer: Any = None,
     embeddings: nn.Module | None = None,
     rows: Sequence[int] | None = None,
+    output: str | None = None,
 ) -> TokenAttribution:
     """Attributions of ``target`` (of ``model(**inputs)``) to each token's embedding (see the module doc).
 
@@ -109,7 +110,9 @@ def token_attribution(
     is attributed (default ``model.get_input_embeddings()``). ``rows`` (integrated gradients)
     attributes those rows only: the others keep their own embeddings in the baseline and score 0
     (``rows=[0]``: which words of text 0 make it similar to text 1). ``steps`` (50, as Captum's
-    ``n_steps``) points run one forward and one backward each. ``scalar_fn=`` is the old name of
+    ``n_steps``) points run one forward and one backward each. ``output`` names the tensor of a
+    structured model output the target reads (``"logits"``; None: a callable gets the whole output,
+    a class index the first tensor). ``scalar_fn=`` is the old name of
     ``target=`` and ``method="ig"`` of ``"integrated_gradients"`` (both deprecated).
     """
     if str(method) == "ig":
@@ -123,8 +126,8 @@ def token_attribution(
     layer = embeddings if embeddings is not None else _input_embeddings(model)
     ids = inputs if isinstance(inputs, Tensor) else inputs["input_ids"]
     with torch.inference_mode(False), torch.no_grad():
-        output, x = _run(model, inputs, layer, None)
-    forward = partial(_explained, model, inputs, layer, _as_function(target, output), len(x))
+        first, x = _run(model, inputs, layer, None)
+    forward = partial(_explained, model, inputs, layer, _as_function(target, first, output), len(x))
     with torch.inference_mode(False), torch.no_grad():
         value = float(forward(x).sum())
     base = None
@@ -152,13 +155,15 @@ def _encoded(inputs: Any, tokenizer: Any) -> Inputs:
     return inputs  # type: ignore[no-any-return]
 
 
-def _as_function(target: Scalar | Target, output: Any) -> Scalar:
-    """The target as a function of the model's output: a callable as it is; a class as its logit,
-    the class fixed on the real inputs' ``output`` (as ``hookscope.attribute`` does)."""
+def _as_function(target: Scalar | Target, first: Any, key: str | None) -> Scalar:
+    """The target as a function of the model's output (its tensor at ``key``, when given): a callable
+    as it is; a class as its logit, the class fixed on the real inputs' output ``first`` (as
+    ``hookscope.attribute`` does)."""
     if callable(target) and not isinstance(target, Tensor):
-        return target
-    _, index = scores(output, target)
-    return lambda out: scores(out, index)[0]
+        function: Scalar = target
+        return function if key is None else lambda out: function(logits(out, key))
+    _, index = scores(first, target, key)
+    return lambda out: scores(out, index, key)[0]
 
 
 def _explained(model: nn.Module, inputs: Inputs, layer: nn.Module, target: Scalar, rows: int, point: Tensor) -> Tensor:
