@@ -24,7 +24,7 @@ what the fused kernel does differently (5e-7 in float32, 1e-15 in float64).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +34,11 @@ from torch import Tensor, nn
 from ..core.select import Selector, select_modules
 from ..deprecation import renamed
 from ..display import Shows, plot_of, table_of
-from ..errors import CaptureError, InputError, NotCapturedError, SelectionError
+from ..errors import CaptureError, NotCapturedError, SelectionError
 from ..text import closest
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights
-from .text import Groups, encode, input_ids, tokens_of, word_groups, word_ids_of
+from .text import Groups, encoded, input_ids, tokens_of, word_groups, word_ids_of
 
 
 @dataclass(frozen=True, repr=False)
@@ -125,10 +125,7 @@ def attention(
     ``select=`` (deprecated).
     Attention probabilities are those of the softmax before dropout; call it in ``eval()`` mode.
     """
-    if isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str)):
-        if tokenizer is None:
-            raise InputError("text needs tokenizer=: hookscope.attention(model, text, tokenizer=tokenizer)")
-        inputs = encode(tokenizer, inputs)
+    inputs = encoded(inputs, tokenizer, caller="attention")
     wanted = _wanted(model, select)
     order: list[str] = []
     probs: dict[str, Tensor] = {}

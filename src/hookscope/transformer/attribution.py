@@ -46,12 +46,12 @@ from torch import Tensor, nn
 from ..core.hooks import HandleGroup
 from ..deprecation import renamed, warn_renamed
 from ..display import Shows, plot_of, shows_as, table_of
-from ..errors import InputError, OptionError
+from ..errors import OptionError
 from ..explain.attribute import attribute_through, make_baseline
 from ..explain.targets import Target, logits, scores
 from ..text import columns
 from ..viz.highlight import token_html, token_image
-from .text import encode
+from .text import encoded
 
 Method = Literal["integrated_gradients", "input_x_gradient"]
 METHODS: tuple[str, ...] = ("integrated_gradients", "input_x_gradient")
@@ -122,17 +122,17 @@ def token_attribution(
         raise OptionError(f"method={method!r} is not a token attribution method; use {' or '.join(map(repr, METHODS))}")
     if not isinstance(steps, int) or steps < 1:
         raise OptionError(f"steps must be a positive int, got {steps!r}")
-    inputs = _encoded(inputs, tokenizer)
+    batch: Inputs = encoded(inputs, tokenizer, caller="token_attribution")
     layer = embeddings if embeddings is not None else _input_embeddings(model)
-    ids = inputs if isinstance(inputs, Tensor) else inputs["input_ids"]
+    ids = batch if isinstance(batch, Tensor) else batch["input_ids"]
     with torch.inference_mode(False), torch.no_grad():
-        first, x = _run(model, inputs, layer, None)
-    forward = partial(_explained, model, inputs, layer, _as_function(target, first, output), len(x))
+        first, x = _run(model, batch, layer, None)
+    forward = partial(_explained, model, batch, layer, _as_function(target, first, output), len(x))
     with torch.inference_mode(False), torch.no_grad():
         value = float(forward(x).sum())
     base = None
     if method == "integrated_gradients":
-        base = _baseline(baseline, layer, x, ids, _keep(inputs, tokenizer, ids), _pad_id(model, tokenizer))
+        base = _baseline(baseline, layer, x, ids, _keep(batch, tokenizer, ids), _pad_id(model, tokenizer))
         base = _only_rows(base, x, rows)
     attr, _ = attribute_through(forward, x, method, _itself, baseline=base, steps=steps, batch_size=len(x))
     per_token = attr.sum(dim=-1).detach()  # (B, T)
@@ -142,17 +142,8 @@ def token_attribution(
             base_value = float(forward(base).sum())
         delta = float(per_token.sum()) - (value - base_value)
     result = TokenAttribution([], [], [], [], per_token, value, base_value, delta, method, steps)
-    _fill_rows(result, inputs, tokenizer, ids)
+    _fill_rows(result, batch, tokenizer, ids)
     return result
-
-
-def _encoded(inputs: Any, tokenizer: Any) -> Inputs:
-    """Text through ``tokenizer``; ids and tokenizer batches as they are."""
-    if isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str)):
-        if tokenizer is None:
-            raise InputError("text needs tokenizer=: hookscope.token_attribution(model, text, target, tokenizer=...)")
-        return encode(tokenizer, inputs)  # type: ignore[no-any-return]
-    return inputs  # type: ignore[no-any-return]
 
 
 def _as_function(target: Scalar | Target, first: Any, key: str | None) -> Scalar:

@@ -33,10 +33,10 @@ from ..core.capture import capture
 from ..core.select import Selector, select_modules
 from ..deprecation import renamed
 from ..display import Shows, plot_of, shows_as, table_of
-from ..errors import CaptureWarning, InputError, OptionError
+from ..errors import CaptureWarning, OptionError
 from ..optional import require
 from ..text import columns
-from .text import encode
+from .text import encoded
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)
 DPI = 100
@@ -89,15 +89,15 @@ def logit_lens(
     """
     if not isinstance(top_k, int) or top_k < 1:
         raise OptionError(f"top_k must be a positive int, got {top_k!r}")
-    input_ids = _encoded(input_ids, tokenizer)
+    batch: Tensor | Mapping[str, Any] = encoded(input_ids, tokenizer, caller="logit_lens")
     unembed = output_embeddings(model) if unembed is None else unembed
     norm = final_norm(model) if norm == "auto" else norm
     names = outermost([name for name, _ in select_modules(model, select)])
     with capture(model, names) as cap, torch.no_grad():
-        if isinstance(input_ids, Mapping):
-            model(**input_ids)
+        if isinstance(batch, Mapping):
+            model(**batch)
         else:
-            model(input_ids)
+            model(batch)
     values, indices = [], []
     with torch.no_grad():
         for name in names:  # one layer's (B, T, V) probabilities at a time
@@ -109,21 +109,14 @@ def logit_lens(
             indices.append(top.indices)
     lens = LogitLens(names, torch.stack(indices), torch.stack(values))
     if tokenizer is not None:
-        ids = input_ids["input_ids"] if isinstance(input_ids, Mapping) else input_ids
-        lens.inputs = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
-        lens.tokens = [
-            [[tokenizer.convert_ids_to_tokens(r) for r in row] for row in layer] for layer in lens.ids.tolist()
-        ]
+        _name_tokens(lens, batch["input_ids"] if isinstance(batch, Mapping) else batch, tokenizer)
     return lens
 
 
-def _encoded(inputs: Any, tokenizer: Any) -> Tensor | Mapping[str, Any]:
-    """Text through ``tokenizer``; ids and tokenizer batches as they are."""
-    if isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str)):
-        if tokenizer is None:
-            raise InputError("text needs tokenizer=: hookscope.logit_lens(model, text, tokenizer=tokenizer)")
-        return encode(tokenizer, inputs)  # type: ignore[no-any-return]
-    return inputs  # type: ignore[no-any-return]
+def _name_tokens(lens: LogitLens, ids: Tensor, tokenizer: Any) -> None:
+    """The inputs and the guesses as the tokenizer writes them."""
+    lens.inputs = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
+    lens.tokens = [[[tokenizer.convert_ids_to_tokens(r) for r in row] for row in layer] for layer in lens.ids.tolist()]
 
 
 def output_embeddings(model: nn.Module) -> nn.Module:
