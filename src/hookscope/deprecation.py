@@ -33,7 +33,9 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
                 if old in kwargs:
                     if new in kwargs:
                         raise OptionError(f"{func.__name__}() got both {old}= and {new}=; pass only {new}=")
-                    warn_renamed(f"{func.__name__}({old}=...)", f"{func.__name__}({new}=...)", stacklevel=3)
+                    warn_renamed(
+                        f"{func.__name__}({old}=...)", f"{func.__name__}({new}=...)", stacklevel=2
+                    )  # the caller of the wrapper
                     kwargs[new] = kwargs.pop(old)
             return func(*args, **kwargs)
 

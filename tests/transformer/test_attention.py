@@ -222,7 +222,10 @@ def test_a_renamed_implementation_would_drop_the_mask_ours_does_not(tiny_gpt2: A
 def test_layers_is_the_old_name_of_select(tiny_gpt2: Any) -> None:
     inputs = {"input_ids": torch.tensor([[3, 1, 4, 1, 5]])}
     new = hookscope.attention(tiny_gpt2, inputs, select="transformer.h.1")
-    with pytest.warns(DeprecationWarning, match=r"attention\(layers=...\) is deprecated.*attention\(select=...\)"):
+    with pytest.warns(
+        DeprecationWarning, match=r"attention\(layers=...\) is deprecated.*attention\(select=...\)"
+    ) as said:
         old = hookscope.attention(tiny_gpt2, inputs, layers="transformer.h.1")
+    assert said[0].filename == __file__  # the warning names the caller's line, so Python shows it by default
     assert new.layers == old.layers == ["transformer.h.1.attn"]
     assert torch.equal(new.weights(0), old.weights(0))

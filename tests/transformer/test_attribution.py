@@ -226,6 +226,11 @@ def test_old_spellings_warn_and_work() -> None:
             model, ids, scalar_fn=lambda out: out[0, 0], baseline="zeros", embeddings=embed, steps=4
         )
     assert old.method == named.method == new.method == "integrated_gradients"
+    with pytest.warns(DeprecationWarning, match="is deprecated") as said:  # each names the line that used it
+        hookscope.token_attribution(
+            model, ids, scalar_fn=lambda out: out[0, 0], method="ig", baseline="zeros", embeddings=embed, steps=1
+        )  # type: ignore[arg-type]
+    assert [w.filename for w in said] == [__file__, __file__]
     assert torch.equal(old.attributions, new.attributions) and torch.equal(named.attributions, new.attributions)
 
 

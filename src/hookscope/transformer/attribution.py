@@ -116,7 +116,8 @@ def token_attribution(
     ``target=`` and ``method="ig"`` of ``"integrated_gradients"`` (both deprecated).
     """
     if str(method) == "ig":
-        warn_renamed("token_attribution(method='ig')", "token_attribution(method='integrated_gradients')")
+        old, new = "token_attribution(method='ig')", "token_attribution(method='integrated_gradients')"
+        warn_renamed(old, new, stacklevel=3)  # the caller of renamed's wrapper
         method = "integrated_gradients"
     if method not in METHODS:
         raise OptionError(f"method={method!r} is not a token attribution method; use {' or '.join(map(repr, METHODS))}")
