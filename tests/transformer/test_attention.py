@@ -229,3 +229,11 @@ def test_layers_is_the_old_name_of_select(tiny_gpt2: Any) -> None:
     assert said[0].filename == __file__  # the warning names the caller's line, so Python shows it by default
     assert new.layers == old.layers == ["transformer.h.1.attn"]
     assert torch.equal(new.weights(0), old.weights(0))
+
+
+def test_blocks_select_the_attention_inside_every_block(tiny_gpt2: Any) -> None:
+    inputs = {"input_ids": torch.tensor([[3, 1, 4, 1, 5]])}
+    every = hookscope.attention(tiny_gpt2, inputs)
+    blocks = hookscope.attention(tiny_gpt2, inputs, select=":blocks")  # transformer.h.0, transformer.h.1
+    assert blocks.layers == every.layers == ["transformer.h.0.attn", "transformer.h.1.attn"]
+    assert all(torch.equal(blocks.weights(i), every.weights(i)) for i in range(2))
