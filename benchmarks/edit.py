@@ -8,8 +8,8 @@
    ``layer4``, against the bare forward and against hand-written forward hooks that return the same
    edited tensors (no bookkeeping). Target: at most 1.05x the bare forward.
 2. ``patch_sweep`` over the n = 8 residual blocks of ResNet-18 (batch 1) against n bare forward
-   passes of the same batch: one patched copy per forward (``copies=1``, n + 2 passes) and eight
-   (``copies=8``, 3 passes of up to 8 rows). Target: about n forwards.
+   passes of the same batch: one patched copy per forward (``batch_size=1``, n + 2 passes) and eight
+   (``batch_size=8``, 3 passes of up to 8 rows). Target: about n forwards.
 
 The ratio is the median over rounds of tool time / bare time of the same round (``harness``).
 ``--smoke`` runs everything small and fast (the tests run it); figures go to docs/benchmarks.md by hand.
@@ -97,10 +97,10 @@ def sweep_case(size: int, rounds: int) -> list[Any]:
 
     def sweep(copies: int) -> Any:
         return lambda: hookscope.patch_sweep(
-            model, clean, corrupt, sites=BLOCKS, metric=lambda out: out[:, 0] - out[:, 1], copies=copies
+            model, clean, corrupt, select=BLOCKS, target=lambda out: out[:, 0] - out[:, 1], batch_size=copies
         )
 
-    tools = {"patch_sweep, copies=1": sweep(1), "patch_sweep, copies=8": sweep(8)}
+    tools = {"patch_sweep, batch_size=1": sweep(1), "patch_sweep, batch_size=8": sweep(8)}
     title = f"ResNet-18, batch 1 at {size}x{size}: patch_sweep over n = {len(BLOCKS)} blocks; bare = n forward passes"
     return measure(title, n_forwards, tools, rounds=rounds, memory=False)
 

@@ -51,7 +51,7 @@ def main() -> None:
     model, accuracy = train()
     x, _ = digits("test")
     x = x[:SHOWN].expand(-1, 3, -1, -1)
-    heat = hookscope.attention_rollout(model, x)  # (8, 8, 8): the patch grid
+    heat = hookscope.attention_rollout(model, x).maps  # (8, 8, 8): the patch grid
     ink = (x[:, 0] - x[:, 0].amin()) / (x[:, 0].amax() - x[:, 0].amin())  # (8, 32, 32) in [0, 1]
     paper = F.interpolate(1 - ink[:, None], scale_factor=SCALE, mode="nearest")[:, 0]  # black ink on white
     side, gap = paper.shape[-1], 4

@@ -52,6 +52,7 @@ def test_exported_members() -> None:
         "Policy",
         "Record",
         "Report",
+        "Rollout",
         "Run",
         "RunningStats",
         "SelectionError",

@@ -71,7 +71,7 @@ from .transformer.attention import Attention, attention
 from .transformer.attribution import TokenAttribution, token_attribution
 from .transformer.grid import attention_grid
 from .transformer.lens import LogitLens, logit_lens
-from .transformer.rollout import attention_rollout
+from .transformer.rollout import Rollout, attention_rollout
 from .viz.charts import gradient_flow_plot, histogram_plot
 from .viz.images import feature_grid, overlay, panel
 
@@ -109,6 +109,7 @@ __all__ = [
     "Policy",
     "Record",
     "Report",
+    "Rollout",
     "Run",
     "RunningStats",
     "SelectionError",

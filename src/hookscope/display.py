@@ -53,11 +53,6 @@ def _lookup(table: dict[type, Any], obj: object) -> Any:
     return next((table[k] for k in type(obj).__mro__ if k in table), None)
 
 
-def has_view(cls: type) -> bool:
-    """Whether a room registered an HTML view for ``cls`` (or a class it derives from)."""
-    return any(k in _HTML for k in cls.__mro__)
-
-
 def html_of(obj: object) -> str | None:
     """The registered HTML view of ``obj``, or None when no room draws its class."""
     render = _lookup(_HTML, obj)

@@ -7,12 +7,10 @@ from collections import OrderedDict, namedtuple
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 from torch import Tensor
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from hookscope.core.tree import flatten, flatten_call, sort_key
+from hookscope.core.tree import flatten, flatten_call
 
 A, B, C, D = (torch.full((2,), float(i)) for i in range(4))
 
@@ -112,34 +110,6 @@ def test_self_referencing_list_terminates():
     leaves = flatten(cyclic)
     assert leaves[:2] == [("out[0]", A), ("out[1][0]", A)]
     assert all(t is A for _, t in leaves)
-
-
-def test_sort_key_natural_order():
-    """sort_key puts out[2] before out[10] (plain string order would not)."""
-    assert sort_key("out[2]") < sort_key("out[10]")
-    assert sorted(["out[10]", "out[2]", "out[1][3]", "out"], key=sort_key) == ["out", "out[1][3]", "out[2]", "out[10]"]
-    assert sorted(["layer10.conv", "layer9.conv", "layer1.conv"], key=sort_key) == [
-        "layer1.conv",
-        "layer9.conv",
-        "layer10.conv",
-    ]
-
-
-@given(st.integers(0, 10**6), st.integers(0, 10**6))
-def test_sort_key_matches_integer_order(a, b):
-    """For any two indices, sort_key orders keys as the integers are ordered."""
-    assert (sort_key(f"out[{a}]") < sort_key(f"out[{b}]")) == (a < b)
-
-
-def test_sort_key_non_ascii_digits():
-    """Superscript digits between ASCII digits are text, not numbers (once raised ValueError)."""
-    assert sort_key("out['1²2']") < sort_key("out['1²3']")
-
-
-@given(st.text())
-def test_sort_key_accepts_any_text(key):
-    """sort_key never raises and is comparable with a key that has digits."""
-    assert isinstance(sort_key(key) < sort_key("out[1]"), bool)
 
 
 def test_flatten_call_args_then_kwargs():

@@ -71,7 +71,7 @@ def test_a_cnn_sweep_over_swapped_photos_equals_the_manual_loop(copies: int) -> 
     def weighted(out: Tensor) -> Tensor:
         return metric(out) * shift[:, 0]
 
-    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, sites=SITES, metric=weighted, copies=copies)
+    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, select=SITES, target=weighted, batch_size=copies)
     assert list(effects.restored) == SITES
     assert effects.forwards == 2 + math.ceil(len(SITES) / copies)
     expected = {site: manual(model, clean_x, corrupt_x, site, weighted) for site in SITES}
@@ -96,7 +96,7 @@ def test_a_transformer_sweep_over_positions_equals_the_manual_loop() -> None:
     torch.manual_seed(1)
     clean_x, corrupt_x = torch.randn(2, 5, 8, dtype=D), torch.randn(2, 5, 8, dtype=D)
     effects = hookscope.patch_sweep(
-        model, clean_x, corrupt_x, sites=["layers.0", "layers.1"], metric=last_token, copies=3
+        model, clean_x, corrupt_x, select=["layers.0", "layers.1"], target=last_token, batch_size=3
     )
     for site in ("layers.0", "layers.1"):
         assert isinstance(effects.restored[site], list) and len(effects.restored[site]) == 5
@@ -106,7 +106,7 @@ def test_a_transformer_sweep_over_positions_equals_the_manual_loop() -> None:
     assert effects.fraction("layers.1", 4) == pytest.approx(1.0, abs=1e-12)  # the last token of the last layer
     assert effects.fraction("layers.1", 0) == pytest.approx(0.0, abs=1e-12)  # the metric reads token 4 only there
     assert effects.forwards == 2 + math.ceil(10 / 3)
-    whole = hookscope.patch_sweep(model, clean_x, corrupt_x, sites="layers.1", metric=last_token, positions=False)
+    whole = hookscope.patch_sweep(model, clean_x, corrupt_x, select="layers.1", target=last_token, positions=False)
     assert whole.restored == {"layers.1": pytest.approx(1.0, abs=1e-12)}
 
 
@@ -117,8 +117,8 @@ def test_the_table_the_heatmap_and_the_notebook_view() -> None:
         model,
         torch.randn(1, 4, 8, dtype=D),
         torch.randn(1, 4, 8, dtype=D),
-        sites=["layers.0", "layers.1"],
-        metric=last_token,
+        select=["layers.0", "layers.1"],
+        target=last_token,
     )
     lines = effects.table().splitlines()
     assert lines[0].split() == ["site", "pos", "0", "pos", "1", "pos", "2", "pos", "3"]
@@ -132,15 +132,103 @@ def test_the_table_the_heatmap_and_the_notebook_view() -> None:
 def test_an_equal_metric_or_idle_sites_are_said() -> None:
     model = encoder()
     x = torch.randn(1, 4, 8, dtype=D)
-    with pytest.raises(hookscope.EditError, match=r"the metric is .* on both the clean and the corrupted input"):
-        hookscope.patch_sweep(model, x, x.clone(), sites="layers.0", metric=last_token)
+    with pytest.raises(hookscope.EditError, match=r"the target is .* on both the clean and the corrupted input"):
+        hookscope.patch_sweep(model, x, x.clone(), select="layers.0", target=last_token)
     with pytest.warns(hookscope.EditWarning, match=r"leaves out 'layers.0.self_attn.out_proj'.*never called"):
         hookscope.patch_sweep(
             model,
             x,
             torch.randn(1, 4, 8, dtype=D),
-            sites=["layers.0", "layers.0.self_attn.out_proj"],
-            metric=last_token,
+            select=["layers.0", "layers.0.self_attn.out_proj"],
+            target=last_token,
         )
     with pytest.raises(hookscope.EditError, match="differ in shape"):
-        hookscope.patch_sweep(model, x, x[:, :2], sites="layers.0", metric=last_token)
+        hookscope.patch_sweep(model, x, x[:, :2], select="layers.0", target=last_token)
+
+
+class Twice(nn.Module):
+    """One linear layer called twice: ``s(x) + s(2 x)``; call 0 sees x, call 1 sees 2 x."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.s = nn.Linear(3, 2).to(D)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.s(x) + self.s(2 * x)  # type: ignore[no-any-return]
+
+
+def test_call_patches_one_call_of_a_shared_module() -> None:
+    model = Twice()
+    clean, corrupt = torch.randn(2, 3, dtype=D), torch.randn(2, 3, dtype=D)
+
+    def total(out: Tensor) -> Tensor:
+        return out.sum(1)
+
+    with torch.no_grad():
+        m_clean, m_corrupt = float(total(model(clean)).mean()), float(total(model(corrupt)).mean())
+        by_hand = {
+            0: float(total(model.s(clean) + model.s(2 * corrupt)).mean()),
+            1: float(total(model.s(corrupt) + model.s(2 * clean)).mean()),
+        }
+    for call, patched in by_hand.items():
+        sweep = hookscope.patch_sweep(model, clean, corrupt, target=total, select="s", call=call)
+        assert sweep.fraction("s") == pytest.approx((patched - m_corrupt) / (m_clean - m_corrupt), abs=1e-12)
+    every = hookscope.patch_sweep(model, clean, corrupt, target=total, select="s")  # None: every call
+    assert every.fraction("s") == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(hookscope.EditError, match=r"call=2 is not a call of 's', which ran 2 time\(s\)"):
+        hookscope.patch_sweep(model, clean, corrupt, target=total, select="s", call=2)
+
+
+def test_blocks_by_default_a_class_target_and_the_old_keywords() -> None:
+    model = encoder()
+    torch.manual_seed(1)
+    clean_x, corrupt_x = torch.randn(2, 5, 8, dtype=D), torch.randn(2, 5, 8, dtype=D)
+    named = hookscope.patch_sweep(model, clean_x, corrupt_x, target=last_token, select=["layers.0", "layers.1"])
+    blocks = hookscope.patch_sweep(model, clean_x, corrupt_x, target=last_token)  # ":blocks": layers.0, layers.1
+    assert blocks.restored == named.restored
+    with pytest.warns(DeprecationWarning, match=r"patch_sweep\(") as said:
+        old = hookscope.patch_sweep(
+            model, clean_x, corrupt_x, sites=["layers.0", "layers.1"], metric=last_token, copies=3
+        )
+    assert old.forwards == 2 + math.ceil(10 / 3)
+    for site, fractions in named.restored.items():
+        assert old.restored[site] == pytest.approx(fractions, abs=1e-12)  # 3 copies a pass, not 8: rounding
+    messages = sorted(str(w.message) for w in said)
+    assert [m.split(" is deprecated")[0] for m in messages] == [
+        "patch_sweep(copies=...)",
+        "patch_sweep(metric=...)",
+        "patch_sweep(sites=...)",
+    ]
+    assert [m.split("; use ")[1] for m in messages] == [
+        "patch_sweep(batch_size=...)",
+        "patch_sweep(target=...)",
+        "patch_sweep(select=...)",
+    ]
+    head = nn.Sequential(nn.Flatten(), nn.Linear(40, 4)).to(D)
+    by_class = hookscope.patch_sweep(head, clean_x, corrupt_x, target=2, select="1")
+    by_function = hookscope.patch_sweep(head, clean_x, corrupt_x, target=lambda out: out[:, 2], select="1")
+    assert by_class.restored == by_function.restored and by_class.metric_clean == by_function.metric_clean
+
+
+class TwoHeads(nn.Module):
+    """A structured output: ``{"aux": ..., "logits": ...}`` (aux first, so the first tensor is not the logits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.head = nn.Linear(6, 6).to(D), nn.Linear(6, 3).to(D)
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        hidden = self.body(x).tanh()
+        return {"aux": hidden.sum(1, keepdim=True), "logits": self.head(hidden)}
+
+
+def test_output_names_the_tensor_the_target_reads() -> None:
+    model = TwoHeads()
+    clean, corrupt = torch.randn(2, 6, dtype=D), torch.randn(2, 6, dtype=D)
+    by_hand = hookscope.patch_sweep(model, clean, corrupt, target=lambda out: out["logits"][:, 1], select="body")
+    by_class = hookscope.patch_sweep(model, clean, corrupt, target=1, output="logits", select="body")
+    by_key = hookscope.patch_sweep(model, clean, corrupt, target=lambda t: t[:, 1], output="logits", select="body")
+    assert by_class.restored == by_hand.restored == by_key.restored
+    assert by_class.metric_clean == by_hand.metric_clean

@@ -27,7 +27,7 @@ def test_a_sweep_and_an_ablation_are_sections_of_the_page() -> None:
     m = model()
     torch.manual_seed(1)
     x, y = torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8)
-    sweep = hookscope.patch_sweep(m, x, y, sites=["<b>conv", "head"], metric=lambda out: out[:, 0] - out[:, 1])
+    sweep = hookscope.patch_sweep(m, x, y, select=["<b>conv", "head"], target=lambda out: out[:, 0] - out[:, 1])
     cut = ablation(m, x, {"<b>conv": edits.zero(channels=[0])}, labels=["cat", "dog", "<i>fish"], top_k=3)
     report = hookscope.build_report(m, x, select="head", sections=[sweep, cut])
     assert [s.id for s in report.sections] == ["patching", "ablation"]

@@ -106,7 +106,7 @@ def test_an_eager_model_gives_its_own_weights(tiny_gpt2: Any) -> None:
 
 
 def test_text_layers_and_names(minilm: Any, minilm_tokenizer: Any) -> None:
-    att = hookscope.attention(minilm, "Tokenization is fun", tokenizer=minilm_tokenizer, layers="encoder.layer.1*")
+    att = hookscope.attention(minilm, "Tokenization is fun", tokenizer=minilm_tokenizer, select="encoder.layer.1*")
     assert att.layers == ["encoder.layer.1.attention.self"]
     assert att.tokens == [["[CLS]", "token", "##ization", "is", "fun", "[SEP]"]]
     assert att.words(0) == [("[CLS]", [0]), ("tokenization", [1, 2]), ("is", [3]), ("fun", [4]), ("[SEP]", [5])]
@@ -143,7 +143,7 @@ def test_registry_restored_when_forward_raises_and_when_nested(tiny_gpt2: Any) -
                 return self.outer(input_ids=input_ids)
 
         nested = Nested()
-        outer = hookscope.attention(nested, {"input_ids": torch.tensor([[1, 2, 3]])}, layers="outer")
+        outer = hookscope.attention(nested, {"input_ids": torch.tensor([[1, 2, 3]])}, select="outer")
         assert outer.layers == ["outer.transformer.h.0.attn", "outer.transformer.h.1.attn"]
         assert torch.equal(outer.weights(0), nested.seen.weights(0))
         assert _registry() == {"sdpa": mine}
@@ -217,3 +217,23 @@ def test_a_renamed_implementation_would_drop_the_mask_ours_does_not(tiny_gpt2: A
         del AttentionInterface._global_mapping["renamed_sdpa"]
     assert (dropped[1] - plain[1]).abs().max() > 1e-3  # left padding ignored: the mask was dropped
     assert torch.equal(hookscope.attention(tiny_gpt2, inputs).output.logits, plain)
+
+
+def test_layers_is_the_old_name_of_select(tiny_gpt2: Any) -> None:
+    inputs = {"input_ids": torch.tensor([[3, 1, 4, 1, 5]])}
+    new = hookscope.attention(tiny_gpt2, inputs, select="transformer.h.1")
+    with pytest.warns(
+        DeprecationWarning, match=r"attention\(layers=...\) is deprecated.*attention\(select=...\)"
+    ) as said:
+        old = hookscope.attention(tiny_gpt2, inputs, layers="transformer.h.1")
+    assert said[0].filename == __file__  # the warning names the caller's line, so Python shows it by default
+    assert new.layers == old.layers == ["transformer.h.1.attn"]
+    assert torch.equal(new.weights(0), old.weights(0))
+
+
+def test_blocks_select_the_attention_inside_every_block(tiny_gpt2: Any) -> None:
+    inputs = {"input_ids": torch.tensor([[3, 1, 4, 1, 5]])}
+    every = hookscope.attention(tiny_gpt2, inputs)
+    blocks = hookscope.attention(tiny_gpt2, inputs, select=":blocks")  # transformer.h.0, transformer.h.1
+    assert blocks.layers == every.layers == ["transformer.h.0.attn", "transformer.h.1.attn"]
+    assert all(torch.equal(blocks.weights(i), every.weights(i)) for i in range(2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,7 +161,132 @@ def test_options_are_checked(pair: tuple[Any, Any]) -> None:
     scalar = _similarity(enc["attention_mask"])
     with pytest.raises(OptionError, match="method='shap' is not a token attribution method"):
         hookscope.token_attribution(model, enc, scalar, method="shap")  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="scalar_fn must return one number"):
+    with pytest.raises(OptionError, match=r"target must return one number, or one per row \(2\)"):
         hookscope.token_attribution(model, enc, lambda out: out.last_hidden_state, steps=1)
     with pytest.raises(OptionError, match="has no get_input_embeddings"):
         hookscope.token_attribution(torch.nn.Linear(2, 2), torch.zeros(1, 2), lambda out: out.sum())
+
+
+def _toy() -> tuple[torch.nn.Embedding, torch.nn.Module, torch.nn.Module]:
+    """A float64 token classifier: embedding (10 ids, 3 wide), then tanh and a linear head over 4 tokens."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(10, 3).double()
+    rest = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Tanh(), torch.nn.Linear(12, 5)).double()
+    return embed, rest, torch.nn.Sequential(embed, rest)
+
+
+def test_integrated_gradients_are_attributes_own() -> None:
+    embed, rest, model = _toy()
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    ours = hookscope.token_attribution(model, ids, 2, baseline="zeros", embeddings=embed, steps=8)
+    with torch.no_grad():
+        x = embed(ids)
+    attr, delta = hookscope.attribute(rest, x, "integrated_gradients", 2, steps=8, return_delta=True)
+    torch.testing.assert_close(ours.attributions, attr.sum(-1), rtol=1e-12, atol=1e-14)
+    assert ours.delta == pytest.approx(float(delta.sum()), abs=1e-12)
+    with torch.no_grad():
+        assert ours.value == pytest.approx(float(rest(x)[:, 2].sum()), abs=1e-12)  # per-row targets: their sum
+        assert ours.baseline_value == pytest.approx(float(rest(torch.zeros_like(x))[:, 2].sum()), abs=1e-12)
+    gradient = hookscope.token_attribution(model, ids, 2, method="input_x_gradient", embeddings=embed)
+    expected = hookscope.attribute(rest, x, "input_x_gradient", 2)
+    torch.testing.assert_close(gradient.attributions, expected.sum(-1), rtol=1e-12, atol=1e-14)
+
+
+def test_a_per_row_target_is_the_sum_of_class_targets() -> None:
+    embed, _, model = _toy()
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    by_class = hookscope.token_attribution(model, ids, [1, 3], baseline="zeros", embeddings=embed, steps=4)
+    by_rows = hookscope.token_attribution(
+        model,
+        ids,
+        lambda out: out.gather(1, torch.tensor([[1], [3]]))[:, 0],
+        baseline="zeros",
+        embeddings=embed,
+        steps=4,
+    )
+    torch.testing.assert_close(by_class.attributions, by_rows.attributions, rtol=0, atol=0)
+
+
+def test_old_spellings_warn_and_work() -> None:
+    embed, _, model = _toy()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    new = hookscope.token_attribution(model, ids, lambda out: out[0, 0], baseline="zeros", embeddings=embed, steps=4)
+    with pytest.warns(DeprecationWarning, match=r"method='ig'\) is deprecated.*method='integrated_gradients'"):
+        old = hookscope.token_attribution(
+            model,
+            ids,
+            lambda out: out[0, 0],
+            method="ig",
+            baseline="zeros",
+            embeddings=embed,
+            steps=4,  # type: ignore[arg-type]
+        )
+    with pytest.warns(DeprecationWarning, match=r"token_attribution\(scalar_fn=...\) is deprecated.*\(target=...\)"):
+        named = hookscope.token_attribution(
+            model, ids, scalar_fn=lambda out: out[0, 0], baseline="zeros", embeddings=embed, steps=4
+        )
+    assert old.method == named.method == new.method == "integrated_gradients"
+    with pytest.warns(DeprecationWarning, match="is deprecated") as said:  # each names the line that used it
+        hookscope.token_attribution(
+            model, ids, scalar_fn=lambda out: out[0, 0], method="ig", baseline="zeros", embeddings=embed, steps=1
+        )  # type: ignore[arg-type]
+    assert [w.filename for w in said] == [__file__, __file__]
+    assert torch.equal(old.attributions, new.attributions) and torch.equal(named.attributions, new.attributions)
+
+
+def test_table_plot_and_text() -> None:
+    embed, rest, _ = _toy()
+
+    class Classifier(torch.nn.Module):  # takes a tokenizer's batch as keywords
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.rest = embed, rest
+
+        def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+            return self.rest(self.embed(input_ids))  # type: ignore[no-any-return]
+
+    model = Classifier()
+
+    class Tok:
+        pad_token, eos_token, pad_token_id, all_special_ids = "<pad>", "<pad>", 0, [0]
+
+        def __call__(self, texts: list[str], **options: Any) -> dict[str, torch.Tensor]:
+            return {"input_ids": torch.tensor([[int(c) for c in text] for text in texts])}
+
+        def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+            return [f"w{i}" for i in ids]
+
+    result = hookscope.token_attribution(model, ["1234", "5678"], 4, tokenizer=Tok(), embeddings=embed, steps=4)
+    assert result.tokens == [["w1", "w2", "w3", "w4"], ["w5", "w6", "w7", "w8"]]
+    lines = result.table().splitlines()
+    assert lines[0].split() == ["row", "token", "text", "score"] and len(lines) == 1 + 8 + 1
+    assert lines[6].split() == ["1", "1", "w6", f"{float(result.scores[1][1]):+.4g}"]
+    assert lines[-1].startswith("integrated gradients: f(x) = ") and "steps, delta = " in lines[-1]
+    image = result.plot()
+    assert image.mode == "RGB" and image.width == 720
+    words = torch.cat(result.word_scores)
+    end = (178, 24, 43) if float(words[words.abs().argmax()]) > 0 else (33, 102, 172)  # the largest |score|
+    full = tuple(round(255 + (c - 255) * 0.85) for c in end)  # at full strength over white, as the HTML shades it
+    assert full in {tuple(int(c) for c in pixel) for pixel in np.asarray(image).reshape(-1, 3)}
+    with pytest.raises(hookscope.InputError, match="text needs tokenizer="):
+        hookscope.token_attribution(model, "1234", 4, embeddings=embed)
+
+
+def test_output_names_the_tensor_a_class_target_reads() -> None:
+    embed, rest, _ = _toy()
+
+    class Structured(torch.nn.Module):  # {"hidden": ..., "logits": ...}: the logits are not the first tensor
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.rest = embed, rest
+
+        def forward(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+            hidden = self.embed(ids)
+            return {"hidden": hidden, "logits": self.rest(hidden)}
+
+    model, ids = Structured(), torch.tensor([[1, 2, 3, 4]])
+    by_hand = hookscope.token_attribution(model, ids, lambda out: out["logits"][:, 3], baseline="zeros", steps=4,
+                                          embeddings=embed)  # fmt: skip
+    by_class = hookscope.token_attribution(model, ids, 3, output="logits", baseline="zeros", steps=4, embeddings=embed)
+    torch.testing.assert_close(by_class.attributions, by_hand.attributions, rtol=0, atol=0)
+    assert by_class.value == by_hand.value

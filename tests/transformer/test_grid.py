@@ -54,3 +54,27 @@ def test_the_notebook_view_escapes_tokens(minilm: object, minilm_tokenizer: obje
     hostile = _attention(torch.full((1, 1, 2, 2), 0.5), [HOSTILE, "x"])._repr_html_() or ""
     assert HOSTILE not in hostile and "&lt;img src=x onerror=alert(1)&gt;" in hostile
     assert not re.search(r"<img(?![^>]*src=\"data:image/png)", hostile)  # every <img> is an inline PNG
+
+
+def test_plot_draws_what_attention_grid_draws_and_table_has_a_line_per_layer() -> None:
+    torch.manual_seed(0)
+    weights = torch.softmax(torch.randn(2, 2, 4, 4), dim=-1)
+    weights[1, :, :, 0] = 0.0
+    weights[1, :, :, 1] = 1.0  # sequence 1: every token looks at token 1
+    att = Attention(
+        layers=["a.attn", "b.attn"],
+        tokens=[["w", "x", "y", "z"], ["p", "q", "r", "s"]],
+        mask=torch.ones(2, 4, dtype=torch.bool),
+        probs={"a.attn": weights, "b.attn": weights.flip(-1)},
+    )
+    drawn = att.plot(1, batch=1, heads=[0])
+    assert drawn.tobytes() == hookscope.attention_grid(att, 1, batch=1, heads=[0]).tobytes()
+    assert att.plot().tobytes() == hookscope.attention_grid(att, 0).tobytes()
+    lines = att.table(batch=1).splitlines()
+    assert lines[0].split() == ["layer", "heads", "shape", "most", "looked", "at"] and len(lines) == 3
+    assert lines[1].split() == ["a.attn", "2", "2x2x4x4", "q", "(1.00)"]  # all of each row's weight on q
+    assert lines[2].split()[:3] == ["b.attn", "2", "2x2x4x4"] and lines[2].split()[3] == "r"  # flipped: r
+    summed = weights[0].mean(0).sum(0)  # sequence 0, head mean: the weight each key receives
+    top = int(summed.argmax())
+    first = att.table().splitlines()[1].split()
+    assert first[3] == "wxyz"[top] and first[4] == f"({float(summed[top]) / 4:.2f})"

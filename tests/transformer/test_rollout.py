@@ -85,7 +85,8 @@ def test_rollout_equals_the_hand_product(tiny_vit: nn.Module, fuse: str, discard
     blocks = [tiny_vit.get_submodule(f"{n}.self_attention") for n in LAYERS]
     with torch.no_grad():
         weights = [_hand_weights(attn, t) for attn, t in zip(blocks, _hand_inputs(tiny_vit, x), strict=True)]
-    heat = hookscope.attention_rollout(tiny_vit, x, head_fusion=fuse, discard_ratio=discard)  # type: ignore[arg-type]
+    result = hookscope.attention_rollout(tiny_vit, x, head_fusion=fuse, discard_ratio=discard)  # type: ignore[arg-type]
+    heat = result.maps
     assert heat.shape == (2, 4, 4)
     torch.testing.assert_close(heat, _hand_rollout(weights, fuse, discard), rtol=1e-9, atol=1e-12)
     assert heat.flatten(1).amax(1).tolist() == pytest.approx([1.0, 1.0])
@@ -100,7 +101,7 @@ def test_mean_rollout_of_one_layer_is_half_attention_half_identity() -> None:
 def test_vit_b_16_random_init() -> None:
     torch.manual_seed(0)
     model = torchvision.models.vit_b_16().eval()
-    heat = hookscope.attention_rollout(model, torch.randn(1, 3, 224, 224))
+    heat = hookscope.attention_rollout(model, torch.randn(1, 3, 224, 224)).maps
     assert heat.shape == (1, 14, 14)
     assert bool(heat.isfinite().all()) and heat.max().item() == pytest.approx(1.0) and heat.min().item() >= 0
 
@@ -115,3 +116,45 @@ def test_errors_say_what_to_pass(tiny_vit: nn.Module) -> None:
         hookscope.attention_rollout(nn.Sequential(nn.Linear(2, 2)), x)
     with pytest.raises(SelectionError, match=r"has no nn\.MultiheadAttention module"):
         MultiheadWeights(tiny_vit, "encoder.ln")
+
+
+def test_the_result_holds_the_rollout_and_draws_it(tiny_vit: nn.Module) -> None:
+    x = torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    result = hookscope.attention_rollout(tiny_vit, x)
+    with MultiheadWeights(tiny_vit) as watch, torch.no_grad():
+        tiny_vit(x)
+    joint = rollout([w for _, w in watch.weights])  # the functions the old return value was made of
+    heat = joint[:, 0, 1:].reshape(3, 4, 4)
+    torch.testing.assert_close(result.maps, heat / heat.flatten(1).amax(1)[:, None, None], rtol=0, atol=0)
+    torch.testing.assert_close(result.joint, joint, rtol=0, atol=0)
+    assert result.layers == [f"{name}.self_attention" for name in LAYERS]
+    lines = result.table().splitlines()
+    assert lines[0].split()[:2] == ["image", "grid"] and len(lines) == 4
+    peak = int(result.maps[1].flatten().argmax())
+    assert f"({peak // 4}, {peak % 4})" in lines[2] and lines[2].split()[-1] == f"{float(result.maps[1].mean()):.3f}"
+    tiles = result.plot()
+    assert tiles.mode == "RGB" and tiles.width > tiles.height  # three tiles side by side
+    photo = torch.rand(3, 32, 32)
+    assert result.plot(photo, batch=2).size == (32, 32)
+    assert result.plot(photo, batch=2).tobytes() == hookscope.overlay(photo, result.maps[2]).tobytes()
+    page = result._repr_html_()
+    assert page is not None and "data:image/png;base64," in page and "peak patch" in page
+
+
+def test_layers_is_the_old_name_of_select(tiny_vit: nn.Module) -> None:
+    x = torch.randn(1, 3, 32, 32, dtype=torch.float64)
+    one = f"{LAYERS[1]}.self_attention"
+    new = hookscope.attention_rollout(tiny_vit, x, select=one)
+    with pytest.warns(DeprecationWarning, match=r"attention_rollout\(layers=...\) is deprecated.*select="):
+        old = hookscope.attention_rollout(tiny_vit, x, layers=one)
+    assert new.layers == old.layers == [one]
+    torch.testing.assert_close(new.maps, old.maps, rtol=0, atol=0)
+
+
+def test_a_selector_of_blocks_keeps_the_attention_inside_them(tiny_vit: nn.Module) -> None:
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    every = hookscope.attention_rollout(tiny_vit, x)
+    blocks = hookscope.attention_rollout(tiny_vit, x, select=":blocks")  # the encoder layers, not their attention
+    last = hookscope.attention_rollout(tiny_vit, x, select=LAYERS[1])
+    assert blocks.layers == every.layers and last.layers == [f"{LAYERS[1]}.self_attention"]
+    torch.testing.assert_close(blocks.maps, every.maps, rtol=0, atol=0)

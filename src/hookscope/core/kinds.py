@@ -31,7 +31,6 @@ from typing import Literal, cast
 from ..text import closest
 
 Point = Literal["pre", "forward", "input_grad", "output_grad", "param"]
-POINTS: tuple[Point, ...] = ("pre", "forward", "input_grad", "output_grad", "param")
 
 # The built-in rows, for type checkers; tests check that it names exactly the table's rows.
 Kind = Literal["input", "output", "grad_input", "grad_output", "param_grad"]

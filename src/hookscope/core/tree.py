@@ -17,7 +17,6 @@ where they were, so a shortcut returns what the module returned. Non-tensor leav
 plain values (None, numbers, strings, dtypes, devices, sizes) are kept as they were; any other
 object is not kept (it may hold tensors or state hookscope did not copy) and comes back as a
 ``NotKept`` marker that names its type. ``hookscope.core.layout`` writes layouts as JSON for stores.
-``sort_key`` orders keys naturally (``out[2]`` before ``out[10]``).
 """
 
 from __future__ import annotations
@@ -124,12 +123,6 @@ def rebuild(layout: Layout, tensors: Mapping[str, Tensor]) -> Any:
         return layout
     items = [rebuild(child, tensors) for child in layout.children]
     return _assemble(layout, items)
-
-
-def sort_key(key: str) -> tuple[tuple[int, int | str], ...]:
-    """Natural ordering for keys: ``out[2]`` sorts before ``out[10]``."""
-    parts = re.split(r"([0-9]+)", key)
-    return tuple((0, int(p)) if p.isascii() and p.isdigit() else (1, p) for p in parts if p)
 
 
 def _walk(value: object, key: str, leaves: Leaves, depth: int) -> Layout:

@@ -2,19 +2,21 @@
 
 ::
 
-    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, sites="layer*",
-                                    metric=lambda out: out[:, 285] - out[:, 282])
+    effects = hookscope.patch_sweep(model, clean_x, corrupt_x, target=lambda out: out[:, 285] - out[:, 282],
+                                    select="layer*")
     print(effects.table())        # site (x position) -> restored fraction
     effects.plot()                # a heatmap, PIL
 
-The clean and the corrupted inputs run once each (the clean run under a capture of ``sites``);
-then, for every site, and for every position of a token output ``(B, T, D)`` (batch first), the
-clean activation is put into the corrupted run (``edits.replace``) and the metric measured. The
-restored fraction is ``(m_patched - m_corrupt) / (m_clean - m_corrupt)``: 0 where the patch does
-nothing, 1 where it brings the clean answer back. A metric that returns one value per image is
-averaged over the batch.
+The clean and the corrupted inputs run once each (the clean run under a capture of the selected
+sites, ``select=``, the model's blocks by default); then, for every site, and for every position of
+a token output ``(B, T, D)`` (batch first), the clean activation is put into the corrupted run
+(``edits.replace``) and the metric, ``target=``, measured. The restored fraction is
+``(m_patched - m_corrupt) / (m_clean - m_corrupt)``: 0 where the patch does nothing, 1 where it
+brings the clean answer back. The target is a callable of the model's output returning one
+number or one per image, or a class (an int, one per image, a tensor: that logit, as
+``hookscope.attribute`` reads it); one value per image is averaged over the batch.
 
-Batched where shapes allow: ``copies`` patched runs go through one forward pass as copies of the
+Batched where shapes allow: ``batch_size`` patched runs go through one forward pass as copies of the
 corrupted batch stacked along dim 0, copy ``i`` patched at its own site (the model must be in
 ``eval()`` mode: batch statistics would mix the copies, so a model in training mode runs one copy
 at a time). Everything runs under ``torch.no_grad()``.
@@ -34,13 +36,15 @@ from torch import Tensor, nn
 from ..core.capture import capture
 from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
+from ..deprecation import renamed
 from ..errors import CaptureWarning, EditError, EditWarning, NotCapturedError, OptionError
+from ..explain.targets import Target, logits, scores
 from ..text import closest
 from .block import edit
 from .effects import PatchSweep
 from .ops import function
 
-Metric = Callable[[Any], Tensor | float]
+Metric = Callable[[Any], Tensor | float]  # the model's output -> one number, or one per image
 
 
 @dataclass(frozen=True)
@@ -51,60 +55,89 @@ class Unit:
     position: int | None
 
 
+@renamed(sites="select", metric="target", copies="batch_size")
 def patch_sweep(
     model: nn.Module,
     clean_x: Tensor,
     corrupt_x: Tensor,
     *,
-    sites: Selector,
-    metric: Metric,
+    target: Metric | Target,
+    select: Selector = ":blocks",
     positions: bool | None = None,
     key: str | None = None,
-    copies: int = 8,
+    call: int | None = None,
+    batch_size: int = 8,
+    output: str | None = None,
 ) -> PatchSweep:
-    """Patch each site's clean activation into the corrupted run and measure ``metric`` (module doc).
+    """Patch each selected site's clean activation into the corrupted run and measure ``target`` (module doc).
 
-    ``positions``: patch token outputs one position at a time (None: for 3-D outputs ``(B, T, D)``).
-    ``key``: the tensor of a structured output that is patched (needed when it holds several).
-    ``copies``: patched runs per forward pass.
+    ``target``: a callable of the model's output (one number, or one per image, averaged), or a
+    class index (an int, a list, a tensor). ``select``: the sites (``":blocks"``, the default: the
+    model's repeated blocks). ``positions``: patch token outputs one position at a time (None: for
+    3-D outputs ``(B, T, D)``). ``key``: the tensor of a structured output that is patched (needed
+    when it holds several). ``call``: patch only call ``call`` (0-based) of a module that runs
+    several times (None: every call). ``batch_size``: patched runs per forward pass. ``output``:
+    the tensor of a structured model output the target reads (``"logits"``; None: a callable gets
+    the whole output, a class index the first tensor).
+    ``sites=``, ``metric=`` and ``copies=`` are the old names of ``select=``, ``target=`` and
+    ``batch_size=`` (deprecated).
     """
     if clean_x.shape != corrupt_x.shape:
         raise EditError(
             f"clean and corrupted inputs differ in shape: {tuple(clean_x.shape)} and {tuple(corrupt_x.shape)}"
         )
-    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
-        raise OptionError(f"copies= is the number of patched runs per forward pass, 1 or more, got {copies!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise OptionError(f"batch_size= is the number of patched runs per forward pass, 1 or more, got {batch_size!r}")
+    if call is not None and (isinstance(call, bool) or not isinstance(call, int) or call < 0):
+        raise OptionError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
+    metric = _metric(target, output)
     with torch.no_grad():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
-            with capture(model, sites) as cap:
+            with capture(model, select) as cap:
                 m_clean = _scalar(metric(model(clean_x)))
         m_corrupt = _scalar(metric(model(corrupt_x)))
         if math.isclose(m_clean, m_corrupt, rel_tol=0.0, abs_tol=1e-12):
             raise EditError(
-                f"the metric is {m_clean:.6g} on both the clean and the corrupted input: nothing to restore"
+                f"the target is {m_clean:.6g} on both the clean and the corrupted input: nothing to restore"
             )
-        clean, keys = _clean_values(cap, key)
+        clean, keys = _clean_values(cap, key, call)
         units = _units(clean, positions)
-        per_forward = 1 if model.training else copies
+        per_forward = 1 if model.training else batch_size
         values: dict[Unit, float] = {}
         for start in range(0, len(units), per_forward):
             group = units[start : start + per_forward]
-            values.update(zip(group, _patched(model, corrupt_x, group, clean, keys, metric), strict=True))
+            values.update(zip(group, _patched(model, corrupt_x, group, clean, keys, metric, call), strict=True))
     forwards = 2 + math.ceil(len(units) / per_forward)
     return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
+
+
+def _metric(target: Metric | Target, key: str | None) -> Metric:
+    """The target as a function of the model's output (its tensor at ``key``, when given): a
+    callable as it is, a class as its logit."""
+    if target is None:
+        raise EditError("patch_sweep needs target=: a callable of the model's output, or a class index")
+    if callable(target) and not isinstance(target, Tensor):
+        function: Metric = target
+        return function if key is None else lambda output: function(logits(output, key))
+    index: Target = target
+
+    def logit(output: Any) -> Tensor:
+        return scores(output, index, key)[0]
+
+    return logit
 
 
 def _scalar(value: Tensor | float) -> float:
     """A metric's value as one number: a tensor's mean (one value per image is averaged)."""
     if isinstance(value, Tensor):
         if value.numel() == 0:
-            raise EditError("the metric returned an empty tensor; return one number, or one per image")
+            raise EditError("the target returned an empty tensor; return one number, or one per image")
         return float(value.detach().double().mean())
     return float(value)
 
 
-def _clean_values(cap: Any, key: str | None) -> tuple[dict[str, list[Tensor]], dict[str, str]]:
+def _clean_values(cap: Any, key: str | None, call: int | None) -> tuple[dict[str, list[Tensor]], dict[str, str]]:
     """Per site, the clean tensor of every call at the patched key; and that key."""
     clean, keys = {}, {}
     idle = [site for site in cap if not cap[site].calls]
@@ -118,6 +151,10 @@ def _clean_values(cap: Any, key: str | None) -> tuple[dict[str, list[Tensor]], d
         )
     for site in (s for s in cap if cap[s].calls):
         calls = cap[site].calls
+        if call is not None and call >= len(calls):
+            raise NotCapturedError(
+                f"call={call} is not a call of {site!r}, which ran {len(calls)} time(s); pick call < {len(calls)}"
+            )
         held = calls[0].keys("output")
         chosen = key if key is not None else (held[0] if len(held) == 1 else None)
         if key is not None and key not in held:
@@ -152,6 +189,7 @@ def _patched(
     clean: dict[str, list[Tensor]],
     keys: dict[str, str],
     metric: Metric,
+    call: int | None,
 ) -> list[float]:
     """The metric of each unit of ``group``, patched in copy ``i`` of one stacked forward pass."""
     rows = len(corrupt_x)
@@ -173,7 +211,7 @@ def _patched(
 
         return patch
 
-    plan = {site: function(patcher(site), key=keys[site]) for site in by_site}
+    plan = {site: function(patcher(site), key=keys[site], call=call) for site in by_site}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", EditWarning)  # a patch that changes nothing is a finding here
         with edit(model, plan, strict=False):  # type: ignore[arg-type]

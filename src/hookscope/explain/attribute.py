@@ -352,3 +352,31 @@ def _check_options(x: Tensor, method: str, steps: int, samples: int, noise: floa
             raise OptionError(f"{name} must be a positive int, got {value!r}")
     if not isinstance(noise, (int, float)) or not noise >= 0:
         raise OptionError(f"noise must be >= 0 (a fraction of each image's max - min), got {noise!r}")
+
+
+def attribute_through(
+    forward: Forward,
+    x: Tensor,
+    method: Method,
+    target: Target = None,
+    *,
+    baseline: Baseline = None,
+    steps: int = 50,
+    batch_size: int | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """``attribute``'s saliency, input x gradient or integrated gradients of ``target`` through any
+    ``forward`` of x (not only a model: ``token_attribution`` sends x, a model's embeddings, through
+    the rest of the model), and integrated gradients' per-row delta (None for the others).
+
+    ``batch_size=len(x)`` sends each integration step as one forward of the whole batch, so a
+    ``forward`` may mix its rows (one number for the batch).
+    """
+    if method not in ("saliency", "input_x_gradient", "integrated_gradients"):
+        raise OptionError(f"method={method!r}: attribute_through runs saliency, input_x_gradient, integrated_gradients")
+    _check_options(x, method, steps, 1, 0.0, batch_size)
+    with torch.inference_mode(False), torch.enable_grad(), once_each():
+        x = x.detach().clone()
+        if method == "integrated_gradients":
+            return _integrated_gradients(forward, x, target, baseline, steps, batch_size)
+        grad = _gradient(forward, x, target)[0]
+        return (grad if method == "saliency" else x * grad), None

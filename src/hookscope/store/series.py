@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from .. import display
@@ -202,10 +201,6 @@ def _span(steps: Sequence[int]) -> str:
     if not steps:
         return "none"
     return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
-
-
-def empty_rows() -> Tensor:
-    return torch.empty(0, len(COLUMNS), dtype=torch.float64)
 
 
 def _nearest(step: object, steps: Sequence[int]) -> str:

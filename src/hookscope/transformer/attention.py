@@ -24,7 +24,7 @@ what the fused kernel does differently (5e-7 in float32, 1e-15 in float64).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +32,13 @@ import torch
 from torch import Tensor, nn
 
 from ..core.select import Selector, select_modules
-from ..display import Shows
-from ..errors import CaptureError, InputError, NotCapturedError, SelectionError
+from ..deprecation import renamed
+from ..display import Shows, plot_of, table_of
+from ..errors import CaptureError, NotCapturedError, SelectionError
 from ..text import closest
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights
-from .text import Groups, encode, input_ids, tokens_of, word_groups, word_ids_of
+from .text import Groups, encoded, input_ids, tokens_of, word_groups, word_ids_of
 
 
 @dataclass(frozen=True, repr=False)
@@ -93,31 +94,39 @@ class Attention(Shows):
         groups = word_groups(self.tokens[batch], ids)
         return [(word, members) for word, members in groups if all(keep[i] for i in members)]
 
+    def table(self, *, batch: int = 0) -> str:
+        """A line per layer: its heads, the weights' shape, and the token sequence ``batch`` looks at most."""
+        return table_of(self, batch=batch)
+
+    def plot(self, layer: str | int = 0, **options: Any) -> Any:
+        """A PIL image of ``layer``'s heads and their mean: what ``hookscope.attention_grid(att, layer, ...)`` draws."""
+        return plot_of(self, layer=layer, **options)
+
     def __repr__(self) -> str:
         size = tuple(self.mask.shape)
         return f"<Attention: {len(self.layers)} layers, {self.heads} heads, batch x tokens {size}>"
 
 
+@renamed(layers="select")
 def attention(
     model: nn.Module,
     inputs: Any,
     *,
-    layers: Selector | None = None,
+    select: Selector | None = None,
     tokenizer: Any = None,
 ) -> Attention:
     """Run ``model`` on ``inputs`` once and return the attention of every attention call (see module doc).
 
     ``inputs`` is what the model takes: a tokenizer's ``BatchEncoding`` or a dict (passed as
     keyword arguments), a ``(B, T)`` tensor of token ids, or text (a string or a list of strings,
-    a batch) with ``tokenizer=``, which pads it. ``layers`` selects modules as ``hookscope.capture``
-    does; an attention is kept when it or a module above it is selected (``"encoder.layer.1*"``).
+    a batch) with ``tokenizer=``, which pads it. ``select`` selects modules as ``hookscope.capture``
+    does; an attention is kept when it or a module above it is selected (``"encoder.layer.1*"``);
+    None (the default) keeps every attention module the model ran. ``layers=`` is the old name of
+    ``select=`` (deprecated).
     Attention probabilities are those of the softmax before dropout; call it in ``eval()`` mode.
     """
-    if isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str)):
-        if tokenizer is None:
-            raise InputError("text needs tokenizer=: hookscope.attention(model, text, tokenizer=tokenizer)")
-        inputs = encode(tokenizer, inputs)
-    wanted = _wanted(model, layers)
+    inputs = encoded(inputs, tokenizer, caller="attention")
+    wanted = _wanted(model, select)
     order: list[str] = []
     probs: dict[str, Tensor] = {}
 
@@ -134,7 +143,7 @@ def attention(
         with recording(model, record), torch.no_grad():
             output = _call(model, inputs)
     if not order:
-        raise CaptureError(_nothing_ran(model, layers))
+        raise CaptureError(_nothing_ran(model, select))
     mask = _padding(inputs, probs[order[0]])
     positions = [[str(i) for i in range(mask.shape[1])] for _ in range(mask.shape[0])]
     return Attention(
@@ -164,12 +173,12 @@ def _multihead(model: nn.Module, inputs: Any, wanted: dict[int, str], record: An
     return output
 
 
-def _wanted(model: nn.Module, layers: Selector | None) -> dict[int, str]:
+def _wanted(model: nn.Module, select: Selector | None) -> dict[int, str]:
     """id(module) -> name for every module whose attention is kept."""
     everything = {id(m): n for n, m in reversed(list(model.named_modules()))}  # a shared module: its first name
-    if layers is None:
+    if select is None:
         return everything
-    chosen = {n for n, _ in select_modules(model, layers)}
+    chosen = {n for n, _ in select_modules(model, select)}
     return {i: n for i, n in everything.items() if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)}
 
 
@@ -186,8 +195,8 @@ def _padding(inputs: Any, first: Tensor) -> Tensor:
     return torch.ones(batch, length, dtype=torch.bool)
 
 
-def _nothing_ran(model: nn.Module, layers: Selector | None) -> str:
-    where = "" if layers is None else f" under layers={layers!r}"
+def _nothing_ran(model: nn.Module, select: Selector | None) -> str:
+    where = "" if select is None else f" under select={select!r}"
     return (
         f"no attention of {type(model).__name__} ran through transformers' attention interface{where}; "
         "check the selection, or the model computes attention its own way"

@@ -5,26 +5,31 @@
     result = token_attribution(model, enc, similarity, steps=32)   # enc: a tokenizer's batch
     result.words[0], result.word_scores[0]    # per word of the first text (word pieces summed)
     result.delta                              # sum of attributions - (f(x) - f(baseline))
+    print(result.table()); result.plot()      # a line per token; the tokens coloured by their scores
 
 Token ids cannot be differentiated, so the attributions are taken at the output of
-``model.get_input_embeddings()`` (Captum's answer too, captum#1237): a forward hook replaces that
-output with a point of the path from the baseline to the real embeddings, and
-``torch.autograd.grad`` gives ``d f / d point``. ``f = scalar_fn(model_output)`` is one number for
-the whole batch (for a sentence-embedding model, the cosine similarity of two texts), so
-``hookscope.attribute``, which explains one score per image, does not fit; its Gauss-Legendre rule
-(``gauss_legendre``) does, so the sums match Captum's ``LayerIntegratedGradients``.
+``model.get_input_embeddings()`` (Captum's answer too, captum#1237, its LayerIntegratedGradients
+reusing IntegratedGradients): a forward hook replaces that output with a point of the path from
+the baseline to the real embeddings, and ``hookscope.explain.attribute.attribute_through`` runs
+``hookscope.attribute``'s own integrated gradients (its Gauss-Legendre rule, so the sums match
+Captum's) or input x gradient over that forward:
 
-    ig                (x - x') * sum_s w_s d f / d e at x' + a_s (x - x')   (Sundararajan et al. 2017)
-    input_x_gradient  x * d f / d e at x
+    integrated_gradients  (x - x') * sum_s w_s d f / d e at x' + a_s (x - x')   (Sundararajan et al. 2017)
+    input_x_gradient      x * d f / d e at x
 
-``steps`` points run one forward and one backward each. Each token's score is the sum over the
-embedding axis; words sum their pieces (the fast tokenizer's ``word_ids()``, else BERT's ``##``
-continuation rule). Padding (``attention_mask == 0``) is left out of the lists.
+``f`` is the ``target``: a callable of the model's output returning one number for the whole
+batch (for a sentence-embedding model, the cosine similarity of two texts) or one per row (their
+sum is explained), or a class index (an int, one per row, a tensor) of the output's logits, as
+``hookscope.attribute`` reads it (fixed on the real inputs). Each step runs the whole batch in one
+forward and one backward. Each token's score is the sum over the embedding axis; words sum their
+pieces (the fast tokenizer's ``word_ids()``, else BERT's ``##`` continuation rule). Padding
+(``attention_mask == 0``) is left out of the lists.
 
 Baselines: ``"pad"`` (the default) gives every token the embedding of the pad token and leaves
 special tokens ([CLS], [SEP]) as they are, so they score 0 and the attributions fall on the
-text (Captum's BERT tutorial does the same); ``"zeros"`` is the zero vector; a tensor is used as
-given. The embedding module is called on the baseline's ids (the model's other inputs stay).
+text (Captum's BERT tutorial does the same); ``"zeros"`` is the zero vector; a tensor is
+broadcast to the embeddings (``hookscope.attribute``'s rule). The embedding module is called on
+the baseline's ids (the model's other inputs stay).
 """
 
 from __future__ import annotations
@@ -32,21 +37,27 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Union
 
 import torch
 from torch import Tensor, nn
 
 from ..core.hooks import HandleGroup
-from ..display import Shows, shows_as
+from ..deprecation import renamed, warn_renamed
+from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import OptionError
-from ..explain.attribute import gauss_legendre
-from ..viz.highlight import token_html
+from ..explain.attribute import attribute_through, make_baseline
+from ..explain.targets import Target, logits, scores
+from ..text import columns
+from ..viz.highlight import token_html, token_image
+from .text import encoded
 
-Method = Literal["ig", "input_x_gradient"]
+Method = Literal["integrated_gradients", "input_x_gradient"]
+METHODS: tuple[str, ...] = ("integrated_gradients", "input_x_gradient")
 Baseline = Union[Literal["pad", "zeros"], Tensor]
 Inputs = Union[Tensor, Mapping[str, Any]]  # input ids, or a tokenizer's batch (BatchEncoding)
-Scalar = Callable[[Any], Tensor]  # model output -> one number
+Scalar = Callable[[Any], Tensor]  # model output -> one number, or one per row
 
 
 @dataclass(eq=False)
@@ -59,74 +70,108 @@ class TokenAttribution(Shows):
     word_scores: list[Tensor]  # (words,) per row
     attributions: Tensor  # (B, T): every position, padding included
     value: float  # f(x)
-    baseline_value: float | None  # f(baseline) (ig)
-    delta: float | None  # sum of attributions - (f(x) - f(baseline)) (ig)
+    baseline_value: float | None  # f(baseline) (integrated gradients)
+    delta: float | None  # sum of attributions - (f(x) - f(baseline)) (integrated gradients)
     method: str
     steps: int
+
+    def table(self, *, words: bool = False) -> str:
+        """A line per token (or per word) of every row: the row, its position, the token and its score."""
+        return table_of(self, words=words)
+
+    def plot(self, *, words: bool = True) -> Any:
+        """A PIL image: each row's words (or tokens) coloured by their scores, red raises f, blue lowers it."""
+        return plot_of(self, words=words)
 
     def __repr__(self) -> str:
         tail = "" if self.delta is None else f", delta {self.delta:+.2e}"
         return f"<TokenAttribution {self.method}: {len(self.tokens)} row(s), f(x) = {self.value:.4g}{tail}>"
 
 
+@renamed(scalar_fn="target")
 def token_attribution(
     model: nn.Module,
-    inputs: Inputs,
-    scalar_fn: Scalar,
+    inputs: Inputs | str | Sequence[str],
+    target: Scalar | Target,
     *,
-    method: Method = "ig",
-    steps: int = 32,
+    method: Method = "integrated_gradients",
+    steps: int = 50,
     baseline: Baseline = "pad",
     tokenizer: Any = None,
     embeddings: nn.Module | None = None,
     rows: Sequence[int] | None = None,
+    output: str | None = None,
 ) -> TokenAttribution:
-    """Attributions of ``scalar_fn(model(**inputs))`` to each token's embedding (see the module doc).
+    """Attributions of ``target`` (of ``model(**inputs)``) to each token's embedding (see the module doc).
 
-    ``inputs`` is a tokenizer's batch (a fast tokenizer's keeps its tokens and word ids) or a tensor
-    of ids. ``tokenizer`` names the tokens when ``inputs`` cannot, and its special tokens are kept in
-    the ``"pad"`` baseline. ``embeddings`` is the module whose output is attributed (default
-    ``model.get_input_embeddings()``). ``rows`` (ig) attributes those rows only: the others keep
-    their own embeddings in the baseline and score 0 (``rows=[0]``: which words of text 0 make it
-    similar to text 1).
+    ``inputs`` is a tokenizer's batch (a fast tokenizer's keeps its tokens and word ids), a tensor
+    of ids, or text with ``tokenizer=``. ``tokenizer`` names the tokens when ``inputs`` cannot, and
+    its special tokens are kept in the ``"pad"`` baseline. ``embeddings`` is the module whose output
+    is attributed (default ``model.get_input_embeddings()``). ``rows`` (integrated gradients)
+    attributes those rows only: the others keep their own embeddings in the baseline and score 0
+    (``rows=[0]``: which words of text 0 make it similar to text 1). ``steps`` (50, as Captum's
+    ``n_steps``) points run one forward and one backward each. ``output`` names the tensor of a
+    structured model output the target reads (``"logits"``; None: a callable gets the whole output,
+    a class index the first tensor). ``scalar_fn=`` is the old name of
+    ``target=`` and ``method="ig"`` of ``"integrated_gradients"`` (both deprecated).
     """
-    if method not in ("ig", "input_x_gradient"):
-        raise OptionError(f"method={method!r} is not a token attribution method; use 'ig' or 'input_x_gradient'")
+    if str(method) == "ig":
+        old, new = "token_attribution(method='ig')", "token_attribution(method='integrated_gradients')"
+        warn_renamed(old, new, stacklevel=3)  # the caller of renamed's wrapper
+        method = "integrated_gradients"
+    if method not in METHODS:
+        raise OptionError(f"method={method!r} is not a token attribution method; use {' or '.join(map(repr, METHODS))}")
     if not isinstance(steps, int) or steps < 1:
         raise OptionError(f"steps must be a positive int, got {steps!r}")
+    batch: Inputs = encoded(inputs, tokenizer, caller="token_attribution")
     layer = embeddings if embeddings is not None else _input_embeddings(model)
-    ids = inputs if isinstance(inputs, Tensor) else inputs["input_ids"]
-
-    def run(point: Tensor | None) -> tuple[Tensor, Tensor]:
-        return _scalar(model, inputs, layer, point, scalar_fn)
-
-    with torch.inference_mode(False), torch.enable_grad():
-        with torch.no_grad():
-            value, x = run(None)
-        if method == "input_x_gradient":
-            attr, base_value = x * _gradient(run, x), None
-        else:
-            base = _baseline(baseline, layer, x, ids, _keep(inputs, tokenizer, ids), _pad_id(model, tokenizer))
-            base = _only_rows(base, x, rows)
-            attr = integrated_gradients(run, x, base, steps)
-            with torch.no_grad():
-                base_value = float(run(base)[0])
+    ids = batch if isinstance(batch, Tensor) else batch["input_ids"]
+    with torch.inference_mode(False), torch.no_grad():
+        first, x = _run(model, batch, layer, None)
+    forward = partial(_explained, model, batch, layer, _as_function(target, first, output), len(x))
+    with torch.inference_mode(False), torch.no_grad():
+        value = float(forward(x).sum())
+    base = None
+    if method == "integrated_gradients":
+        base = _baseline(baseline, layer, x, ids, _keep(batch, tokenizer, ids), _pad_id(model, tokenizer))
+        base = _only_rows(base, x, rows)
+    attr, _ = attribute_through(forward, x, method, _itself, baseline=base, steps=steps, batch_size=len(x))
     per_token = attr.sum(dim=-1).detach()  # (B, T)
-    delta = None if base_value is None else float(per_token.sum()) - (float(value) - base_value)
-    result = TokenAttribution([], [], [], [], per_token, float(value), base_value, delta, method, steps)
-    _fill_rows(result, inputs, tokenizer, ids)
+    base_value, delta = None, None
+    if base is not None:
+        with torch.inference_mode(False), torch.no_grad():
+            base_value = float(forward(base).sum())
+        delta = float(per_token.sum()) - (value - base_value)
+    result = TokenAttribution([], [], [], [], per_token, value, base_value, delta, method, steps)
+    _fill_rows(result, batch, tokenizer, ids)
     return result
 
 
-def integrated_gradients(
-    run: Callable[[Tensor | None], tuple[Tensor, Tensor]], x: Tensor, base: Tensor, steps: int
-) -> Tensor:
-    """``(x - base) * sum_s w_s grad f(base + a_s (x - base))`` by ``steps``-point Gauss-Legendre."""
-    nodes, weights = gauss_legendre(steps)
-    total = torch.zeros_like(x)
-    for alpha, weight in zip(nodes.tolist(), weights.tolist(), strict=True):
-        total += weight * _gradient(run, base + alpha * (x - base))
-    return (x - base) * total
+def _as_function(target: Scalar | Target, first: Any, key: str | None) -> Scalar:
+    """The target as a function of the model's output (its tensor at ``key``, when given): a callable
+    as it is; a class as its logit, the class fixed on the real inputs' output ``first`` (as
+    ``hookscope.attribute`` does)."""
+    if callable(target) and not isinstance(target, Tensor):
+        function: Scalar = target
+        return function if key is None else lambda out: function(logits(out, key))
+    _, index = scores(first, target, key)
+    return lambda out: scores(out, index, key)[0]
+
+
+def _explained(model: nn.Module, inputs: Inputs, layer: nn.Module, target: Scalar, rows: int, point: Tensor) -> Tensor:
+    """``(B,)``: the target of the model's output with ``layer``'s output replaced by ``point``; one
+    number for the batch sits in row 0 (the rows' sum is what is explained)."""
+    value = target(_run(model, inputs, layer, point)[0])
+    if not isinstance(value, Tensor) or value.numel() not in (1, rows):
+        got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
+        raise OptionError(f"target must return one number, or one per row ({rows}), got {got}")
+    if value.numel() == rows:
+        return value.reshape(rows)
+    return torch.cat([value.reshape(1), value.new_zeros(rows - 1)])
+
+
+def _itself(scores: Tensor) -> Tensor:
+    return scores
 
 
 def merge_words(
@@ -152,22 +197,9 @@ def merge_words(
     return words, torch.stack(sums) if sums else scores.new_zeros(0)
 
 
-def _gradient(run: Callable[[Tensor | None], tuple[Tensor, Tensor]], at: Tensor) -> Tensor:
-    point = at.detach().requires_grad_(True)
-    value, _ = run(point)
-    if not value.requires_grad:
-        raise OptionError(
-            "scalar_fn's value does not depend on the embeddings through autograd; nothing to differentiate"
-        )
-    (grad,) = torch.autograd.grad(value, point, allow_unused=True, materialize_grads=True)
-    return grad
-
-
-def _scalar(
-    model: nn.Module, inputs: Inputs, layer: nn.Module, point: Tensor | None, scalar_fn: Scalar
-) -> tuple[Tensor, Tensor]:
-    """``scalar_fn`` of the model's output with ``layer``'s output replaced by ``point`` (None: kept),
-    and what ``layer`` computed itself."""
+def _run(model: nn.Module, inputs: Inputs, layer: nn.Module, point: Tensor | None) -> tuple[Any, Tensor]:
+    """The model's output with ``layer``'s output replaced by ``point`` (None: kept), and what
+    ``layer`` computed itself."""
     seen: list[Tensor] = []
 
     def replace(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
@@ -182,11 +214,7 @@ def _scalar(
         handles.remove()
     if not seen:
         raise OptionError(f"the model never called its embedding module {type(layer).__name__}; pass embeddings=")
-    value = scalar_fn(output)
-    if not isinstance(value, Tensor) or value.numel() != 1:
-        got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
-        raise OptionError(f"scalar_fn must return one number (a tensor with one element), got {got}")
-    return value.reshape(()), seen[0].detach()
+    return output, seen[0].detach()
 
 
 def _input_embeddings(model: nn.Module) -> nn.Module:
@@ -201,15 +229,8 @@ def _input_embeddings(model: nn.Module) -> nn.Module:
 
 def _baseline(baseline: Baseline, layer: nn.Module, x: Tensor, ids: Tensor, keep: Tensor, pad: int | None) -> Tensor:
     """The starting point of the path, with the embeddings' shape (see the module doc)."""
-    if isinstance(baseline, Tensor):
-        try:
-            return torch.broadcast_to(baseline.detach().to(x), x.shape)
-        except RuntimeError as err:
-            raise OptionError(
-                f"baseline of shape {tuple(baseline.shape)} does not broadcast to the embeddings' {tuple(x.shape)}"
-            ) from err
-    if baseline == "zeros":
-        return torch.zeros_like(x)
+    if isinstance(baseline, Tensor) or baseline == "zeros":
+        return make_baseline(x, baseline)
     if baseline != "pad":
         raise OptionError(
             f"baseline={baseline!r} is not a baseline; pass 'pad', 'zeros' or a tensor shaped like the embeddings"
@@ -273,7 +294,31 @@ def _fill_rows(result: TokenAttribution, inputs: Inputs, tokenizer: Any, ids: Te
         result.word_scores.append(word_scores)
 
 
-@shows_as(TokenAttribution)
+def attribution_table(result: TokenAttribution, *, words: bool = False) -> str:
+    """``TokenAttribution.table()``: a line per token (``words=True``: per word) of every row, and the values."""
+    texts, values = (result.words, result.word_scores) if words else (result.tokens, result.scores)
+    lines = [["row", "word" if words else "token", "text", "score"]]
+    for row, (items, row_scores) in enumerate(zip(texts, values, strict=True)):
+        for index, (text, value) in enumerate(zip(items, row_scores.tolist(), strict=True)):
+            lines.append([str(row), str(index), text, f"{float(value):+.4g}"])
+    return "\n".join([*columns(lines, right=(0, 1, 3)), _line(result)])
+
+
+def attribution_plot(result: TokenAttribution, *, words: bool = True) -> Any:
+    """``TokenAttribution.plot()``: each row's words (or tokens) shaded on one shared scale, as the HTML view."""
+    texts, values = (result.words, result.word_scores) if words else (result.tokens, result.scores)
+    return token_image(texts, values)
+
+
+def _line(result: TokenAttribution) -> str:
+    what = result.method.replace("_", " ")
+    line = f"{what}: f(x) = {result.value:.4g}"
+    if result.delta is not None and result.baseline_value is not None:
+        line += f", f(baseline) = {result.baseline_value:.4g}, {result.steps} steps, delta = {result.delta:+.2e}"
+    return line
+
+
+@shows_as(TokenAttribution, table=attribution_table, plot=attribution_plot)
 def attribution_html(result: TokenAttribution) -> str:
     """Each row's words shaded by their scores on one shared scale, and the completeness line."""
     reach = max((float(s.abs().max()) for s in result.word_scores if s.numel()), default=0.0)
@@ -281,9 +326,5 @@ def attribution_html(result: TokenAttribution) -> str:
         f'<div style="margin:4px 0">{token_html(w, s, scale=reach)}</div>'
         for w, s in zip(result.words, result.word_scores, strict=True)
     )
-    what = "integrated gradients" if result.method == "ig" else "input x gradient"
-    line = f"{what}: f(x) = {result.value:.4g}"
-    if result.delta is not None and result.baseline_value is not None:
-        line += f", f(baseline) = {result.baseline_value:.4g}, {result.steps} steps, delta = {result.delta:+.2e}"
-    note = f'<div style="color:#555;font-size:12px">{html.escape(line)}; red raises f, blue lowers it</div>'
+    note = f'<div style="color:#555;font-size:12px">{html.escape(_line(result))}; red raises f, blue lowers it</div>'
     return f'<div class="hs-attribution" style="font:14px sans-serif">{rows}{note}</div>'

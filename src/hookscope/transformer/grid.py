@@ -23,6 +23,7 @@ from torch import Tensor
 from ..display import shows_as
 from ..errors import OptionError
 from ..optional import require
+from ..text import columns as text_columns
 from ..viz.html import MAX_ROWS, Safe, image_tag, more, table, view
 from .attention import Attention
 
@@ -63,7 +64,24 @@ def attention_grid(
     return _draw(panels, tokens, title=name, columns=max(1, min(columns, len(panels))))
 
 
-@shows_as(Attention)
+def attention_table(att: Attention, *, batch: int = 0) -> str:
+    """``att.table()``: a line per layer with its heads, its weights' shape, and the token that
+    sequence ``batch``'s real tokens look at most (the head mean's column sums, padding left out)."""
+    if not 0 <= batch < att.mask.shape[0]:
+        raise OptionError(f"batch={batch} is out of range: the attention holds {att.mask.shape[0]} sequences")
+    tokens = att.real_tokens(batch)
+    rows = [["layer", "heads", "shape", "most looked at"]]
+    for name in att.layers:
+        weights = att.weights(name)
+        keep = att.mask[batch].to(weights.device)
+        received = att.mean_heads(name)[batch][keep][:, keep].sum(dim=0)  # (t,): weight each key gets
+        top = int(received.argmax())
+        share = float(received[top]) / max(1, len(tokens))
+        rows.append([name, str(weights.shape[1]), "x".join(map(str, weights.shape)), f"{tokens[top]} ({share:.2f})"])
+    return "\n".join(text_columns(rows, right=(1,)))
+
+
+@shows_as(Attention, table=attention_table, plot=attention_grid)
 def attention_html(att: Attention) -> Safe:
     """A notebook's view: a row per layer (heads, shape) with a thumbnail of its head mean (sequence 0)."""
     rows = []

@@ -2,35 +2,45 @@
 
 ::
 
-    lens = logit_lens(model, input_ids, norm=model.transformer.ln_f, unembed=model.lm_head, k=5)
+    lens = logit_lens(model, input_ids, top_k=5)   # GPT-2: norm transformer.ln_f, unembed lm_head, found
     lens.ids[-1]      # (B, T, k) top-k token ids after the last block: the model's own top-k
     lens.probs[0]     # (B, T, k) their probabilities after the first block
     lens.tokens       # the same as strings, [layer][batch][position][rank], with tokenizer=
+    print(lens.table()); lens.plot()               # layers down, positions across: the top guess
 
 Each selected block's output (its first tensor, the residual stream) goes through the final norm
 and the unembedding exactly as the model sends its last hidden state: ``unembed(norm(h))``, then a
-softmax over the vocabulary (nostalgebraist 2020). The user names both, because models call them
-differently (``transformer.ln_f`` and ``lm_head`` on GPT-2, ``model.norm`` and ``lm_head`` on
-Llama). On GPT-2 the last block's lens is the model's logits, bit for bit; a model whose last
+softmax over the vocabulary (nostalgebraist 2020). ``unembed`` defaults to the model's
+``get_output_embeddings()`` (Hugging Face's ``lm_head``) and ``norm`` to its final norm, found by
+the names Hugging Face models give it (``ln_f``, ``norm``, ``final_layer_norm``... on the base
+model or its decoder: ``transformer.ln_f`` on GPT-2, ``model.norm`` on Llama); pass either to
+choose. On GPT-2 the last block's lens is the model's logits, bit for bit; a model whose last
 block is followed by more than ``norm`` (a projection, a soft cap) differs there.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from ..core.capture import capture
 from ..core.select import Selector, select_modules
-from ..display import Shows, shows_as
-from ..errors import OptionError
+from ..deprecation import renamed
+from ..display import Shows, plot_of, shows_as, table_of
+from ..errors import CaptureWarning, OptionError
+from ..optional import require
+from ..text import columns
+from .text import encoded
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)
+DPI = 100
+NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "norm_f", "final_norm")
 
 
 @dataclass(eq=False)
@@ -43,53 +53,100 @@ class LogitLens(Shows):
     inputs: list[list[str]] | None = None  # the input tokens per row, with a tokenizer
     tokens: list[list[list[list[str]]]] | None = None  # [layer][row][position][rank], with a tokenizer
 
+    def table(self, *, row: int = 0) -> str:
+        """Row ``row`` as text: a line per layer, a column per position, the top token and its probability."""
+        return table_of(self, row=row)
+
+    def plot(self, *, row: int = 0) -> Any:
+        """Row ``row`` as a PIL heatmap: layers down, positions across, shaded by the top token's probability."""
+        return plot_of(self, row=row)
+
     def __repr__(self) -> str:
         layers, batch, length, k = self.ids.shape
         return f"<LogitLens: {layers} layers x {batch} rows x {length} positions, top {k}>"
 
 
+@renamed(blocks="select", k="top_k")
 def logit_lens(
     model: nn.Module,
-    input_ids: Tensor | Mapping[str, Any],
+    input_ids: Tensor | Mapping[str, Any] | str | Sequence[str],
     *,
-    unembed: Head,
-    norm: Head | None = None,
-    blocks: Selector = ":blocks",
-    k: int = 5,
+    unembed: Head | None = None,
+    norm: Head | Literal["auto"] | None = "auto",
+    select: Selector = ":blocks",
+    top_k: int = 5,
     tokenizer: Any = None,
 ) -> LogitLens:
-    """The logit lens of ``model`` on ``input_ids`` (a tensor, or a tokenizer's dict) at ``blocks``.
+    """The logit lens of ``model`` on ``input_ids`` (a tensor, a tokenizer's dict, or text with ``tokenizer=``).
 
-    ``blocks`` selects the residual blocks (``":blocks"``: the model's repeated blocks,
+    ``select`` picks the residual blocks (``":blocks"``, the default: the model's repeated blocks,
     ``transformer.h.0`` ... on GPT-2); a selected module inside another selected one is left out,
-    so ``"transformer.h.*"`` means the blocks, not their parts. ``norm`` (None: none) and
-    ``unembed`` are applied to each block's output. ``tokenizer`` turns the ids into strings.
+    so ``"transformer.h.*"`` means the blocks, not their parts. ``unembed`` (None: the model's
+    ``get_output_embeddings()``) and ``norm`` (``"auto"``: the model's final norm, found by name,
+    with a ``CaptureWarning`` when none is found; None: no norm) are applied to each block's output.
+    ``tokenizer`` encodes text and turns the ids into strings. ``blocks=`` and ``k=`` are the old
+    names of ``select=`` and ``top_k=`` (deprecated).
     """
-    if not isinstance(k, int) or k < 1:
-        raise OptionError(f"k must be a positive int, got {k!r}")
-    names = outermost([name for name, _ in select_modules(model, blocks)])
+    if not isinstance(top_k, int) or top_k < 1:
+        raise OptionError(f"top_k must be a positive int, got {top_k!r}")
+    batch: Tensor | Mapping[str, Any] = encoded(input_ids, tokenizer, caller="logit_lens")
+    unembed = output_embeddings(model) if unembed is None else unembed
+    norm = final_norm(model) if norm == "auto" else norm
+    names = outermost([name for name, _ in select_modules(model, select)])
     with capture(model, names) as cap, torch.no_grad():
-        if isinstance(input_ids, Mapping):
-            model(**input_ids)
+        if isinstance(batch, Mapping):
+            model(**batch)
         else:
-            model(input_ids)
+            model(batch)
     values, indices = [], []
     with torch.no_grad():
         for name in names:  # one layer's (B, T, V) probabilities at a time
             probs = lens_probs(cap[name].first("output"), unembed, norm)
-            if probs.shape[-1] < k:
-                raise OptionError(f"k={k} is more than the {probs.shape[-1]} entries of the unembedding's output")
-            top = probs.topk(k, dim=-1)
+            if probs.shape[-1] < top_k:
+                raise OptionError(f"top_k={top_k} is more than the {probs.shape[-1]} entries of the unembedding")
+            top = probs.topk(top_k, dim=-1)
             values.append(top.values)
             indices.append(top.indices)
     lens = LogitLens(names, torch.stack(indices), torch.stack(values))
     if tokenizer is not None:
-        ids = input_ids["input_ids"] if isinstance(input_ids, Mapping) else input_ids
-        lens.inputs = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
-        lens.tokens = [
-            [[tokenizer.convert_ids_to_tokens(r) for r in row] for row in layer] for layer in lens.ids.tolist()
-        ]
+        _name_tokens(lens, batch["input_ids"] if isinstance(batch, Mapping) else batch, tokenizer)
     return lens
+
+
+def _name_tokens(lens: LogitLens, ids: Tensor, tokenizer: Any) -> None:
+    """The inputs and the guesses as the tokenizer writes them."""
+    lens.inputs = [tokenizer.convert_ids_to_tokens(row) for row in ids.tolist()]
+    lens.tokens = [[[tokenizer.convert_ids_to_tokens(r) for r in row] for row in layer] for layer in lens.ids.tolist()]
+
+
+def output_embeddings(model: nn.Module) -> nn.Module:
+    """The model's unembedding: ``model.get_output_embeddings()`` (a Hugging Face LM's ``lm_head``)."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if not isinstance(head, nn.Module):
+        raise OptionError(
+            f"{type(model).__name__} has no get_output_embeddings() returning a module; pass unembed=<its "
+            "unembedding, e.g. model.lm_head>"
+        )
+    return head
+
+
+def final_norm(model: nn.Module) -> nn.Module | None:
+    """The norm after the last block, by the names Hugging Face models give it (see the module doc); None
+    (with a ``CaptureWarning``) when there is none by those names."""
+    base = getattr(model, "base_model", model)
+    for owner in (base, getattr(base, "decoder", None), model):
+        for name in NORM_NAMES:
+            found = getattr(owner, name, None) if isinstance(owner, nn.Module) else None
+            if isinstance(found, nn.Module):
+                return found
+    warnings.warn(
+        f"logit_lens found no final norm in {type(model).__name__} (looked for {', '.join(NORM_NAMES)}); "
+        "the lens runs without one: pass norm=<the final norm module>, or norm=None to say there is none",
+        CaptureWarning,
+        stacklevel=4,  # final_norm, logit_lens, its deprecation wrapper, the caller
+    )
+    return None
 
 
 def lens_probs(hidden: Tensor, unembed: Head, norm: Head | None = None) -> Tensor:
@@ -103,7 +160,54 @@ def outermost(names: list[str]) -> list[str]:
     return [n for n in names if not any(n.startswith(f"{o}.") for o in names if o != n and o != "")]
 
 
-@shows_as(LogitLens)
+def lens_table(lens: LogitLens, *, row: int = 0) -> str:
+    """``LogitLens.table()``: a line per layer, a column per position: the top token and its probability."""
+    _check_row(lens, row)
+    length = lens.ids.shape[2]
+    lines = [["", *(_input(lens, row, t) for t in range(length))]]
+    for layer, name in enumerate(lens.layers):
+        cells = [f"{_token(lens, layer, row, t, 0)} {float(lens.probs[layer, row, t, 0]):.2f}" for t in range(length)]
+        lines.append([name, *cells])
+    return "\n".join(columns(lines))
+
+
+def lens_plot(lens: LogitLens, *, row: int = 0) -> Any:
+    """``LogitLens.plot()``: a heatmap of the top token's probability, layers down, positions across,
+    each cell labelled with its top token (matplotlib, then a PIL image)."""
+    _check_row(lens, row)
+    figure: Any = require("matplotlib.figure")
+    agg: Any = require("matplotlib.backends.backend_agg")
+    pil: Any = require("PIL.Image")
+    layers, _, length, _ = lens.ids.shape
+    top = lens.probs[:, row, :, 0].double().cpu()  # (layers, T)
+    fig = figure.Figure(figsize=(3.0 + 0.6 * length, 2.2 + 0.3 * layers), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    shown = ax.imshow(top.numpy(), cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_yticks(range(layers), lens.layers, fontsize=7)
+    ax.set_xticks(range(length), [_cut(_input(lens, row, t)) for t in range(length)], fontsize=7, rotation=90)
+    ax.set_title("top guess after each block, and its probability", fontsize=9)
+    for layer in range(layers):
+        for t in range(length):
+            colour = "white" if float(top[layer, t]) > 0.6 else "black"
+            guess = _cut(_token(lens, layer, row, t, 0))
+            ax.text(t, layer, guess, ha="center", va="center", fontsize=6, color=colour)
+    fig.colorbar(shown, ax=ax, shrink=0.8)
+    canvas = agg.FigureCanvasAgg(fig)
+    canvas.draw()
+    image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    return image.convert("RGB")
+
+
+def _cut(text: str, most: int = 12) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _check_row(lens: LogitLens, row: int) -> None:
+    if not 0 <= row < lens.ids.shape[1]:
+        raise OptionError(f"row={row} is out of range: the lens holds {lens.ids.shape[1]} rows")
+
+
+@shows_as(LogitLens, table=lens_table, plot=lens_plot)
 def lens_html(lens: LogitLens, row: int = 0) -> str:
     """A table for one row: a line per layer, a column per position, the top token and its probability."""
     layers, _, length, _ = lens.ids.shape

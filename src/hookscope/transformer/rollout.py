@@ -2,8 +2,10 @@
 
 ::
 
-    heat = attention_rollout(model, x)              # (B, h, w) on the patch grid, each image's max 1
-    hookscope.overlay(photo, heat[0])               # over the picture, like a CAM
+    result = attention_rollout(model, x)            # a Rollout
+    result.maps                                     # (B, h, w) on the patch grid, each image's max 1
+    hookscope.overlay(photo, result.maps[0])        # over the picture, like a CAM (result.plot(photo) draws it)
+    print(result.table())                           # per image: the peak patch and the spread
 
 Per layer the heads are fused (their mean, max or min), the residual is added as the identity
 and the rows renormalised; the layers are multiplied through, first layer on the right:
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, get_args
 
@@ -35,30 +38,63 @@ from torch import Tensor, nn
 from ..core.block import Block
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
+from ..deprecation import renamed
+from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import CaptureWarning, OptionError, SelectionError
+from ..text import columns
 from ..tokens import tokens_to_grid
+from ..viz.html import Safe, image_tag, table, view
+from ..viz.images import feature_grid, overlay
 
 HeadFusion = Literal["mean", "max", "min"]
 HEAD_FUSIONS: tuple[str, ...] = get_args(HeadFusion)
 
 
+@dataclass(frozen=True, repr=False)
+class Rollout(Shows):
+    """The rollout of each image: ``maps`` ``(B, h, w)`` on the patch grid (each image's max 1), and
+    ``joint`` ``(B, N, N)``, the layers' attention multiplied through (row 0: the class token)."""
+
+    maps: Tensor
+    joint: Tensor
+    layers: list[str]  # the attention modules' calls, in call order
+    head_fusion: str = "mean"
+    discard_ratio: float = 0.0
+
+    def table(self) -> str:
+        """A line per image: the patch with the most rollout (row, column of the grid) and the maps' mean."""
+        return table_of(self)
+
+    def plot(self, image: Any = None, *, batch: int = 0, **options: Any) -> Any:
+        """A PIL image: every image's map as a tile, or ``maps[batch]`` over ``image`` (``hookscope.overlay``)."""
+        return plot_of(self, image=image, batch=batch, **options)
+
+    def __repr__(self) -> str:
+        batch, rows, cols = self.maps.shape
+        return f"<Rollout of {len(self.layers)} attention calls: {batch} image(s), {rows}x{cols} patches>"
+
+
+@renamed(layers="select")
 def attention_rollout(
     model: nn.Module,
     x: Tensor,
     *,
     head_fusion: HeadFusion = "mean",
     discard_ratio: float = 0.0,
-    layers: Selector = nn.MultiheadAttention,
+    select: Selector | None = None,
     prefix: int = 1,
-) -> Tensor:
-    """``(B, h, w)`` rollout of the class token's attention over the patches, each image's max 1.
+) -> Rollout:
+    """The rollout of the class token's attention over the patches (a :class:`Rollout`; ``.maps`` is ``(B, h, w)``).
 
-    ``layers`` selects the attention modules (every ``nn.MultiheadAttention`` by default); their
+    ``select`` picks the attention modules: None (the default) is every ``nn.MultiheadAttention``
+    the model has; a selector keeps the ``nn.MultiheadAttention`` modules it matches or that sit
+    under a module it matches (``":blocks"``: the attention of every block). Their
     calls are multiplied in call order. ``prefix`` tokens lead the sequence (1: the class token,
-    whose row is read); the rest must make a square patch grid.
+    whose row is read); the rest must make a square patch grid. ``layers=`` is the old name of
+    ``select=`` (deprecated).
     """
     _check_options(head_fusion, discard_ratio)
-    with MultiheadWeights(model, layers) as watch, torch.no_grad():
+    with MultiheadWeights(model, nn.MultiheadAttention if select is None else select) as watch, torch.no_grad():
         model(x)
     if not watch.weights:
         raise SelectionError(f"{type(model).__name__} never called its attention modules; nothing to roll out")
@@ -66,7 +102,8 @@ def attention_rollout(
     cls = joint[:, 0, :]  # (B, N): how much each token fed the class token's final state
     heat = tokens_to_grid(cls[:, :, None], prefix=prefix)[:, 0]  # (B, h, w)
     peak = heat.flatten(1).amax(1).clamp_min(torch.finfo(heat.dtype).tiny)
-    return heat / peak[:, None, None]
+    maps = heat / peak[:, None, None]
+    return Rollout(maps, joint, [name for name, _ in watch.weights], head_fusion, discard_ratio)
 
 
 def rollout(attentions: Sequence[Tensor], *, head_fusion: HeadFusion = "mean", discard_ratio: float = 0.0) -> Tensor:
@@ -111,14 +148,14 @@ class MultiheadWeights(Block):
     """``(name, (B, heads, L, S) weights)`` of each call of the selected ``nn.MultiheadAttention``
     modules inside the ``with`` block, in call order (see the module doc for how)."""
 
-    noun, remake = "attention weights block", "MultiheadWeights(model, layers)"
+    noun, remake = "attention weights block", "MultiheadWeights(model, select)"
 
-    def __init__(self, model: nn.Module, layers: Selector = nn.MultiheadAttention) -> None:
+    def __init__(self, model: nn.Module, select: Selector = nn.MultiheadAttention) -> None:
         super().__init__()
-        found = [(n, m) for n, m in _select(model, layers) if isinstance(m, nn.MultiheadAttention)]
+        found = [(n, m) for n, m in _select(model, select) if isinstance(m, nn.MultiheadAttention)]
         if not found:
             raise SelectionError(
-                f"{type(model).__name__} has no nn.MultiheadAttention module among layers={layers!r}; "
+                f"{type(model).__name__} has no nn.MultiheadAttention module among select={select!r}; "
                 "rollout reads torch's attention modules (torchvision's VisionTransformer has them)"
             )
         self.modules = found
@@ -154,13 +191,15 @@ class MultiheadWeights(Block):
         self.weights.append((name, weights.detach()))
 
 
-def _select(model: nn.Module, layers: Selector) -> list[tuple[str, nn.Module]]:
+def _select(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
+    """The modules ``select`` matches and every module under them (``":blocks"``: the blocks' attention)."""
     try:
-        return select_modules(model, layers)
+        chosen = [name for name, _ in select_modules(model, select)]
     except SelectionError:
-        if layers is nn.MultiheadAttention:
+        if select is nn.MultiheadAttention:
             return []
         raise
+    return [(n, m) for n, m in model.named_modules() if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
 
 
 def _check_options(head_fusion: str, discard_ratio: float) -> None:
@@ -168,3 +207,40 @@ def _check_options(head_fusion: str, discard_ratio: float) -> None:
         raise OptionError(f"head_fusion={head_fusion!r} is not one of {', '.join(HEAD_FUSIONS)}")
     if not isinstance(discard_ratio, (int, float)) or not 0.0 <= discard_ratio < 1.0:
         raise OptionError(f"discard_ratio must be in [0, 1), got {discard_ratio!r}")
+
+
+def _rows(result: Rollout) -> list[list[str]]:
+    """Per image: its index, the grid, the patch with the most rollout (row, column) and the map's mean."""
+    rows = []
+    for index, heat in enumerate(result.maps):
+        peak = int(heat.flatten().argmax())
+        where = f"({peak // heat.shape[1]}, {peak % heat.shape[1]})"
+        rows.append([str(index), f"{heat.shape[0]}x{heat.shape[1]}", where, f"{float(heat.mean()):.3f}"])
+    return rows
+
+
+HEADER = ["image", "grid", "peak patch (row, col)", "mean"]
+
+
+def rollout_table(result: Rollout) -> str:
+    """``Rollout.table()``: a line per image, its peak patch and its map's mean (each map's max is 1)."""
+    return "\n".join(columns([HEADER, *_rows(result)], right=(0, 3)))
+
+
+def rollout_plot(result: Rollout, image: Any = None, *, batch: int = 0, **options: Any) -> Any:
+    """``Rollout.plot()``: every image's map as a tile (one shared scale), or ``maps[batch]`` over
+    ``image`` (``hookscope.overlay``, whose ``cmap=`` and ``alpha=`` it passes on)."""
+    if not 0 <= batch < len(result.maps):
+        raise OptionError(f"batch={batch} is out of range: the rollout holds {len(result.maps)} images")
+    if image is not None:
+        return overlay(image, result.maps[batch], **options)
+    columns = min(8, len(result.maps))
+    return feature_grid(result.maps, channels=None, normalize="shared", columns=columns, **options)
+
+
+@shows_as(Rollout, table=rollout_table, plot=rollout_plot)
+def rollout_html(result: Rollout) -> Safe:
+    """The maps as tiles and the table of peaks, one block."""
+    picture = image_tag(rollout_plot(result), alt="attention rollout", width=None)
+    body = Safe(picture + table(HEADER, _rows(result), numeric=(0, 3)))
+    return view(body, title=f"Attention rollout of {len(result.layers)} attention calls")

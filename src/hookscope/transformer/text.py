@@ -3,6 +3,7 @@
 ::
 
     batch = encode(tokenizer, ["The cat sat.", "Hi"])     # a padded BatchEncoding of tensors
+    encoded("Hi", tokenizer, caller="attention")          # text encoded; ids and batches as they are
     tokens_of(batch, tokenizer)                           # [['[CLS]', 'the', 'cat', ...], ['[CLS]', 'hi', ...]]
     word_groups(['[CLS]', 'play', '##ing', '[SEP]'])       # [('[CLS]', [0]), ('playing', [1, 2]), ('[SEP]', [3])]
 
@@ -34,6 +35,18 @@ def encode(tokenizer: Any, text: str | Sequence[str], *, max_length: int = MAX_L
     if getattr(tokenizer, "pad_token", None) is None:
         tokenizer.pad_token = tokenizer.eos_token  # GPT-2 ships without one; its end token pads, as HF suggests
     return tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+
+
+def encoded(inputs: Any, tokenizer: Any, *, caller: str) -> Any:
+    """Text (a string or a list of strings) through ``tokenizer`` (``encode``); anything else as it is.
+
+    Text without a tokenizer is an ``InputError`` naming ``caller``'s ``tokenizer=``.
+    """
+    if not (isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str))):
+        return inputs
+    if tokenizer is None:
+        raise InputError(f"text needs tokenizer=: hookscope.{caller}(model, text, ..., tokenizer=tokenizer)")
+    return encode(tokenizer, inputs)
 
 
 def tokens_of(inputs: Any, tokenizer: Any = None) -> list[list[str]]:
