@@ -85,6 +85,15 @@ class Summary(Shows):
         numbers = f"mean {self.mean:.4g}, std {self.std:.4g}, min {self.min:.4g}, max {self.max:.4g}"
         return f"<Summary of {self.count:,} values: {numbers}>"
 
+    def table(self) -> str:
+        """A row per statistic of ``as_dict()``, percentiles as ``p50`` (text)."""
+        return table_of(self)
+
+    def plot(self, *, log: bool = False) -> Image:
+        """The histogram of the finite values; ``log`` puts the counts on a log scale."""
+        image: Image = plot_of(self, log=log)
+        return image
+
     def as_dict(self) -> dict[str, Any]:
         """Plain Python for ``json.dumps(..., allow_nan=False)``: NaN becomes None, keys strings."""
         plain: dict[str, Any] = _plain(asdict(self))
