@@ -94,7 +94,7 @@ def call_plot(call: Call, *, kind: Kind | None = None, channels: int = GRID_CHAN
 
 def held_kinds(call: Call) -> list[Kind]:
     """The kinds ``call`` holds a tensor of, output first, then in the table's order."""
-    return [k for k in ("output", *(n for n in names() if n != "output")) if call.keys(k)]
+    return [k for k in sorted(names(), key=lambda k: k != "output") if call.keys(k)]
 
 
 def first(call: Call, kind: Kind) -> Tensor:
