@@ -41,11 +41,11 @@ def model() -> Net:
 @pytest.fixture(scope="module")
 def cap(model: Net) -> hookscope.Capture:
     torch.manual_seed(1)
-    with pytest.warns(hookscope.CaptureWarning, match="no grad_output"):  # the second call has none
-        with hookscope.capture(model, kinds=("output", "grad_output")) as cap:
-            model(torch.randn(2, 3, 8, 8)).sum().backward()
-            with torch.no_grad():
-                model(torch.randn(2, 3, 8, 8))
+    no_grad = pytest.warns(hookscope.CaptureWarning, match="no grad_output")  # the second call has none
+    with no_grad, hookscope.capture(model, kinds=("output", "grad_output")) as cap:
+        model(torch.randn(2, 3, 8, 8)).sum().backward()
+        with torch.no_grad():
+            model(torch.randn(2, 3, 8, 8))
     return cap
 
 
@@ -78,6 +78,15 @@ def test_record_table_is_a_row_per_call_with_torch_s_mean_and_std(cap: hookscope
         assert float(row[3]) == pytest.approx(float(out.mean()), rel=1e-3)
         assert float(row[4]) == pytest.approx(float(out.std(correction=0)), rel=1e-3)
     assert footer == ["conv (Conv2d): 2 call(s); mean and std of output"]
+
+
+def test_a_site_s_numbers_are_its_output_s_whatever_else_it_holds(model: Net) -> None:
+    with hookscope.capture(model, "relu", kinds=("input", "output")) as cap:
+        model(torch.randn(1, 3, 8, 8))
+    header, row, footer = cells(cap["relu"].table())
+    assert header == ["call", "input", "output", "mean", "std"] and footer[0].endswith("mean and std of output")
+    assert float(row[3]) == pytest.approx(float(cap["relu"].output.double().mean()), rel=1e-3)
+    assert cap["relu"].plot().tobytes() == hookscope.feature_grid(cap["relu"].output[0], channels=16).tobytes()
 
 
 def test_record_and_call_plot_draw_image_0_s_feature_grid(cap: hookscope.Capture) -> None:

@@ -54,15 +54,17 @@ def sites_table(sites: Mapping[str, Record]) -> str:
 
 # -- a site and a call -------------------------------------------------------------------------
 def record_table(record: Record) -> str:
-    """A row per call: the shape of each kind held (its first tensor), and the mean and std of the first kind."""
+    """A row per call: the shape of each kind held (its first tensor), and the mean and std of its output
+    (or of the first kind it holds)."""
     held = [k for k in names() if any(c.keys(k) for c in record.calls)]
     rows = [("call", *held, "mean", "std")]
     for call in record.calls:
-        kinds = held_kinds(call)
-        numbers = _moments(first(call, kinds[0])) if kinds else ("–", "–")
+        lead = main_kind(call)
+        numbers = _moments(first(call, lead)) if lead else ("–", "–")
         rows.append((str(call.index), *(shape(first(call, k)) if call.keys(k) else "–" for k in held), *numbers))
     lines = columns(rows, right=(0, len(rows[0]) - 2, len(rows[0]) - 1))
-    which = f"; mean and std of {held[0]}" if held else ""
+    lead = main_kind(record.calls[0]) if record.calls else None
+    which = f"; mean and std of {lead}" if lead else ""
     return "\n".join([*lines, f"{record.name or '(model)'} ({record.type}): {len(record.calls)} call(s){which}"])
 
 
@@ -81,7 +83,7 @@ def record_plot(record: Record, *, call: int = 0, kind: Kind | None = None, chan
 def call_plot(call: Call, *, kind: Kind | None = None, channels: int = GRID_CHANNELS) -> Image:
     """Image 0's first ``channels`` maps of ``kind`` (default: the first kind held, output first) as a grid."""
     held = held_kinds(call)
-    chosen = kind if kind is not None else next(iter(held), None)
+    chosen = kind if kind is not None else main_kind(call)
     if chosen is None or not call.keys(chosen):
         raise OptionError(
             f"call {call.index} of {call.site!r} holds {', '.join(held) or 'nothing'}, got kind={chosen!r}; "
@@ -93,8 +95,14 @@ def call_plot(call: Call, *, kind: Kind | None = None, channels: int = GRID_CHAN
 
 
 def held_kinds(call: Call) -> list[Kind]:
-    """The kinds ``call`` holds a tensor of, output first, then in the table's order."""
-    return [k for k in sorted(names(), key=lambda k: k != "output") if call.keys(k)]
+    """The kinds ``call`` holds a tensor of, in the table's order."""
+    return [k for k in names() if call.keys(k)]
+
+
+def main_kind(call: Call) -> Kind | None:
+    """What a call's numbers and picture show: its output, else the first kind it holds (None: nothing)."""
+    held = held_kinds(call)
+    return "output" if "output" in held else next(iter(held), None)
 
 
 def first(call: Call, kind: Kind) -> Tensor:
