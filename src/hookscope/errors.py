@@ -6,13 +6,15 @@
      ├── SelectionError            a selector matched no module, or is not a selector
      ├── CaptureError              a capture was built or used the wrong way
      ├── BlockError                a hook block (capture, edit, nan_guard, watch...) entered twice
-     ├── NotCapturedError          asked for a site, kind or key the capture does not hold
-     │                             (also a KeyError, so ``name in cap`` idioms keep working)
+     ├── NotCapturedError          asked for a name a result does not hold: a site, kind or key of a
+     │                             capture or store, a watched module, a history's column or step, a
+     │                             sweep's site; the message names the closest ones (also a KeyError)
      ├── AmbiguousCallError        a shortcut (``.output``...) on a site called more than once
-     ├── OptionError               an option with no meaning: unknown method, colormap, bins...
+     ├── OptionError               an option with no meaning: unknown kind, method, colormap, bins...
      ├── ShapeError                a tensor that cannot be read as maps, tokens or images
      ├── TargetError               a target that does not fit the model's output
-     ├── InputError                an input spec or file that cannot be read as a model input
+     ├── InputError                an input that cannot be read as a model input (a spec, a file, text
+     │                             without tokenizer=)
      ├── ModelError                a model spec or weights file that cannot be loaded
      │    └── ForwardError         the model's own forward raised (the message names the module)
      ├── StoreError                a store or report that cannot be written (full disk, unwritable) or read
@@ -31,7 +33,10 @@
 
 Old spellings of options warn with Python's own ``DeprecationWarning`` (see ``hookscope.deprecation``).
 
-Every message says what was expected, what was received, and how to fix it.
+Every message says what was expected, what was received, and how to fix it. One mistake is one
+class wherever it happens: an unknown kind is an ``OptionError`` in ``capture``, ``extract``,
+``build_report`` and ``show`` alike, an existing output without ``force`` an ``OutputExistsError``
+in ``save``, ``extract``, ``watch`` and ``write_report``.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ class CaptureError(HookscopeError):
 
 
 class NotCapturedError(HookscopeError, KeyError):
-    """The capture holds no such site, kind or key."""
+    """No such name in a result: a site, kind or key of a capture or store, a watched module, a
+    history's column or step, a sweep's site. The message names the closest ones."""
 
     def __str__(self) -> str:  # KeyError would wrap the message in quotes
         return str(self.args[0]) if self.args else ""
@@ -76,7 +82,7 @@ class CaptureWarning(HookscopeWarning):
 
 
 class OptionError(HookscopeError, ValueError):
-    """An option that has no meaning: an unknown method, colormap or pick, a bad size or count."""
+    """An option that has no meaning: an unknown kind, method, colormap or pick, a bad size or count."""
 
 
 class ShapeError(HookscopeError, ValueError):

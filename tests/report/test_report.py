@@ -22,7 +22,7 @@ from torch import nn
 
 import hookscope.report.html
 from hookscope import zoo
-from hookscope.errors import OptionError
+from hookscope.errors import OptionError, OutputExistsError, StoreError
 from hookscope.report.build import build_report
 from hookscope.report.html import TEMPLATE, render_html, write_report
 from hookscope.report.views import MAX_VALUES, Report
@@ -384,7 +384,7 @@ def test_write_refuses_a_non_empty_folder_and_replaces_it_with_force(plain: Repo
     out = tmp_path / "report"
     out.mkdir()
     assert write_report(plain, out) == out / "index.html"  # an empty folder is fine
-    with pytest.raises(OptionError, match=r"already exists and is not empty; pass --force"):
+    with pytest.raises(OutputExistsError, match=r"already exists and is not empty; pass --force"):
         write_report(plain, out)
     (out / "old.txt").write_text("old")
     index = write_report(plain, out, force=True)
@@ -423,11 +423,31 @@ def test_a_failure_mid_write_leaves_the_old_report_and_no_temp_folder(
 def test_an_unwritable_parent_is_a_clear_error(plain: Report, tmp_path: Path) -> None:
     not_a_folder = tmp_path / "file.txt"
     not_a_folder.write_text("")
-    with pytest.raises(OptionError, match=r"^cannot write the report to .*file\.txt/report: Not a directory"):
+    with pytest.raises(StoreError, match=r"^cannot write the report to .*file\.txt/report: Not a directory"):
         write_report(plain, not_a_folder / "report")
-    with pytest.raises(OptionError, match=r"^cannot write the report to .*: No such file or directory"):
+    with pytest.raises(StoreError, match=r"^cannot write the report to .*: No such file or directory"):
         write_report(plain, tmp_path / "missing" / "report")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_a_disk_that_fails_mid_write_is_a_store_error_naming_the_path_and_reason(
+    plain: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's own write failing (a full disk) is a StoreError, not an OSError or an OptionError."""
+    out = tmp_path / "report"
+    write_report(plain, out)
+    before = (out / "index.html").read_text(encoding="utf-8")
+
+    def full(self: Path, *args: Any, **kwargs: Any) -> int:
+        raise OSError(28, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    no_space = r"^cannot write the report to .*report: No space left on device \(.*index\.html\)$"
+    with pytest.raises(StoreError, match=no_space):
+        write_report(plain, out, force=True)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no staging folder left
+    assert (out / "index.html").read_text(encoding="utf-8") == before
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into read-only folders")
@@ -435,7 +455,7 @@ def test_a_read_only_parent_is_a_clear_error(plain: Report, tmp_path: Path) -> N
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     try:
-        with pytest.raises(OptionError, match=r"^cannot write the report to .*: Permission denied"):
+        with pytest.raises(StoreError, match=r"^cannot write the report to .*: Permission denied"):
             write_report(plain, locked / "report")
         assert list(locked.iterdir()) == []
     finally:

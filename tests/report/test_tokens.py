@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hookscope
-from hookscope.errors import OptionError
+from hookscope.errors import OutputExistsError
 from hookscope.report.tokens import build_text_report, render_text_html, with_attributions, write_text_report
 from hookscope.viz.highlight import token_html
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
@@ -56,5 +56,5 @@ def test_attributions_have_their_section(report: Any, tmp_path: Path) -> None:
     assert 'id="attributions"' in html and "similarity to sentence 1" in html and HOSTILE not in html
     index = write_text_report(shaded, tmp_path / "r")
     assert index.read_text(encoding="utf-8") == html.replace(shaded.created, shaded.created)
-    with pytest.raises(OptionError, match="already exists and is not empty; pass --force"):
+    with pytest.raises(OutputExistsError, match="already exists and is not empty; pass --force"):
         write_text_report(shaded, tmp_path / "r")

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import hookscope
 from hookscope import reducers
-from hookscope.errors import OptionError, StoreError
+from hookscope.errors import OptionError, OutputExistsError, StoreError
 from hookscope.store.extract import extract
 from hookscope.store.reader import Run, load
 from tests.jobs import images, small_net
@@ -246,7 +246,7 @@ def test_resuming_a_finished_store_adds_the_new_batches_only(tmp_path: Path) -> 
 def test_resume_refuses_other_settings_and_unordered_loaders(tmp_path: Path) -> None:
     model, data = small_net(), dataset()
     extract(model, DataLoader(data, batch_size=4), out=tmp_path / "a", select="0", progress=False)
-    with pytest.raises(StoreError, match=r"already exists; pass resume=True .* or force=True"):
+    with pytest.raises(OutputExistsError, match=r"already exists; pass resume=True .* or force=True"):
         extract(model, [data.tensors[0]], out=tmp_path / "a", select="0", progress=False)
     with pytest.raises(StoreError, match=r"cannot resume .* kinds \['output'\] \(now \['input'\]\)"):
         extract(model, [data.tensors[0]], out=tmp_path / "a", select="0", kinds="input", resume=True, progress=False)

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from torch import nn
 
 import hookscope
-from hookscope.errors import AmbiguousCallError, NotCapturedError, StoreError
+from hookscope.errors import AmbiguousCallError, NotCapturedError, OutputExistsError, StoreError
 from hookscope.store.format import FORMAT, VERSION
 from hookscope.store.reader import load
 from hookscope.store.save import save, weights_hash
@@ -201,7 +201,7 @@ def test_loading_runs_no_pickle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_errors_are_one_line_and_say_what_to_do(tmp_path: Path) -> None:
     cap = lenet_capture()
     save(cap, tmp_path / "s")
-    with pytest.raises(StoreError, match="already exists; pass force=True"):
+    with pytest.raises(OutputExistsError, match="already exists; pass force=True"):
         save(cap, tmp_path / "s")
     assert_same(save(cap, tmp_path / "s", force=True), cap)
     with pytest.raises(StoreError, match="does not exist"):

@@ -74,6 +74,6 @@ def test_tensorboard_holds_scalars_and_histograms(watched: tuple[Any, Path, Path
 def test_an_existing_store_is_refused_unless_force(watched: tuple[Any, Path, Path]) -> None:
     _, store, _ = watched
     model = nn.Linear(2, 2)
-    with pytest.raises(hookscope.StoreError, match="already exists; pass force=True"):
+    with pytest.raises(hookscope.OutputExistsError, match="already exists; pass force=True"):
         hookscope.watch(model, out=store).__enter__()
     assert hookscope.find_hooks(model) == []

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hookscope
-from hookscope.errors import CaptureError, NotCapturedError, SelectionError
+from hookscope.errors import CaptureError, InputError, NotCapturedError, SelectionError
 from hookscope.transformer.weights import attention_probs
 
 SENTENCES = ["The cat sat on the mat.", "Dogs bark."]
@@ -116,7 +116,7 @@ def test_text_layers_and_names(minilm: Any, minilm_tokenizer: Any) -> None:
         att.weights("encoder.layer.2")
     with pytest.raises(NotCapturedError, match="out of range: 1 attention layers"):
         att.weights(3)
-    with pytest.raises(CaptureError, match="text needs tokenizer="):
+    with pytest.raises(InputError, match="text needs tokenizer="):
         hookscope.attention(minilm, "no tokenizer")
     with pytest.raises(SelectionError, match="holds 6 attention modules"):
         hookscope.attention(minilm, "a b", tokenizer=minilm_tokenizer).weights("encoder")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import hookscope
+from hookscope.errors import OptionError
 from hookscope.zoo import lenet
 
 NAMES = ["conv1", "relu1", "pool1", "conv2", "relu2", "pool2", "fc1", "relu3", "fc2", "relu4", "fc3"]
@@ -74,7 +75,7 @@ def test_the_normalisation_constants_are_those_of_the_training_split() -> None:
 
 
 def test_an_unknown_split_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"split must be one of \['all', 'test', 'train'\], got 'val'"):
+    with pytest.raises(OptionError, match=r"split must be one of \['all', 'test', 'train'\], got 'val'"):
         lenet.digits("val")
 
 

@@ -2,7 +2,7 @@
 
 Every command that writes checks its output first, by the rule of the function that writes it at
 the end (``write_report``, ``save``, ``extract``), so an output that exists without ``--force``
-is refused before the model is loaded, not after minutes of work:
+is refused before the model is loaded, not after minutes of work (``OutputExistsError``, as there):
 
 ``check_folder``  a report folder (``report``, ``report --from``, ``demo``): an existing non-empty one
 ``check_file``    a picture (``cam``): an existing file, or a folder in its place
@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import OptionError
+from ..errors import OptionError, OutputExistsError
 
 FLAGS = {"force=True": "--force", "resume=True": "--resume"}
 
@@ -29,7 +29,7 @@ def check_folder(out: str, *, force: bool) -> None:
     if path.exists() and not path.is_dir():
         raise OptionError(f"{path} is a file, not a folder; pick another --out")
     if path.is_dir() and any(path.iterdir()) and not force:
-        raise OptionError(f"{path} already exists and is not empty; pass --force to replace it")
+        raise OutputExistsError(f"{path} already exists and is not empty; pass --force to replace it")
 
 
 def check_file(out: Path, *, force: bool) -> None:
@@ -37,7 +37,7 @@ def check_file(out: Path, *, force: bool) -> None:
     if out.is_dir():
         raise OptionError(f"{str(out)!r} is a folder; pass --out with a file name such as cam.png")
     if out.exists() and not force:
-        raise OptionError(f"{str(out)!r} exists; pass --force to replace it")
+        raise OutputExistsError(f"{str(out)!r} exists; pass --force to replace it")
 
 
 def check_store(out: str, *, force: bool, resume: bool | None = None) -> None:
@@ -49,9 +49,9 @@ def check_store(out: str, *, force: bool, resume: bool | None = None) -> None:
     if force or resume or not path.exists():
         return
     if resume is None:
-        raise OptionError(f"{path} already exists; pass --force to replace it")
+        raise OutputExistsError(f"{path} already exists; pass --force to replace it")
     if not (path.is_dir() and not any(path.iterdir())):
-        raise OptionError(f"{path} already exists; pass --resume to continue it or --force to replace it")
+        raise OutputExistsError(f"{path} already exists; pass --resume to continue it or --force to replace it")
 
 
 def cli_flags(message: str) -> str:

@@ -28,12 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from ..display import Shows, table_of
-from ..errors import CaptureError, CaptureWarning, NotCapturedError
+from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from ..text import closest
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
 from .hooks import HandleGroup
-from .kinds import Kind, at, choose, names
+from .kinds import Kind, at, choose, misspelled, names
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
@@ -338,7 +338,7 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
     chosen, unknown = choose(asked, names())
     if unknown or not chosen:
         got = ", ".join(repr(k) for k in unknown) or "nothing"
-        raise CaptureError(f"unknown kind {got}; kinds are {', '.join(names())}")
+        raise OptionError(f"unknown kind {got}; kinds are {', '.join(names())}{misspelled(unknown)}")
     return chosen
 
 

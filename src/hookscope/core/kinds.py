@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from ..text import closest
+
 Point = Literal["pre", "forward", "input_grad", "output_grad", "param"]
 POINTS: tuple[Point, ...] = ("pre", "forward", "input_grad", "output_grad", "param")
 
@@ -111,3 +113,10 @@ def choose(kinds: str | Iterable[str], among: tuple[Kind, ...]) -> tuple[tuple[K
     asked = [kinds] if isinstance(kinds, str) else list(kinds)
     wrong = [k for k in asked if k not in among]
     return tuple(k for k in among if k in asked), wrong
+
+
+def misspelled(wrong: Iterable[object]) -> str:
+    """``"; closest: 'output'"`` for the first of ``wrong`` that is no kind at all, or ``""`` (the hint
+    every "unknown kind" error ends with; a real kind that a function does not take gets none)."""
+    typo = next((str(k) for k in wrong if k not in TABLE), None)
+    return closest(typo, names()) if typo is not None else ""

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..display import Shows, shows_as
-from ..errors import OptionError
+from ..errors import NotCapturedError, OptionError
 from ..optional import require
-from ..text import columns
+from ..text import closest, columns
 from ..viz.html import Safe, image_tag, note, table, view
 
 if TYPE_CHECKING:
@@ -57,10 +57,16 @@ class PatchSweep(Shows):
 
     def fraction(self, site: str, position: int | None = None) -> float:
         """The restored fraction at ``site`` (and ``position`` for a token site)."""
+        if site not in self.restored:
+            hint = closest(str(site), self.restored)
+            raise NotCapturedError(f"{site!r} is not a site of this sweep ({len(self.restored)} sites{hint}); "
+                                   "list them with list(sweep.restored)")  # fmt: skip
         value = self.restored[site]
         if isinstance(value, list):
-            if position is None:
-                raise KeyError(f"{site!r} was patched per position; pass position= (0 to {len(value) - 1})")
+            if not isinstance(position, int) or not -len(value) <= position < len(value):
+                got = "no position" if position is None else f"position={position!r}"
+                last = len(value) - 1
+                raise NotCapturedError(f"{site!r} was patched per position, got {got}; pass position= (0 to {last})")
             return value[position]
         return value
 

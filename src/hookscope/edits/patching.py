@@ -34,7 +34,8 @@ from torch import Tensor, nn
 from ..core.capture import capture
 from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
-from ..errors import CaptureWarning, EditError, EditWarning
+from ..errors import CaptureWarning, EditError, EditWarning, NotCapturedError, OptionError
+from ..text import closest
 from .block import edit
 from .effects import PatchSweep
 from .ops import function
@@ -71,8 +72,8 @@ def patch_sweep(
         raise EditError(
             f"clean and corrupted inputs differ in shape: {tuple(clean_x.shape)} and {tuple(corrupt_x.shape)}"
         )
-    if copies < 1:
-        raise EditError(f"copies= is the number of patched runs per forward pass, 1 or more, got {copies}")
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise OptionError(f"copies= is the number of patched runs per forward pass, 1 or more, got {copies!r}")
     with torch.no_grad():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
@@ -119,8 +120,13 @@ def _clean_values(cap: Any, key: str | None) -> tuple[dict[str, list[Tensor]], d
         calls = cap[site].calls
         held = calls[0].keys("output")
         chosen = key if key is not None else (held[0] if len(held) == 1 else None)
-        if chosen is None or chosen not in held:
-            raise EditError(
+        if key is not None and key not in held:
+            raise NotCapturedError(
+                f"site {site!r} returns {', '.join(held) or 'no tensor'}, not key={key!r}{closest(str(key), held)}; "
+                "pass one of them as key="
+            )
+        if chosen is None:
+            raise OptionError(
                 f"site {site!r} returns {', '.join(held) or 'no tensor'}; pass key= to name the one to patch"
             )
         clean[site], keys[site] = [call.get("output", chosen) for call in calls], chosen
@@ -132,7 +138,7 @@ def _units(clean: dict[str, list[Tensor]], positions: bool | None) -> list[Unit]
     for site, values in clean.items():
         tokens = values[0].dim() == 3 if positions is None else positions
         if tokens and values[0].dim() < 2:
-            raise EditError(
+            raise OptionError(
                 f"positions=True needs an output of shape (B, T, ...) at {site!r}, got {tuple(values[0].shape)}"
             )
         units += [Unit(site, p) for p in range(values[0].shape[1])] if tokens else [Unit(site, None)]

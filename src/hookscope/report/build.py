@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .._version import __version__
 from ..core.capture import Capture, capture
-from ..core.kinds import Kind, choose, is_gradient, names, per_call
+from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
 from ..core.select import Selector
 from ..edits.effects import PatchSweep
 from ..errors import CaptureWarning, OptionError, SelectionError
@@ -325,6 +325,7 @@ def _drawn_kinds(kinds: Sequence[str] | None, grads: bool) -> tuple[Kind, ...]:
     chosen, wrong = choose(kinds, drawable)
     if wrong or not chosen:
         got = ", ".join(map(repr, wrong)) or "none"
+        got += misspelled(wrong)
         raise OptionError(f"a report draws the kinds {', '.join(drawable)}, got {got}; pass some of them as kinds=")
     needing = [k for k in chosen if is_gradient(k)]
     if needing and not grads:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.kinds import is_gradient
-from ..errors import OptionError
+from ..errors import OptionError, OutputExistsError, StoreError
 from ..files import staged_folder
 from ..optional import require
 from ..viz.html import data_uri
@@ -107,21 +107,26 @@ def write_report(page: object, out: str | Path, *, force: bool = False) -> Path:
 def write_page(render: Callable[[], str], out: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write the page ``render()`` makes to ``out/index.html`` and return its path (every report's writer).
 
-    An existing non-empty ``out`` is refused unless ``force``. The page is written into a
-    hidden folder next to ``out`` (same file system), which is then renamed into place; on any
-    error that folder is removed and ``out`` is left as it was.
+    An existing non-empty ``out`` is refused unless ``force`` (``OutputExistsError``). The page is
+    written into a hidden folder next to ``out`` (same file system), which is then renamed into
+    place; on any error that folder is removed and ``out`` is left as it was (a disk that fails is
+    a ``StoreError`` naming the path and the reason).
     """
     folder = Path(os.path.abspath(out))  # "." and ".." have no name to put a staging folder next to
     if folder.exists() and not folder.is_dir():
         raise OptionError(f"{folder} is a file, not a folder; pick another output folder")
     if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise OptionError(f"{folder} already exists and is not empty; pass --force (force=True) to replace it")
+        raise OutputExistsError(f"{folder} already exists and is not empty; pass --force (force=True) to replace it")
 
-    def cannot(err: OSError, where: Path) -> OptionError:
-        return OptionError(f"cannot write the report to {folder}: {err.strerror} ({where})")
+    def cannot(err: OSError, where: Path) -> StoreError:
+        return StoreError(f"cannot write the report to {folder}: {err.strerror or err} ({where})")
 
-    with staged_folder(folder, cannot) as staging:
-        (staging / "index.html").write_text(render(), encoding="utf-8")
+    page = render()
+    try:
+        with staged_folder(folder, cannot) as staging:
+            (staging / "index.html").write_text(page, encoding="utf-8")
+    except OSError as err:  # the page, or the rename into place (a full disk, a folder made read-only)
+        raise cannot(err, Path(err.filename or folder)) from err
     return folder / "index.html"
 
 

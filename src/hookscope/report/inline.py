@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.capture import Capture
-from ..core.kinds import Kind, choose, is_gradient, names, per_call
+from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
 from ..core.records import Call, Record, forward_order
 from ..display import html_of, shows_as
 from ..errors import OptionError, ShapeError
@@ -275,6 +275,7 @@ def _kinds(records: Any, asked: Sequence[str] | None) -> tuple[Kind, ...]:
         chosen, wrong = choose(asked, drawable)
         if wrong or not chosen:
             got = ", ".join(map(repr, wrong)) or "none"
+            got += misspelled(wrong)
             raise OptionError(f"hookscope.show draws the kinds {', '.join(drawable)}, got {got}; pass some as kinds=")
         return chosen
     held = {kind for r in records for c in r.calls for kind in c.tensors if c.tensors[kind]}

@@ -281,15 +281,15 @@ def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], loss: Loss | No
     forward = kinds.forward_kinds()
     per_call = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)
     chosen, wrong = kinds.choose(asked, forward if loss is None else per_call)
+    got = (", ".join(map(repr, wrong)) or "none") + kinds.misspelled(wrong)
     if loss is None and (wrong or not chosen):
         raise OptionError(
-            f"extract captures forward kinds ({', '.join(forward)}), "
-            f"got {', '.join(map(repr, wrong)) or 'none'}; "
+            f"extract captures forward kinds ({', '.join(forward)}), got {got}; "
             "for gradients, pass loss=fn(output, batch) -> scalar, whose backward pass each batch runs"
         )
     if wrong or not chosen:
         raise OptionError(
-            f"extract keeps the kinds of a call ({', '.join(per_call)}), got {', '.join(map(repr, wrong)) or 'none'}; "
+            f"extract keeps the kinds of a call ({', '.join(per_call)}), got {got}; "
             "a parameter's gradient per batch is a copy of the weights per batch: use hookscope.capture for one"
         )
     return chosen

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ..errors import DamagedShardError, StoreError, StoreWarning
+from ..errors import DamagedShardError, OutputExistsError, StoreError, StoreWarning
 from ..files import TEMPORARY, write_atomically
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
@@ -183,7 +183,9 @@ def open_for_extract(root: Path, header: dict[str, Any], *, resume: bool, force:
         return
     if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
         if not force:
-            raise StoreError(f"{root} already exists; pass resume=True to continue it or force=True to replace it")
+            raise OutputExistsError(
+                f"{root} already exists; pass resume=True to continue it or force=True to replace it"
+            )
         shutil.rmtree(root) if root.is_dir() else root.unlink()
     make_folder(root / SHARDS, root)
     (root / STATS_PARTS).mkdir(exist_ok=True)

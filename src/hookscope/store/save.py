@@ -24,7 +24,7 @@ from ..core.compiled import unwrap
 from ..core.layout import layout_id, to_json
 from ..core.records import Call, Record
 from ..core.tree import Layout
-from ..errors import StoreError
+from ..errors import OutputExistsError
 from ..files import staged_folder
 from ..text import parse_size
 from .format import SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
@@ -42,7 +42,7 @@ def save(
     """
     root = Path(os.path.abspath(path))
     if root.exists() and not force:
-        raise StoreError(f"{root} already exists; pass force=True to replace it, or pick another path")
+        raise OutputExistsError(f"{root} already exists; pass force=True to replace it, or pick another path")
     limit = parse_size(shard_size)
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
         listed, tensors, table = entries(cap)

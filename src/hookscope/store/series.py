@@ -79,7 +79,10 @@ class History(display.Shows):
 
     def __getitem__(self, column: str) -> list[float]:
         if column not in COLUMNS:
-            raise KeyError(f"{column!r} is not a column of a history; the columns are {', '.join(COLUMNS)}")
+            raise NotCapturedError(
+                f"{column!r} is not a column of a history{closest(str(column), COLUMNS)}; "
+                f"the columns are {', '.join(COLUMNS)}"
+            )
         values: list[float] = self.rows[:, COLUMNS.index(column)].tolist()
         return values
 
@@ -90,7 +93,10 @@ class History(display.Shows):
     def row(self, step: int) -> dict[str, float]:
         """The statistics logged at ``step``, by column."""
         if step not in self.steps:
-            raise KeyError(f"step {step} was not logged for {self.name!r}; logged steps: {_span(self.steps)}")
+            raise NotCapturedError(
+                f"step {step!r} was not logged for {self.name!r} (logged: {_span(self.steps)}"
+                f"{_nearest(step, self.steps)}); pass one of h.steps"
+            )
         values: list[float] = self.rows[self.steps.index(step)].tolist()
         return dict(zip(COLUMNS, values, strict=True))
 
@@ -212,3 +218,12 @@ def _span(steps: Sequence[int]) -> str:
 
 def empty_rows() -> Tensor:
     return torch.empty(0, len(COLUMNS), dtype=torch.float64)
+
+
+def _nearest(step: object, steps: Sequence[int]) -> str:
+    """``"; nearest: 10, 20"``: the logged steps either side of ``step`` (``""`` for none, or a non-number)."""
+    if not steps or isinstance(step, bool) or not isinstance(step, (int, float)):
+        return ""
+    below = [s for s in steps if s < step][-1:]
+    above = [s for s in steps if s > step][:1]
+    return f"; nearest: {', '.join(map(str, below + above))}"

@@ -45,11 +45,12 @@ from .. import display
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import OptionError, StoreError
+from ..errors import NotCapturedError, OptionError, OutputExistsError, StoreError
 from ..stats.norms import squared_norm
 from ..store.format import new_manifest
 from ..store.save import provenance
 from ..store.series import COLUMNS, SOURCE, Alert, History, write_watch
+from ..text import closest
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
@@ -163,7 +164,10 @@ class Watch(display.Shows):
     def history(self, name: str) -> History:
         """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``)."""
         if name not in self._rows:
-            raise KeyError(f"{name!r} is not watched; the watched modules are {', '.join(self._rows)}")
+            raise NotCapturedError(
+                f"{name!r} is not watched ({len(self._rows)} modules{closest(str(name), self._rows)}); "
+                "list them with w.histories()"
+            )
         rows = torch.tensor(self._rows[name], dtype=torch.float64).reshape(-1, len(COLUMNS))
         return History(name, type(dict(self.sites)[name]).__name__, rows)
 
@@ -297,7 +301,9 @@ class Watch(display.Shows):
         assert self.out is not None
         if self.out.exists():
             if not self._force:
-                raise StoreError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
+                raise OutputExistsError(
+                    f"{self.out} already exists; pass force=True to replace it, or pick another path"
+                )
             shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
         try:
             self.out.mkdir(parents=True)

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from ..core.select import Selector, select_modules
 from ..display import Shows
-from ..errors import CaptureError, NotCapturedError, SelectionError
+from ..errors import CaptureError, InputError, NotCapturedError, SelectionError
 from ..text import closest
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights
@@ -115,7 +115,7 @@ def attention(
     """
     if isinstance(inputs, str) or (isinstance(inputs, Sequence) and inputs and isinstance(inputs[0], str)):
         if tokenizer is None:
-            raise CaptureError("text needs tokenizer=: hookscope.attention(model, text, tokenizer=tokenizer)")
+            raise InputError("text needs tokenizer=: hookscope.attention(model, text, tokenizer=tokenizer)")
         inputs = encode(tokenizer, inputs)
     wanted = _wanted(model, layers)
     order: list[str] = []

@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import OptionError
 from ..optional import require
+from ..text import closest
 
 DIGIT_LABELS = [str(i) for i in range(10)]
 MEAN, STD = 0.305, 0.323  # of the upsampled training images scaled to [0, 1]
@@ -69,7 +71,7 @@ def digits(split: str = "test") -> tuple[Tensor, Tensor]:
     """The ``"train"``, ``"test"`` or ``"all"`` digits as model input (N, 1, 32, 32) and labels (N,) int64."""
     parts = {"train": slice(None, TRAIN_SIZE), "test": slice(TRAIN_SIZE, None), "all": slice(None)}
     if split not in parts:
-        raise ValueError(f"split must be one of {sorted(parts)}, got {split!r}")
+        raise OptionError(f"split must be one of {sorted(parts)}, got {split!r}{closest(str(split), parts)}")
     bunch = require("sklearn.datasets").load_digits()
     ink = torch.from_numpy(bunch.images[parts[split]]).float()[:, None] / 16  # (N, 1, 8, 8) in [0, 1]
     big = F.interpolate(ink, size=(32, 32), mode="bilinear", align_corners=False)  # (N, 1, 32, 32)

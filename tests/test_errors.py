@@ -1,0 +1,229 @@
+"""One error tree: a user's mistake in any public function is the one hookscope class for that mistake.
+
+Each case makes the mistake through the public API (``hookscope.__all__``) on a tiny model and
+checks the exact class, and for a wrong name that the message names the closest right one. The
+oracle is the mistake itself: the name is misspelled by one letter, so the right name is known.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hookscope
+import hookscope.errors
+from hookscope.zoo import lenet
+
+D = torch.float64
+ERRORS = [c for c in vars(hookscope.errors).values() if inspect.isclass(c) and c.__module__ == "hookscope.errors"]
+
+
+def mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    layers = OrderedDict(fc1=nn.Linear(4, 6), act=nn.ReLU(), fc2=nn.Linear(6, 3))
+    return nn.Sequential(layers).to(D)
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[nn.Module, Any, Path]:
+    """A watch of 4 steps, logged every 2 (steps 0 and 2), written to a store."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = tmp_path_factory.mktemp("watch") / "run.hookscope"
+    with hookscope.watch(model, opt, every=2, out=out) as w:
+        for _ in range(4):
+            loss = F.mse_loss(model(torch.randn(5, 4, dtype=D)), torch.zeros(5, 3, dtype=D))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model, w, out
+
+
+@pytest.fixture(scope="module")
+def sweep() -> Any:
+    model = mlp().eval()
+    clean, corrupt = torch.randn(2, 4, dtype=D), torch.randn(2, 4, dtype=D)
+    return hookscope.patch_sweep(model, clean, corrupt, sites=["fc1", "act"], metric=lambda out: out[:, 0])
+
+
+@pytest.fixture(scope="module")
+def token_sweep() -> Any:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh()).to(D).eval()
+    clean, corrupt = torch.randn(1, 3, 4, dtype=D), torch.randn(1, 3, 4, dtype=D)
+    return hookscope.patch_sweep(model, clean, corrupt, sites="0", metric=lambda out: out[:, -1].sum())
+
+
+def captured() -> hookscope.Capture:
+    model = mlp()
+    with hookscope.capture(model, ["fc1", "fc2"]) as cap:
+        model(torch.randn(2, 4, dtype=D))
+    return cap
+
+
+# -- the tree --------------------------------------------------------------------------------------
+def test_every_error_and_warning_class_is_exported_from_hookscope() -> None:
+    assert len(ERRORS) >= 20  # the tree: 18 errors and 5 warnings when this test was written
+    for cls in ERRORS:
+        assert cls.__name__ in hookscope.__all__, cls
+        assert getattr(hookscope, cls.__name__) is cls
+    exported = [getattr(hookscope, n) for n in hookscope.__all__]
+    assert {c for c in exported if inspect.isclass(c) and issubclass(c, BaseException)} == set(ERRORS)
+
+
+def test_every_warning_derives_from_hookscope_warning_and_every_error_from_hookscope_error() -> None:
+    warning_classes = [c for c in ERRORS if issubclass(c, Warning)]
+    assert {c.__name__ for c in warning_classes} >= {
+        "CaptureWarning",
+        "StoreWarning",
+        "EditWarning",
+        "NonFiniteWarning",
+    }
+    for cls in warning_classes:
+        assert issubclass(cls, hookscope.HookscopeWarning) and issubclass(cls, UserWarning), cls
+    for cls in set(ERRORS) - set(warning_classes):
+        assert issubclass(cls, hookscope.HookscopeError), cls
+    with warnings.catch_warnings():  # one filter silences every hookscope warning
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=hookscope.HookscopeWarning)
+        for cls in warning_classes:
+            warnings.warn("quiet", cls, stacklevel=1)
+
+
+# -- wrong names: NotCapturedError, a KeyError, naming the closest name ----------------------------
+def wrong_names(
+    watched: tuple[nn.Module, Any, Path], sweep: Any, tmp_path: Path
+) -> Iterator[tuple[str, Callable[[], Any], str]]:
+    """(what, the mistake, the name the message must offer)."""
+    _, w, out = watched
+    cap = captured()
+    run = hookscope.save(cap, tmp_path / "cap.hookscope")
+    yield "capture site", lambda: cap["fc_1"], "'fc1'"
+    yield "store site", lambda: run["fc_1"], "'fc1'"
+    yield "watched module", lambda: w.history("fc_1"), "'fc1'"
+    yield "store history", lambda: hookscope.load(out).history("fc_1"), "'fc1'"
+    yield "history column", lambda: w.history("fc1")["grad_nrom"], "'grad_norm'"
+    yield "sweep site", lambda: sweep.fraction("fc_1"), "'fc1'"
+
+
+def test_a_wrong_name_is_not_captured_and_names_the_closest(
+    watched: tuple[nn.Module, Any, Path], sweep: Any, tmp_path: Path
+) -> None:
+    cases = list(wrong_names(watched, sweep, tmp_path))
+    assert len(cases) == 6
+    for what, mistake, closest in cases:
+        with pytest.raises(hookscope.NotCapturedError, match=f"closest: {closest}") as info:
+            mistake()
+        assert type(info.value) is hookscope.NotCapturedError, what
+        assert isinstance(info.value, KeyError), what
+        assert "\n" not in str(info.value), what  # one line
+
+
+def test_a_step_that_was_not_logged_names_the_nearest_logged_steps(watched: tuple[nn.Module, Any, Path]) -> None:
+    history = watched[1].history("fc1")
+    assert history.steps == [0, 2]
+    with pytest.raises(hookscope.NotCapturedError, match=r"step 1 was not logged for 'fc1' .*nearest: 0, 2\)"):
+        history.row(1)
+    with pytest.raises(KeyError, match=r"step 7 was not logged .*steps 0\.\.2; nearest: 2\)"):
+        history.row(7)
+    assert history.row(2)["step"] == 2.0
+
+
+def test_a_token_site_needs_a_position_in_range(token_sweep: Any) -> None:
+    assert token_sweep.fraction("0", 2) == pytest.approx(1.0, abs=1e-12)  # the last token carries the metric
+    assert token_sweep.fraction("0", -3) == pytest.approx(0.0, abs=1e-12)  # the first, counted from the end
+    with pytest.raises(hookscope.NotCapturedError, match=r"'0' was patched per position, got no position; .*0 to 2"):
+        token_sweep.fraction("0")
+    with pytest.raises(hookscope.NotCapturedError, match=r"got position=3; pass position= \(0 to 2\)"):
+        token_sweep.fraction("0", 3)
+
+
+def test_a_wrong_key_is_not_captured() -> None:
+    cap = captured()
+    assert cap["fc1"].calls[0].keys("output") == ["out"]
+    with pytest.raises(hookscope.NotCapturedError, match=r"out\[1\]"):
+        cap["fc1"].calls[0].get("output", "out[1]")
+    model, x, y = mlp().eval(), torch.randn(2, 4, dtype=D), torch.randn(2, 4, dtype=D)
+    with pytest.raises(hookscope.NotCapturedError, match=r"site 'fc1' returns out, not key='ot'; closest: 'out'"):
+        hookscope.patch_sweep(model, x, y, sites="fc1", metric=lambda out: out.sum(), key="ot")
+
+
+def test_an_unknown_split_of_the_digits_is_an_option_error() -> None:
+    with pytest.raises(hookscope.OptionError, match=r"got 'tset'; closest: 'test'") as info:
+        lenet.digits("tset")
+    assert type(info.value) is hookscope.OptionError
+
+
+# -- kinds: an unknown or unaccepted kind is an OptionError in every function -------------------------
+def kind_mistakes(kinds: Any, tmp_path: Path) -> list[tuple[str, Callable[[], Any]]]:
+    model, x = mlp(), torch.randn(2, 4, dtype=D)
+    return [
+        ("capture", lambda: hookscope.capture(model, "fc1", kinds=kinds)),
+        ("extract", lambda: hookscope.extract(model, [x], out=tmp_path / "e", kinds=kinds, progress=False)),
+        ("build_report", lambda: hookscope.build_report(model, x, kinds=kinds, grads=True)),
+        ("show", lambda: hookscope.show(captured(), kinds=kinds)),
+    ]
+
+
+def test_a_misspelled_kind_is_an_option_error_with_the_closest_kind_everywhere(tmp_path: Path) -> None:
+    for where, mistake in kind_mistakes(("outptu",), tmp_path):
+        with pytest.raises(hookscope.OptionError, match=r"'outptu'.*closest: 'output'") as info:
+            mistake()
+        assert type(info.value) is hookscope.OptionError, where
+    assert not (tmp_path / "e").exists()
+
+
+def test_a_kind_a_function_does_not_take_is_an_option_error_without_a_false_hint(tmp_path: Path) -> None:
+    for where, mistake in kind_mistakes(("param_grad",), tmp_path)[1:]:  # capture takes param_grad
+        with pytest.raises(hookscope.OptionError, match=r"got 'param_grad'") as info:
+            mistake()
+        assert "closest" not in str(info.value), where
+
+
+# -- an output that exists: OutputExistsError (a StoreError and a FileExistsError) ----------------------
+def test_an_existing_output_without_force_is_output_exists_everywhere(tmp_path: Path) -> None:
+    model, x = mlp(), torch.randn(2, 4, dtype=D)
+    report = hookscope.build_report(model, x)
+    writers: list[tuple[str, Callable[[Path], Any]]] = [
+        ("save", lambda out: hookscope.save(captured(), out)),
+        ("extract", lambda out: hookscope.extract(model, [x], out=out, select="fc1", progress=False)),
+        ("watch", lambda out: hookscope.watch(model, out=out).__enter__()),
+        ("write_report", lambda out: hookscope.write_report(report, out)),
+    ]
+    for name, write in writers:
+        out = tmp_path / name
+        out.mkdir()
+        (out / "kept.txt").write_text("mine")
+        with pytest.raises(hookscope.OutputExistsError, match=r"already exists.*force=True") as info:
+            write(out)
+        assert isinstance(info.value, hookscope.StoreError) and isinstance(info.value, FileExistsError), name
+        assert [p.name for p in out.iterdir()] == ["kept.txt"], name  # untouched
+    assert hookscope.find_hooks(model) == []
+
+
+# -- other mistakes, one class each --------------------------------------------------------------
+def test_text_without_a_tokenizer_is_an_input_error() -> None:
+    for text in ("a cat", ["a cat", "a dog"]):
+        with pytest.raises(hookscope.InputError, match="text needs tokenizer=") as info:
+            hookscope.attention(nn.Linear(2, 2), text)
+        assert type(info.value) is hookscope.InputError
+
+
+def test_a_bad_option_of_patch_sweep_is_an_option_error() -> None:
+    model, x, y = mlp().eval(), torch.randn(2, 4, dtype=D), torch.randn(2, 4, dtype=D)
+    for copies in (0, 2.5, True):
+        with pytest.raises(hookscope.OptionError, match=rf"copies= is the number .*got {copies!r}"):
+            hookscope.patch_sweep(model, x, y, sites="fc1", metric=lambda out: out.sum(), copies=copies)  # type: ignore[arg-type]
+    with pytest.raises(hookscope.OptionError, match=r"positions=True needs an output of shape \(B, T, \.\.\.\)"):
+        hookscope.patch_sweep(model, x[0], y[0], sites="fc1", metric=lambda out: out.sum(), positions=True)
+    lstm = nn.Sequential(nn.LSTM(4, 4, batch_first=True)).to(D).eval()  # returns (out, (h, c)): three tensors
+    with pytest.raises(hookscope.OptionError, match=r"site '0' returns out\[0\], .*; pass key= to name the one"):
+        hookscope.patch_sweep(lstm, x[:, None], y[:, None], sites="0", metric=lambda out: out[0].sum())
