@@ -3,6 +3,7 @@ render_html and write_report take any of them, and each shows itself in a notebo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def test_the_training_report_from_python_is_the_cli_s_page(store: Path, tmp_path
     assert (tmp_path / "cli" / "index.html").read_text(encoding="utf-8") == html
     index = hookscope.write_report(page, tmp_path / "py")
     assert index == tmp_path / "py" / "index.html" and index.read_text(encoding="utf-8") == html
-    with pytest.raises(hookscope.OptionError, match="already exists and is not empty; pass --force"):
+    with pytest.raises(hookscope.OutputExistsError, match="already exists and is not empty; pass --force"):
         hookscope.write_report(page, tmp_path / "py")
     assert hookscope.write_report(page, tmp_path / "py", force=True) == index
 
@@ -66,6 +67,10 @@ def test_the_training_page_shows_itself_with_a_row_per_layer(store: Path) -> Non
     last = run.history("2").last()
     assert float(rows[2][3]) == pytest.approx(last["grad_norm"], rel=1e-3)
     assert float(rows[2][6]) == pytest.approx(last["act_std"], rel=1e-3)
+    alert = hookscope.Alert(3, "<b>", "dead", "dead", 0.9, 0.5, "90% of its units never fire")
+    alarmed = dataclasses.replace(page, alerts=(alert,))._repr_html_()
+    assert '<p class="hs-note">step 3: dead at &#x27;&lt;b&gt;&#x27;: 90% of its units never fire</p>' in alarmed
+    assert "no alert" not in alarmed
 
 
 def test_training_report_still_works_and_names_build_training_report(store: Path) -> None:

@@ -237,9 +237,8 @@ def _self_attention(mean: MeanView) -> float:
 @shows_as(TextReport, table=text_table)
 def text_report_html(report: TextReport) -> str:
     """The notebook view: the page's notes, a row per attention layer, and the first layer's heads."""
-    lines = [*report.notes, *report.remarks]
     body = note(f"{report.model}, {report.parameters:,} parameters; {len(report.sentences)} sequence(s) drawn")
-    for line in lines:
+    for line in (*report.notes, *report.remarks):
         body += note(line)
     rows = [(layer.name, layer.heads) for layer in report.attention[:MAX_SHOWN]]
     body += table(("attention layer", "heads"), rows, numeric=(1,)) + more(len(rows), len(report.attention), "layers")

@@ -155,7 +155,9 @@ def training_html(report: TrainingReport) -> str:
     body = note(
         f"{report.model}: {report.steps:,} steps, {report.logged} logged (every {report.every}), {report.ended}"
     )
-    body += "".join(note(str(alert)) for alert in report.alerts[:10]) if report.alerts else note("no alert")
+    for alert in report.alerts[:10]:
+        body += note(str(alert))
+    body += note("no alert") if not report.alerts else ""
     body += more(min(len(report.alerts), 10), len(report.alerts), "alerts")
     for chart in report.charts:
         body += figure(chart.png, f"{chart.title}: {chart.caption}", width=560)
