@@ -17,7 +17,7 @@ from torch import nn
 
 import hookscope
 from hookscope import edits
-from hookscope.display import plot_of
+from hookscope.display import has_view, plot_of
 from hookscope.report.html import format_number
 
 
@@ -172,3 +172,15 @@ def test_every_result_s_view_is_a_string(cap: hookscope.Capture, tmp_path: Path)
         hookscope.gradient_flow(cap),
     ]
     assert all(isinstance(obj._repr_html_(), str) for obj in shown)
+
+
+@pytest.mark.parametrize(
+    ("name", "methods"),
+    [("Capture", {"table"}), ("Record", {"table", "plot"}), ("Call", {"plot"}), ("Summary", {"table", "plot"}),
+     ("RunningStats", {"table", "plot"}), ("Run", {"table"}), ("Report", {"table"}), ("History", {"table", "plot"}),
+     ("Watch", {"table", "plot"}), ("GradientFlow", {"table", "plot"}), ("PatchSweep", {"table", "plot"})],
+)  # fmt: skip
+def test_the_public_results_have_one_shape(name: str, methods: set[str]) -> None:
+    cls = getattr(hookscope, name)
+    assert {m for m in ("table", "plot") if callable(getattr(cls, m, None))} == methods
+    assert has_view(cls)
