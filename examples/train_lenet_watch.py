@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 
 import hookscope
-from hookscope.report.training import training_report, write_training_report
 from hookscope.zoo.lenet import LeNet, digits
 
 STEPS, BATCH, EVERY = 300, 32, 10
@@ -44,8 +43,8 @@ def main(out: Path) -> Path:
     print(w.history("fc1"))
     for alert in w.alerts:
         print(alert)
-    report = training_report(hookscope.load(out / "lenet.hookscope"))
-    return write_training_report(report, out / "lenet-report", force=True)
+    page = hookscope.build_training_report(hookscope.load(out / "lenet.hookscope"))
+    return hookscope.write_report(page, out / "lenet-report", force=True)
 
 
 if __name__ == "__main__":

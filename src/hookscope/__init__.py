@@ -56,9 +56,11 @@ from .explain.layers import pick_layer
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.inline import show
+from .report.tokens import build_text_report
+from .report.training import build_training_report
 from .report.views import Report
 from .stats.streaming import RunningStats
-from .stats.summary import Summary, gradient_flow, summarize
+from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
 from .store.extract import extract
 from .store.reader import Run, load
 from .store.save import save
@@ -90,6 +92,7 @@ __all__ = [
     "EditError",
     "EditWarning",
     "ForwardError",
+    "GradientFlow",
     "History",
     "HookInfo",
     "HookscopeError",
@@ -128,6 +131,8 @@ __all__ = [
     "attention_rollout",
     "attribute",
     "build_report",
+    "build_text_report",
+    "build_training_report",
     "cam",
     "capture",
     "edit",

@@ -39,7 +39,7 @@ from ..optional import require
 from ..report.build import build_report
 from ..report.from_store import build_report_from_store
 from ..report.html import write_report
-from ..report.training import training_report, write_training_report
+from ..report.training import build_training_report
 from ..store.extract import extract
 from ..store.reader import load
 from ..store.save import save
@@ -113,7 +113,7 @@ def _report_from_store(args: argparse.Namespace) -> int:
     check_folder(args.out, force=args.force)
     run = load(args.store)
     if run.histories():  # a store written by hookscope.watch: the training report
-        print(write_training_report(training_report(run, max_layers=args.max_layers), args.out, force=args.force))
+        print(write_report(build_training_report(run, max_layers=args.max_layers), args.out, force=args.force))
         return 0
     report = build_report_from_store(run, batch=args.batch, max_layers=args.max_layers)
     print(write_report(report, args.out, force=args.force))

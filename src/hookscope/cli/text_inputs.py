@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from ..core.capture import Capture, probe
 from ..errors import InputError, ModelError
 from ..optional import require
-from ..report.tokens import build_text_report, write_text_report
+from ..report.html import write_report
+from ..report.tokens import build_text_report
 from ..transformer.text import encode
 from .progress import progress
 
@@ -190,7 +191,7 @@ def run_text_report(args: argparse.Namespace, loaded: Loaded) -> int:
         notes=(*loaded.notes, f"input: {len(texts)} sequence{'s' if len(texts) > 1 else ''} of text"),
         max_layers=args.max_layers, progress=progress,
     )  # fmt: skip
-    print(write_text_report(report, args.out, force=args.force))
+    print(write_report(report, args.out, force=args.force))
     return 0
 
 
@@ -203,5 +204,5 @@ def minilm_demo(args: argparse.Namespace) -> int:
         loaded.model, inputs, tokenizer=loaded.tokenizer, title="hookscope demo: MiniLM reads three sentences",
         notes=(MINILM_NOTE,), progress=progress,
     )  # fmt: skip
-    print(write_text_report(report, args.out, force=args.force))
+    print(write_report(report, args.out, force=args.force))
     return 0

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..display import Shows
+from ..display import Shows, table_of
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from ..text import closest
 from .block import Block
@@ -130,6 +130,10 @@ class Capture(Block, Mapping[str, Record], Shows):
         calls = sum(len(r.calls) for r in self._records.values())
         model = type(self.model).__name__ if self.model is not None else "no model"
         return f"<Capture of {model}: {len(self)} sites, {calls} calls, kinds={self.kinds}, {self._state}>"
+
+    def table(self) -> str:
+        """A row per site, in forward order: type, calls, kinds held, their shapes in call 0, bytes held (text)."""
+        return table_of(self)
 
     # -- lifecycle (core.block: entered once, hooks removed before the diagnosis) ------------------
     def _install(self, handles: HandleGroup) -> None:

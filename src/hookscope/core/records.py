@@ -28,16 +28,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch import Tensor
 
-from ..display import Shows
+from ..display import Shows, plot_of, table_of
 from ..errors import AmbiguousCallError, NotCapturedError
 from . import kinds
 from .kinds import Kind
 from .tree import Arguments, Layout, Leaf, Node, rebuild
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 Label = tuple[str, str, str]  # (site, kind, key): where a kept tensor came from
 
@@ -140,6 +143,11 @@ class Call(_Shortcuts, Shows):
         failed = f", raised {self.error}" if self.error else ""
         return f"<Call {self.site!r} #{self.index}: {held or 'nothing held'}{failed}>"
 
+    def plot(self, *, kind: Kind | None = None, channels: int = 16) -> Image:
+        """Image 0's first ``channels`` maps of ``kind`` (default: the first kind held, output first), a grid."""
+        image: Image = plot_of(self, kind=kind, channels=channels)
+        return image
+
     def keys(self, kind: Kind) -> list[str]:
         """The keys held for ``kind``, in layout order."""
         held = self.tensors.get(kind, {})
@@ -216,6 +224,15 @@ class Record(_Shortcuts, Shows):
 
     def __repr__(self) -> str:
         return f"<Record {self.name!r} ({self.type}): {len(self.calls)} call(s), kinds={self.kinds}>"
+
+    def table(self) -> str:
+        """A row per call: the shape of each kind held, the mean and std of the first (text)."""
+        return table_of(self)
+
+    def plot(self, *, call: int = 0, kind: Kind | None = None, channels: int = 16) -> Image:
+        """The feature grid of call ``call`` (see ``Call.plot``)."""
+        image: Image = plot_of(self, call=call, kind=kind, channels=channels)
+        return image
 
     def values(self, kind: Kind = "output", key: str | None = None) -> list[Any]:
         """``kind`` from every call, in call order: the tensor at ``key``, or without one the value in

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..display import Shows, shows_as
+from ..display import Shows, shows_as, table_of
 from ..stats.norms import square_sum
 from ..text import columns
 from ..viz.html import note, table, view
@@ -108,6 +108,10 @@ class EditReport(Shows):
     def __repr__(self) -> str:
         return str(self)
 
+    def table(self) -> str:
+        """A row per edit and module: kind, key, calls, elements changed, relative change, note (text)."""
+        return table_of(self)
+
     def __str__(self) -> str:
         header = ("site", "edit", "kind", "key", "calls", "changed", "relative", "note")
         lines = [header, *(_cells(row) for row in self.rows)]
@@ -120,7 +124,7 @@ def _cells(row: EditRow) -> tuple[str, ...]:
     return (row.site, row.edit, row.kind, row.key, calls, changed, f"{row.relative:.3g}", row.note)
 
 
-@shows_as(EditReport)
+@shows_as(EditReport, table=str)
 def _edit_report_html(report: EditReport) -> str:
     header = ("site", "edit", "kind", "key", "calls", "changed", "relative", "note")
     body = table(header, [_cells(row) for row in report.rows], numeric=(4, 5, 6))

@@ -1,4 +1,4 @@
-"""The page: ``render_html(report) -> str`` (jinja2, autoescaped, everything inline) and ``write_report``.
+"""The page: ``render_html(page) -> str`` (jinja2, autoescaped, everything inline) and ``write_report``.
 
 Its neighbours make the ``Report`` it draws: ``views`` (the page's data), ``build`` (a report of
 a model and an input) and ``from_store`` (a report of a store).
@@ -9,6 +9,10 @@ and user string is escaped, images are inline ``data:`` URIs, CSS and JS are inl
 fetched when the page is opened. Each layer's card draws the report's kinds in order, each
 headed by its name (but an output that opens the card); a gradient kind (``is_gradient``) is
 drawn diverging, with a log-count histogram.
+
+Both take any of the three pages: a ``Report`` (``build_report``), a text report
+(``tokens.build_text_report``) or a training report (``training.build_training_report``); the
+other two register their renderer with :func:`draws_page`, so this module need not import them.
 
 ``write_report`` fills a staged folder next to ``out`` (``hookscope.files.staged_folder``) that
 is renamed into place only when complete, so an interrupted run never leaves a half-written report.
@@ -21,7 +25,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.kinds import is_gradient
 from ..errors import OptionError, OutputExistsError, StoreError
@@ -31,10 +35,38 @@ from ..viz.html import data_uri
 from .views import Report
 
 TEMPLATE = "report/templates/report.html.j2"  # the page's template, a file of the hookscope package
+Render = TypeVar("Render", bound=Callable[[Any], str])
+_PAGES: dict[type, Callable[[Any], str]] = {}
 
 
-def render_html(report: Report) -> str:
-    """The report as one HTML page: images inline, CSS and JS inline, nothing fetched when opened."""
+def draws_page(cls: type) -> Callable[[Render], Render]:
+    """Register the decorated ``render(page) -> str`` as what ``render_html`` and ``write_report`` do with a ``cls``."""
+
+    def register(render: Render) -> Render:
+        _PAGES[cls] = render
+        return render
+
+    return register
+
+
+def render_html(page: object) -> str:
+    """The page as one self-contained HTML file: images inline, CSS (and the report's JS) inline, nothing fetched.
+
+    ``page``: a ``Report`` (``build_report``), a text report (``build_text_report``) or a training
+    report (``build_training_report``).
+    """
+    if isinstance(page, Report):
+        return _report_page(page)
+    render = next((_PAGES[k] for k in type(page).__mro__ if k in _PAGES), None)
+    if render is None:
+        raise OptionError(
+            "render_html and write_report draw a page of build_report, build_text_report or build_training_report, "
+            f"got a {type(page).__name__}; build one of those first"
+        )
+    return render(page)
+
+
+def _report_page(report: Report) -> str:
     types = sorted({layer.type for layer in report.layers})
     html: str = environment().get_template(TEMPLATE.rsplit("/", 1)[1]).render(report=report, types=types)
     return html
@@ -66,9 +98,10 @@ def environment() -> Any:
     return env
 
 
-def write_report(report: Report, out: str | Path, *, force: bool = False) -> Path:
-    """Write ``out/index.html`` and return its path; ``out`` is replaced only once the new one is complete."""
-    return write_page(lambda: render_html(report), out, force=force)
+def write_report(page: object, out: str | Path, *, force: bool = False) -> Path:
+    """Write ``out/index.html`` of any page ``render_html`` draws and return its path; ``out`` is replaced
+    only once the new one is complete, and an existing non-empty ``out`` only with ``force``."""
+    return write_page(lambda: render_html(page), out, force=force)
 
 
 def write_page(render: Callable[[], str], out: str | os.PathLike[str], *, force: bool = False) -> Path:

@@ -8,7 +8,8 @@
 
 Each view is registered with ``hookscope.display.shows_as`` for its class (``Capture``, ``Record``,
 ``Call``, ``Summary``, ``RunningStats``, ``Run``, ``Report``), so Jupyter, VS Code and GitHub call
-it through ``_repr_html_``; ``import hookscope`` imports this module. A view is built from
+it through ``_repr_html_``, with their ``.table()`` and ``.plot()`` (``report/tables.py``);
+``import hookscope`` imports this module. A view is built from
 ``hookscope.viz.html``'s blocks and the report's layer card (``templates/cards.html.j2``): one
 ``<div>`` with its CSS inline, pictures as ``data:`` URIs, every name escaped, no script, no URL.
 
@@ -38,6 +39,7 @@ from ..text import format_size
 from ..viz import html
 from ..viz.html import Safe, escape
 from ..viz.images import feature_grid
+from . import tables
 from .from_store import build_report_from_store
 from .html import environment, format_number
 from .views import LayerView, Report, layer_views, not_held
@@ -111,7 +113,7 @@ def card_css() -> str:
 
 
 # -- the views --------------------------------------------------------------------------------
-@shows_as(Report)
+@shows_as(Report, table=tables.report_table)
 def report_view(report: Report) -> str:
     return report_html(report)
 
@@ -124,7 +126,7 @@ def report_html(report: Report, *, max_layers: int = SHOW_LAYERS) -> str:
     return cards_html(shown, report.kinds, title=title, left_out=left, image=report.image_name(0))
 
 
-@shows_as(Capture)
+@shows_as(Capture, table=tables.sites_table)
 def capture_html(cap: Capture) -> str:
     return sites_html(cap, title=repr(cap).strip("<>"))
 
@@ -138,7 +140,12 @@ def sites_html(sites: Mapping[str, Record], *, title: str) -> str:
     return html.view(body, title=title)
 
 
-@shows_as(Record, png=lambda record: _first_grid(record.calls[0]) if record.calls else None)
+@shows_as(
+    Record,
+    png=lambda record: _first_grid(record.calls[0]) if record.calls else None,
+    table=tables.record_table,
+    plot=tables.record_plot,
+)
 def record_html(record: Record) -> str:
     calls = record.calls[:MAX_CALLS]
     held = _kinds([record], None) or ("output",)
@@ -149,7 +156,7 @@ def record_html(record: Record) -> str:
     return html.view(body, title=title)
 
 
-@shows_as(Call, png=lambda call: _first_grid(call))
+@shows_as(Call, png=lambda call: _first_grid(call), plot=tables.call_plot)
 def call_html(call: Call) -> str:
     held = [kind for kind in names() if call.keys(kind)]
     figures = [_kind_cell(call, kind, caption=True) for kind in held]
@@ -160,12 +167,12 @@ def call_html(call: Call) -> str:
     return html.view(body, title=f"call {call.index} of {call.site or '(model)'}")
 
 
-@shows_as(Summary)
+@shows_as(Summary, table=tables.stats_table, plot=tables.stats_plot)
 def summary_html(summary: Summary) -> str:
     return stats_html(summary.as_dict(), title=f"Summary of {summary.count:,} values")
 
 
-@shows_as(RunningStats)
+@shows_as(RunningStats, table=tables.stats_table, plot=tables.stats_plot)
 def running_html(stats: RunningStats) -> str:
     shape = f", first shape {tuple(stats.shape)} {stats.dtype}" if stats.shape is not None else ""
     return stats_html(stats.as_dict(), title=f"RunningStats of {stats.count:,} values, {stats.updates} updates{shape}")
@@ -177,7 +184,7 @@ def stats_html(stats: Mapping[str, Any], *, title: str, log: bool = False) -> st
     return html.view(Safe(body), title=title, css=card_css() + ".hookscope-view .stats-view { max-width: 420px; }")
 
 
-@shows_as(Run)
+@shows_as(Run, table=tables.run_table)
 def run_html(run: Run) -> str:
     contents = run.contents()
     rows = [

@@ -2,8 +2,10 @@
 
 ::
 
-    report = build_text_report(model, tokenizer(texts, padding=True, return_tensors="pt"), tokenizer=tokenizer)
-    write_text_report(report, "report")      # report/index.html, self-contained like every report
+    page = hookscope.build_text_report(model, tokenizer(texts, padding=True, return_tensors="pt"), tokenizer=tokenizer)
+    hookscope.write_report(page, "report")   # report/index.html, self-contained like every report
+    page                                     # in a notebook: the layers and the first layer's heads
+    print(page.table())                      # a row per attention layer: heads, mean attention to itself
 
 One forward pass, under a capture of ``select`` (the model's blocks by default) and
 ``hookscope.attention`` at once, gives the page:
@@ -38,16 +40,20 @@ from .._version import __version__
 from ..core.capture import capture
 from ..core.records import forward_order
 from ..core.select import BLOCKS, Selector
+from ..display import Shows, shows_as, table_of
 from ..errors import CaptureWarning, OptionError
 from ..optional import require
 from ..progress import Progress, callback
+from ..text import columns
 from ..transformer.attention import Attention, attention
 from ..transformer.grid import attention_grid
-from .html import environment, write_page
+from ..viz.html import figure, more, note, table, view
+from .html import draws_page, environment, write_page
 from .views import human_time, png
 
 TEMPLATE = "tokens.html.j2"  # beside report.html.j2
 MAX_SENTENCES = 4  # sequences of a batch the page draws
+MAX_SHOWN = 24  # attention layers listed in the notebook view
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,8 @@ class NormRow:
 
 
 @dataclass(frozen=True)
-class TextReport:
-    """What the text report's page shows; ``render_text_html`` draws it."""
+class TextReport(Shows):
+    """What the text report's page shows; ``render_html`` (``render_text_html``) draws it."""
 
     title: str
     model: str
@@ -92,6 +98,13 @@ class TextReport:
     notes: tuple[str, ...] = ()
     remarks: tuple[str, ...] = ()
     attributions: tuple[tuple[str, str], ...] = ()  # (title, escaped HTML from viz.highlight.token_html)
+
+    def __repr__(self) -> str:
+        return f"<TextReport {self.title!r}: {self.model}, {len(self.attention)} attention layers>"
+
+    def table(self) -> str:
+        """A row per attention layer: heads, and each sequence's mean head-averaged attention of a token to itself."""
+        return table_of(self)
 
 
 def build_text_report(
@@ -191,6 +204,7 @@ def _remarks(model: nn.Module, att: Attention, shown: int, left_out: int) -> lis
     return remarks
 
 
+@draws_page(TextReport)
 def render_text_html(report: TextReport) -> str:
     """The text report as one self-contained page (``templates/tokens.html.j2``, autoescaped)."""
     markupsafe: Any = require("markupsafe")
@@ -204,6 +218,33 @@ def render_text_html(report: TextReport) -> str:
 def write_text_report(report: TextReport, out: str | Path, *, force: bool = False) -> Path:
     """Write ``out/index.html`` (staged next to ``out``, moved into place when complete) and return its path."""
     return write_page(lambda: render_text_html(report), out, force=force)
+
+
+def text_table(report: TextReport) -> str:
+    """A row per attention layer drawn: its heads and, per sequence, the mean attention of a token to itself."""
+    header = ["layer", "heads", *(f"self, seq {b}" for b in range(len(report.sentences)))]
+    rows = [header] + [[layer.name, str(layer.heads), *(f"{_self_attention(m):.4f}" for m in layer.means)]
+                       for layer in report.attention]  # fmt: skip
+    return "\n".join(columns(rows, right=range(1, len(header))))
+
+
+def _self_attention(mean: MeanView) -> float:
+    """The mean of the diagonal of a sequence's head-averaged attention: how much a token looks at itself."""
+    return sum(mean.rows[i][i] for i in range(len(mean.rows))) / max(len(mean.rows), 1)
+
+
+@shows_as(TextReport, table=text_table)
+def text_report_html(report: TextReport) -> str:
+    """The notebook view: the page's notes, a row per attention layer, and the first layer's heads."""
+    body = note(f"{report.model}, {report.parameters:,} parameters; {len(report.sentences)} sequence(s) drawn")
+    for line in (*report.notes, *report.remarks):
+        body += note(line)
+    rows = [(layer.name, layer.heads) for layer in report.attention[:MAX_SHOWN]]
+    body += table(("attention layer", "heads"), rows, numeric=(1,)) + more(len(rows), len(report.attention), "layers")
+    if report.attention and report.attention[0].grids:
+        first = report.attention[0]
+        body += figure(first.grids[0], f"{first.name}: every head and their mean, sequence 0", width=640)
+    return view(body, title=report.title)
 
 
 def _shade(value: float, top: float) -> str:

@@ -1,9 +1,11 @@
-"""The training report of a store written by ``hookscope.watch``: ``training_report(run) -> TrainingReport``.
+"""The training report of a store written by ``hookscope.watch``: ``build_training_report(run) -> TrainingReport``.
 
 ::
 
-    report = training_report(hookscope.load("runs/exp1.hookscope"))
-    write_training_report(report, "runs/exp1-report")   # runs/exp1-report/index.html
+    page = hookscope.build_training_report(hookscope.load("runs/exp1.hookscope"))
+    hookscope.write_report(page, "runs/exp1-report")   # runs/exp1-report/index.html
+    page                                               # in a notebook: the alerts and the charts
+    print(page.table())                                # a row per layer: its last logged row
 
 ``hookscope report --from runs/exp1.hookscope`` writes it for a watch store. The page, from the
 top: the alerts (module, kind, step, numbers) and the first non-finite value (module, step); per-
@@ -23,13 +25,16 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..deprecation import warn_renamed
+from ..display import Shows, shows_as, table_of
 from ..errors import OptionError
 from ..optional import require
 from ..store.reader import Run
 from ..store.series import Alert, History
+from ..text import columns
 from ..viz.curves import curves_png, heatmap_png, sparkline_png
-from ..viz.html import data_uri
-from .html import format_number, write_page
+from ..viz.html import data_uri, figure, more, note, view
+from .html import draws_page, format_number, write_page
 from .views import human_time
 
 TEMPLATE = "report/templates/training.html.j2"
@@ -51,8 +56,8 @@ class LayerRow:
 
 
 @dataclass(frozen=True)
-class TrainingReport:
-    """What the training page shows (see the module docstring)."""
+class TrainingReport(Shows):
+    """What the training page shows (see the module docstring); ``render_html`` draws it."""
 
     title: str
     model: str
@@ -69,9 +74,18 @@ class TrainingReport:
     layers: tuple[LayerRow, ...]
     left_out: int  # layers beyond max_layers, not drawn in the curves
 
+    def __repr__(self) -> str:
+        return (
+            f"<TrainingReport {self.title!r}: {self.steps} steps, {len(self.layers)} layers, {len(self.alerts)} alerts>"
+        )
 
-def training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
-    """The training report of the watch store ``run`` (see the module docstring)."""
+    def table(self) -> str:
+        """A row per layer: its type and its last logged row (text)."""
+        return table_of(self)
+
+
+def build_training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
+    """The training report of the watch store ``run`` (``hookscope.load``; see the module docstring)."""
     histories = run.histories()
     if not histories:
         raise OptionError(
@@ -100,6 +114,13 @@ def training_report(run: Run, *, title: str | None = None, max_layers: int = 64)
     )
 
 
+def training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
+    """Deprecated spelling of ``build_training_report``."""
+    warn_renamed("hookscope.report.training.training_report", "hookscope.build_training_report")
+    return build_training_report(run, title=title, max_layers=max_layers)
+
+
+@draws_page(TrainingReport)
 def render_training(report: TrainingReport) -> str:
     """The report as one self-contained HTML page."""
     jinja2 = require("jinja2")
@@ -113,6 +134,34 @@ def render_training(report: TrainingReport) -> str:
 def write_training_report(report: TrainingReport, out: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write ``out/index.html`` (replacing ``out`` only when complete, and only with ``force``)."""
     return write_page(lambda: render_training(report), out, force=force)
+
+
+LAST = ("grad_norm", "update_ratio", "dead", "act_std")  # the table's columns of each layer's last row
+
+
+def training_table(report: TrainingReport) -> str:
+    """A row per layer: its type and the ``LAST`` statistics of its last logged row."""
+    rows = [["layer", "type", "step", *LAST]]
+    for layer in report.layers:
+        step = layer.last.get("step")
+        cells = [_number(layer.last.get(c)) for c in LAST]
+        rows.append([layer.name, layer.type, "–" if step is None else str(int(step)), *cells])
+    return "\n".join(columns(rows, right=range(2, len(rows[0]))))
+
+
+@shows_as(TrainingReport, table=training_table)
+def training_html(report: TrainingReport) -> str:
+    """The notebook view: the run, its alerts and the page's charts."""
+    body = note(
+        f"{report.model}: {report.steps:,} steps, {report.logged} logged (every {report.every}), {report.ended}"
+    )
+    for alert in report.alerts[:10]:
+        body += note(str(alert))
+    body += note("no alert") if not report.alerts else ""
+    body += more(min(len(report.alerts), 10), len(report.alerts), "alerts")
+    for chart in report.charts:
+        body += figure(chart.png, f"{chart.title}: {chart.caption}", width=560)
+    return view(body, title=report.title)
 
 
 def _charts(histories: dict[str, History], band: tuple[float, float], first: Alert | None) -> tuple[Chart, ...]:

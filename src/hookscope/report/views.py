@@ -40,7 +40,7 @@ from torch import Tensor
 
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
-from ..display import Shows
+from ..display import Shows, table_of
 from ..errors import ShapeError
 from ..stats.summary import summarize
 from ..viz.html import png_bytes
@@ -155,6 +155,10 @@ class Report(Shows):
 
     def __repr__(self) -> str:
         return f"<Report {self.title!r}: {self.model}, {len(self.layers)} layers, kinds={self.kinds}>"
+
+    def table(self) -> str:
+        """A row per layer: type, calls, shape, the mean and std of each kind drawn (text)."""
+        return table_of(self)
 
     def image_name(self, index: int) -> str:
         """What the page calls image ``index``: its file name when known, else ``image 0``."""

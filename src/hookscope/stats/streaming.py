@@ -36,15 +36,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from ..core.records import Label
-from ..display import Shows
+from ..display import Shows, plot_of, table_of
 from ..errors import OptionError
 from .moments import Moments, empty_moments, merge_moments, moments, moments_to
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 HALF = 2048  # bins of each sign: 256 exponents x 8 mantissa steps (the last 8, inf and NaN, stay empty)
 BINS = 2 * HALF
@@ -92,6 +95,15 @@ class RunningStats(Shows):
 
     def __repr__(self) -> str:
         return f"<RunningStats of {self.count:,} values: mean {self.mean:.4g}, std {self.std:.4g}>"
+
+    def table(self) -> str:
+        """A row per statistic of ``as_dict()`` (text)."""
+        return table_of(self)
+
+    def plot(self, *, log: bool = False) -> Image:
+        """The histogram of the finite values; ``log`` puts the counts on a log scale."""
+        image: Image = plot_of(self, log=log)
+        return image
 
     # -- the stream --------------------------------------------------------------------------
     def update(self, tensor: Tensor) -> RunningStats:

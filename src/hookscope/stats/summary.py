@@ -23,17 +23,20 @@ The rules, in one place, so every number in a report means the same thing:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch import Tensor
 
 from ..core.kinds import Kind, gradient_kinds, is_gradient, per_call
 from ..core.records import Record, forward_order
-from ..display import Shows
+from ..display import Shows, plot_of, table_of
 from ..errors import OptionError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 PERCENTILES: tuple[float, ...] = (1, 5, 25, 50, 75, 95, 99)
 NAN = float("nan")
@@ -82,6 +85,15 @@ class Summary(Shows):
         numbers = f"mean {self.mean:.4g}, std {self.std:.4g}, min {self.min:.4g}, max {self.max:.4g}"
         return f"<Summary of {self.count:,} values: {numbers}>"
 
+    def table(self) -> str:
+        """A row per statistic of ``as_dict()``, percentiles as ``p50`` (text)."""
+        return table_of(self)
+
+    def plot(self, *, log: bool = False) -> Image:
+        """The histogram of the finite values; ``log`` puts the counts on a log scale."""
+        image: Image = plot_of(self, log=log)
+        return image
+
     def as_dict(self) -> dict[str, Any]:
         """Plain Python for ``json.dumps(..., allow_nan=False)``: NaN becomes None, keys strings."""
         plain: dict[str, Any] = _plain(asdict(self))
@@ -96,6 +108,50 @@ class FlowRow:
     mean_abs: float
     max_abs: float
     count: int
+
+
+class GradientFlow(Sequence[FlowRow], Shows):
+    """What ``gradient_flow`` found: a sequence of ``FlowRow`` (``.rows``), in forward order, of one ``kind``.
+
+    Indexing and iterating give the rows, as the list it used to be; ``table()`` is text and
+    ``plot()`` the chart of ``gradient_flow_plot``.
+    """
+
+    def __init__(self, rows: Iterable[FlowRow], kind: Kind = "grad_output") -> None:
+        self.rows: tuple[FlowRow, ...] = tuple(rows)
+        self.kind = kind
+
+    @overload
+    def __getitem__(self, index: int) -> FlowRow: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[FlowRow]: ...
+    def __getitem__(self, index: int | slice) -> FlowRow | list[FlowRow]:
+        return list(self.rows[index]) if isinstance(index, slice) else self.rows[index]
+
+    def __iter__(self) -> Iterator[FlowRow]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GradientFlow):
+            return self.rows == other.rows and self.kind == other.kind
+        return isinstance(other, (list, tuple)) and list(self.rows) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<GradientFlow of {self.kind} at {len(self.rows)} sites>"
+
+    def table(self) -> str:
+        """A row per site: mean and max |gradient| and the elements pooled, as text."""
+        return table_of(self)
+
+    def plot(self, *, vanish: float = 1e-6, explode: float = 1e3) -> Image:
+        """The chart of ``gradient_flow_plot``: mean and max |gradient| per site, log scale, both thresholds."""
+        image: Image = plot_of(self, vanish=vanish, explode=explode)
+        return image
 
 
 def summarize(
@@ -129,8 +185,8 @@ def summarize(
     )
 
 
-def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") -> list[FlowRow]:
-    """Mean and max |gradient| of ``kind`` at every site that holds some, in forward order.
+def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") -> GradientFlow:
+    """Mean and max |gradient| of ``kind`` at every site that holds some, in forward order (a ``GradientFlow``).
 
     ``grad_output`` / ``grad_input``: every key of every call, pooled element by element.
     ``param_grad``: the latest backward pass's gradient of each of the site's parameters.
@@ -143,7 +199,7 @@ def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") 
         grads = [g for g in _gradients(record, kind) if g.numel()]
         if grads:
             rows.append(_flow_row(record.name, grads))
-    return rows
+    return GradientFlow(rows, kind)
 
 
 def _gradients(record: Record, kind: Kind) -> list[Tensor]:

@@ -31,7 +31,7 @@ from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
-from ..display import Shows
+from ..display import Shows, table_of
 from ..errors import DamagedShardError, NotCapturedError, StoreError, StoreWarning
 from ..stats.streaming import RunningStats
 from ..text import closest, columns, format_size
@@ -111,6 +111,10 @@ class Run(Mapping[str, Record], Shows):
         state = "complete" if self.complete else "interrupted"
         size = format_size(sum(s["bytes"] for s in self.manifest.get("shards", [])))
         return f"<Run {self.path.name}: {len(self)} sites, {len(self.batches)} batches, {size}, {state}>"
+
+    def table(self) -> str:
+        """The store's table of contents: what ``describe()`` (``hookscope info``) gives."""
+        return table_of(self)
 
     @property
     def batches(self) -> list[int]:

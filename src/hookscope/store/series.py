@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -29,6 +29,9 @@ from ..errors import NotCapturedError
 from ..text import closest, columns, format_size
 from .format import write_manifest
 from .shards import MappedShards, read_index, write_shard
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 SOURCE = "watch"  # config.source of a watch store
 SERIES = "series.safetensors"
@@ -99,6 +102,15 @@ class History(display.Shows):
     def last(self) -> dict[str, float]:
         """The newest row (empty when nothing was logged)."""
         return self.row(self.steps[-1]) if len(self) else {}
+
+    def table(self, *, columns: Sequence[str] | None = None) -> str:
+        """A row per logged step of ``columns`` (default: the usual statistics that were measured), as text."""
+        return display.table_of(self, columns=columns)
+
+    def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:
+        """``column`` over the logged steps (the training report's chart, one line), as a PIL image."""
+        image: Image = display.plot_of(self, column=column, log=log)
+        return image
 
     def __repr__(self) -> str:
         return f"<History {self.name!r} ({self.type}): {len(self)} logged steps, {_span(self.steps)}>"

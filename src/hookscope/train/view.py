@@ -4,23 +4,75 @@
 logged steps. A ``Watch`` (registered in ``hookscope.train.watch``) shows its alerts, then a row per
 module: last gradient norm, update ratio and dead fraction, and a sparkline of the gradient norm.
 Made of ``hookscope.viz.html``'s pieces: escaped, inline, no script, nothing fetched.
+
+``.table()`` and ``.plot()`` of both are here too: a ``History``'s table is a row per logged
+step, a ``Watch``'s a row per module (its last logged row); their plot is the training report's
+chart of one statistic over the steps, a line per module.
 """
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import display
-from ..store.series import Alert, History
-from ..viz.curves import sparkline_png
+from ..errors import OptionError
+from ..optional import require
+from ..store.series import COLUMNS, Alert, History
+from ..text import columns as text_columns
+from ..viz.curves import curves_png, sparkline_png
 from ..viz.html import MAX_ROWS, Safe, escape, image_tag, more, note, table, view
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 SHOWN = ("grad_norm", "update_ratio", "dead", "zeros", "act_mean", "act_std", "grad_output_norm", "weight_norm")
 LOG = {"grad_norm", "update_ratio", "grad_output_norm", "weight_norm"}
+LAST = ("grad_norm", "update_ratio", "dead", "act_std")  # a watch's table: each module's last row
 
 
-@display.shows_as(History)
+def history_table(history: History, *, columns: Sequence[str] | None = None) -> str:
+    """A row per logged step: ``columns`` (default: those of ``SHOWN`` with a finite value), NaN as ``–``."""
+    shown = list(columns) if columns is not None else [c for c in SHOWN if any(map(math.isfinite, history[c]))]
+    wrong = [c for c in shown if c not in COLUMNS]
+    if wrong:
+        raise OptionError(f"columns= takes columns of a history ({', '.join(COLUMNS)}), got {', '.join(wrong)}")
+    values = [history[c] for c in shown]
+    rows = [["step", *shown]] + [[str(step), *(_number(v[i]) for v in values)] for i, step in enumerate(history.steps)]
+    return "\n".join(text_columns(rows, right=range(len(shown) + 1)))
+
+
+def histories_table(histories: Mapping[str, History]) -> str:
+    """A row per module: its type, steps logged, and its last logged row (``LAST``)."""
+    rows = [["module", "type", "logged", "step", *LAST]]
+    for name, h in histories.items():
+        last = h.last()
+        step = str(int(last["step"])) if last else "–"
+        rows.append([name, h.type, str(len(h)), step, *(_number(last.get(c, math.nan)) for c in LAST)])
+    return "\n".join(text_columns(rows, right=range(2, len(rows[0]))))
+
+
+def history_plot(history: History, *, column: str = "grad_norm", log: bool | None = None) -> Image:
+    """``column`` of ``history`` over its logged steps (see ``series_plot``)."""
+    return series_plot({history.name: history}, column=column, log=log)
+
+
+def series_plot(histories: Mapping[str, History], *, column: str = "grad_norm", log: bool | None = None) -> Image:
+    """``column`` over the logged steps, a line per module (the training report's chart), as a PIL image;
+    ``log`` defaults to a log axis for the norms and the update ratio."""
+    if column not in COLUMNS or column == "step":
+        raise OptionError(f"column= takes a statistic of a history ({', '.join(COLUMNS[1:])}), got {column!r}")
+    log = column in LOG if log is None else log
+    series = {name: (h.steps, h[column]) for name, h in histories.items()}
+    png = curves_png(series, title=f"{column}{' (log)' if log else ''}", log=log)
+    pil: Any = require("PIL.Image")
+    image: Image = pil.open(io.BytesIO(png)).convert("RGB")
+    return image
+
+
+@display.shows_as(History, table=history_table, plot=history_plot)
 def history_html(history: History) -> str:
     """The last value and a sparkline of every statistic of ``history``."""
     rows = []

@@ -35,7 +35,7 @@ import shutil
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +57,10 @@ from .board import Board
 from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
 from .steps import StepClock, optimizers_of
-from .view import watch_html
+from .view import histories_table, series_plot, watch_html
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 ACTIVATIONS = "torch.nn.modules.activation"  # the module of nn.ReLU, nn.GELU, nn.Sigmoid, ...
 
@@ -179,6 +182,15 @@ class Watch(Block, display.Shows):
 
     def histories(self) -> dict[str, History]:
         return {name: self.history(name) for name in self._rows}
+
+    def table(self) -> str:
+        """A row per watched module: its type, steps logged and its last logged row (text)."""
+        return display.table_of(self)
+
+    def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:
+        """``column`` over the logged steps, a line per module: the training report's chart (a PIL image)."""
+        image: Image = display.plot_of(self, column=column, log=log)
+        return image
 
     def __repr__(self) -> str:
         return (f"<Watch of {type(self.model).__name__}: {len(self.sites)} modules, {self.steps} steps, "
@@ -346,6 +358,14 @@ def _device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-@display.shows_as(Watch)
+def _watch_table(w: Watch) -> str:
+    return histories_table(w.histories())
+
+
+def _watch_plot(w: Watch, *, column: str = "grad_norm", log: bool | None = None) -> Image:
+    return series_plot(w.histories(), column=column, log=log)
+
+
+@display.shows_as(Watch, table=_watch_table, plot=_watch_plot)
 def _watch_html(w: Watch) -> str:
     return watch_html(w.histories(), w.alerts, steps=w.steps, every=w.every)

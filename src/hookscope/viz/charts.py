@@ -1,4 +1,7 @@
-"""Pictures of a capture as PIL images: a grid of histograms, a gradient-flow chart.
+"""Pictures of a capture as PIL images: a grid of histograms, a gradient-flow chart, one histogram of counts.
+
+A ``GradientFlow`` (``stats.gradient_flow``) is registered here: ``.table()``, ``.plot()`` (the
+gradient-flow chart) and its notebook view.
 
 matplotlib and Pillow are imported inside the functions (``pip install 'hookscope[viz]'``).
 Figures are built on ``matplotlib.figure.Figure`` and rasterised by the Agg canvas, never
@@ -16,9 +19,12 @@ from torch import Tensor
 
 from ..core.kinds import Kind, per_call
 from ..core.records import Record, forward_order
+from ..display import shows_as
 from ..errors import OptionError
 from ..optional import require
-from ..stats.summary import FlowRow, Summary, gradient_flow, summarize
+from ..stats.summary import FlowRow, GradientFlow, Summary, gradient_flow, summarize
+from ..text import columns as text_columns
+from .html import image_tag, note, table, view
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -73,6 +79,23 @@ def gradient_flow_plot(
             f"nothing to plot: no site holds {kind}; capture with kinds=(..., {kind!r}) and run backward() in the block"
         )
     return _to_image(_flow_figure(list(rows), vanish=vanish, explode=explode, kind=kind))
+
+
+def counts_plot(counts: Sequence[int], edges: Sequence[float], *, title: str = "", log: bool = False) -> Image:
+    """One histogram of ``counts`` between ``edges`` (a summary's ``histogram``); ``log`` counts on a log scale."""
+    fig = _figure(*PANEL_INCHES)
+    ax = fig.add_subplot()
+    ax.set_title(title, fontsize=8)
+    ax.tick_params(labelsize=6)
+    if not counts:
+        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        return _to_image(fig)
+    ax.stairs(list(counts), list(edges), fill=True, color=NORMAL, alpha=0.85)
+    if log:
+        ax.set_yscale("log")
+    ax.margins(x=0)
+    ax.locator_params(axis="x", nbins=5)
+    return _to_image(fig)
 
 
 # -- histograms ------------------------------------------------------------------------------
@@ -215,3 +238,33 @@ def _to_image(fig: Figure) -> Image:
     canvas.draw()
     image: Image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
     return image.convert("RGB")
+
+
+# -- a GradientFlow's table, picture and notebook view -----------------------------------------
+FLOW_HEADER = ("site", "mean |grad|", "max |grad|", "elements")
+
+
+def _flow_cells(row: FlowRow) -> tuple[str, ...]:
+    return (row.name or "(model)", f"{row.mean_abs:.4g}", f"{row.max_abs:.4g}", f"{row.count:,}")
+
+
+def flow_table(flow: GradientFlow) -> str:
+    """A row per site: mean and max |gradient| of the flow's kind, and the elements pooled."""
+    if not flow.rows:
+        return f"no site holds {flow.kind}"
+    lines = text_columns([FLOW_HEADER, *(_flow_cells(r) for r in flow.rows)], right=(1, 2, 3))
+    return "\n".join([*lines, f"kind: {flow.kind}"])
+
+
+def flow_plot(flow: GradientFlow, *, vanish: float = 1e-6, explode: float = 1e3) -> Image:
+    return gradient_flow_plot(flow, kind=flow.kind, vanish=vanish, explode=explode)
+
+
+@shows_as(GradientFlow, table=flow_table, plot=flow_plot)
+def flow_html(flow: GradientFlow) -> str:
+    """The gradient-flow chart above its table."""
+    if not flow.rows:
+        return view(note(f"no site holds {flow.kind}"), title="Gradient flow")
+    body = image_tag(flow_plot(flow), alt=f"gradient flow of {flow.kind}", width=None)
+    body += table(FLOW_HEADER, [_flow_cells(r) for r in flow.rows], numeric=(1, 2, 3))
+    return view(body, title=f"Gradient flow: {flow.kind} at {len(flow.rows)} sites")
