@@ -69,6 +69,8 @@ def flat_reason(raw: Tensor, gradients: Tensor | None, layer: str) -> str | None
         why = "the target's gradient at that layer is zero (a head that starts at zero, or a class with zero weights)"
     elif raw.shape[-2:] == (1, 1):
         why = "the layer is 1x1 at this input size, so its map has a single value"
+    elif bool((raw[flat] == 0).all()):
+        why = "the raw map is 0 everywhere after its ReLU (no position holds evidence for the target)"
     else:
         magnitude = float(raw[flat].abs().max())
         why = f"the raw map is flat (its max - min is rounding, or its largest value {magnitude:.3g} is ~0)"
