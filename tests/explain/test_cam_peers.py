@@ -4,13 +4,14 @@ layer4, EfficientNet-Lite0's head conv, MobileNetV2 features.18.0, train mode, a
 module called twice. Both peers scale a map at the layer's size, resize it and scale it again; a
 change to ``normalize_maps`` that drifts from them fails here.
 
-Left out, where the raw maps themselves differ by a documented choice: Grad-CAM++ on ResNet-18 and
-EfficientNet-Lite0 (pytorch-grad-cam's 1e-6 in alpha's denominator against our 1e-7 matters when the
-gradients are small; TorchCAM 0.5.0 never divides alpha, ``alpha[mask].div_`` writes to a copy),
-Eigen-CAM on EfficientNet-Lite0 (a principal component's sign is arbitrary: we orient it by the mean
-activation, pytorch-grad-cam keeps the SVD's), XGrad-CAM on MobileNetV2 for TorchCAM (its 1e-8 against
-our 1e-7, over a signed conv whose sum is near 0), and TorchCAM on a module called twice (it pairs the
-last call's activations with the first call's gradient).
+Left out, where the raw maps themselves differ by a documented choice: Grad-CAM++ on ResNet-18,
+EfficientNet-Lite0 and the module called twice (pytorch-grad-cam's 1e-6 in alpha's denominator
+against our 1e-7 matters when the gradients are small; with its eps the maps agree, tested below;
+TorchCAM 0.5.0 never divides alpha: ``alpha[mask].div_`` writes to a copy), Eigen-CAM on
+EfficientNet-Lite0 and the module called twice (a principal component's sign is arbitrary: we orient
+it by the mean activation, pytorch-grad-cam keeps the SVD's), XGrad-CAM on MobileNetV2 for TorchCAM
+(its 1e-8 against our 1e-7, over a signed conv whose sum is near 0; tested with its eps). On a module called twice,
+pytorch-grad-cam reads the first call and TorchCAM the last (cam()'s default): both are compared.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 
 from hookscope import zoo
 from hookscope.errors import CaptureWarning
+from hookscope.explain import cam as maths
 from hookscope.explain.cam import cam
 
 TOLERANCE = 1e-4
@@ -168,4 +170,41 @@ def test_a_module_called_twice_is_read_at_the_call_pytorch_grad_cam_reads(method
     theirs = pytorch_grad_cam(method, model, "shared", x, targets, False)
     ours = cam(model, x, method, targets, layer="shared", call=0)
     assert (theirs.amax(dim=(1, 2)) > 0.99).all()
+    torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("method", TORCHCAM)
+def test_a_module_called_twice_is_read_at_its_last_call_as_torchcam_reads_it(method: str) -> None:
+    model, x = Twice().eval(), _input(16)
+    targets = _top1(model, x, False)
+    theirs = torchcam_map(method, model, "shared", x, targets)
+    ours = cam(model, x, method, targets, layer="shared")
+    assert (theirs.amax(dim=(1, 2)) > 0.99).all()
+    torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize(("make", "layer", "side"), [(resnet18, "layer4", 96), (lite0, "_conv_head", 128)])
+def test_grad_cam_pp_differs_from_pytorch_grad_cams_by_its_eps_alone(
+    make: Callable[[], nn.Module], layer: str, side: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With pytorch-grad-cam's 1e-6 in alpha's denominator instead of our 1e-7, the maps agree."""
+    model, x = make(), _input(side)
+    targets = _top1(model, x, False)
+    theirs = pytorch_grad_cam("gradcam++", model, layer, x, targets, False)
+    monkeypatch.setattr(maths, "_EPS", 1e-6)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assumes non-negative activations", category=CaptureWarning)
+        ours = cam(model, x, "gradcam++", targets, layer=layer)
+    torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
+
+
+def test_xgrad_cam_differs_from_torchcams_by_its_eps_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MobileNetV2 features.18.0 (a signed conv): with TorchCAM's 1e-8 in the denominator, they agree."""
+    model, x = mobilenet_v2(), _input(96)
+    targets = _top1(model, x, False)
+    theirs = torchcam_map("xgradcam", model, "features.18.0", x, targets)
+    monkeypatch.setattr(maths, "_EPS", 1e-8)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assumes non-negative activations", category=CaptureWarning)
+        ours = cam(model, x, "xgradcam", targets, layer="features.18.0")
     torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
