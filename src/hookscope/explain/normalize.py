@@ -66,7 +66,10 @@ def flat_reason(raw: Tensor, gradients: Tensor | None, layer: str) -> str | None
         return None
     images = ", ".join(str(i) for i in flat.nonzero().flatten().tolist())
     if gradients is not None and bool((gradients[flat] == 0).all()):
-        why = "the target's gradient at that layer is zero (a head that starts at zero, or a class with zero weights)"
+        why = (
+            "the target's gradient at that layer is zero (the score does not depend on it: a head that starts at"
+            " zero, a class with zero weights, a vision transformer's last block, whose patch tokens nothing reads)"
+        )
     elif raw.shape[-2:] == (1, 1):
         why = "the layer is 1x1 at this input size, so its map has a single value"
     elif bool((raw[flat] == 0).all()):
