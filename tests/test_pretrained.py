@@ -63,13 +63,17 @@ def test_score_cam_is_class_discriminative(model) -> None:
 
 def test_grad_cam_matches_captum_on_efficientnet(model) -> None:
     """Captum's LayerGradCam on `_conv_head` of the pretrained network, for both classes, scaled to
-    [0, 1] at the layer's size and then upsampled (pytorch-grad-cam's order)."""
+    [0, 1] at the layer's size, upsampled and scaled again (pytorch-grad-cam's order)."""
     x = side_by_side(224).repeat(2, 1, 1, 1)
     targets = [285, ESPRESSO]
     theirs = LayerGradCam(model, model._conv_head).attribute(x, target=targets, relu_attributions=True)
-    low, high = theirs.amin(dim=(2, 3), keepdim=True), theirs.amax(dim=(2, 3), keepdim=True)
-    theirs = (theirs - low) / (high - low)
-    theirs = LayerAttribution.interpolate(theirs, tuple(x.shape[2:]), interpolate_mode="bilinear")[:, 0]
+
+    def min_max(maps: torch.Tensor) -> torch.Tensor:
+        low, high = maps.amin(dim=(2, 3), keepdim=True), maps.amax(dim=(2, 3), keepdim=True)
+        return (maps - low) / (high - low)
+
+    theirs = min_max(LayerAttribution.interpolate(min_max(theirs), tuple(x.shape[2:]), interpolate_mode="bilinear"))
+    theirs = theirs[:, 0]
     ours = cam(model, x, "gradcam", targets, select="_conv_head")
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 

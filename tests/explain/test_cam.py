@@ -140,29 +140,37 @@ def test_errors_are_one_line_and_helpful(tiny) -> None:
 
 
 def test_grad_cam_matches_captum_layer_grad_cam_on_resnet18() -> None:
-    """Captum's LayerGradCam on layer4 of a ResNet-18, scaled to [0, 1] at the layer's 3x3 and then
-    upsampled, in pytorch-grad-cam's order (scale_cam_image)."""
+    """Captum's LayerGradCam on layer4 of a ResNet-18, scaled to [0, 1] at the layer's 3x3, upsampled
+    and scaled again, in pytorch-grad-cam's order (scale_cam_image, resize, scale_cam_image)."""
     torch.manual_seed(0)
     model = torchvision.models.resnet18().double().eval()
     x = torch.randn(2, 3, 96, 96, dtype=torch.float64)
     theirs = LayerGradCam(model, model.layer4).attribute(x, target=[3, 7], relu_attributions=True)
-    low, high = theirs.amin(dim=(2, 3), keepdim=True), theirs.amax(dim=(2, 3), keepdim=True)
-    theirs = LayerAttribution.interpolate((theirs - low) / (high - low), (96, 96), interpolate_mode="bilinear")[:, 0]
+
+    def min_max(maps: torch.Tensor) -> torch.Tensor:
+        low, high = maps.amin(dim=(2, 3), keepdim=True), maps.amax(dim=(2, 3), keepdim=True)
+        return (maps - low) / (high - low)
+
+    theirs = min_max(LayerAttribution.interpolate(min_max(theirs), (96, 96), interpolate_mode="bilinear"))[:, 0]
     ours = cam(model, x, "gradcam", [3, 7], select="layer4")
     torch.testing.assert_close(ours, theirs.float(), atol=1e-5, rtol=1e-5)
 
 
 def test_vision_transformer_layers_work_through_the_token_grid() -> None:
-    """torchvision's ViT: a block's (B, 1 + 16, C) tokens become a 4x4 map; Grad-CAM on it by hand."""
+    """torchvision's ViT: a block's (B, 1 + 16, C) tokens become a 4x4 map; Grad-CAM on it by hand.
+    Its head starts at zero (every map would be zeros, with a warning), so it gets random weights;
+    and the last block's patch tokens reach the class token through no attention (zero gradient),
+    so the map is the first block's."""
     from torchvision.models.vision_transformer import VisionTransformer
 
     from hookscope.tokens import tokens_to_grid
 
     torch.manual_seed(0)
     model = VisionTransformer(32, 8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
+    nn.init.normal_(model.heads.head.weight)
     model = model.double().eval()
     x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
-    block = model.encoder.layers.encoder_layer_1
+    block = model.encoder.layers.encoder_layer_0
     seen: list[torch.Tensor] = []
     handle = block.register_forward_hook(lambda m, a, out: seen.append(out))
     logits = model(x)
@@ -170,7 +178,8 @@ def test_vision_transformer_layers_work_through_the_token_grid() -> None:
     (grad,) = torch.autograd.grad(logits[:, 4].sum(), seen[0])
     act = tokens_to_grid(seen[0].detach(), prefix=1)
     expected = maths.normalize_maps(maths.grad_cam(act, tokens_to_grid(grad, prefix=1)).float(), size=(32, 32))
-    torch.testing.assert_close(cam(model, x, "gradcam", 4, select="encoder.layers.encoder_layer_1"), expected)
+    assert (expected.amax(dim=(1, 2)) == 1).all()
+    torch.testing.assert_close(cam(model, x, "gradcam", 4, select="encoder.layers.encoder_layer_0"), expected)
 
 
 def test_a_layer_changed_in_place_afterwards_gets_the_gradient_of_its_own_output(tiny) -> None:

@@ -17,18 +17,23 @@ from hookscope.explain.cam import CAM_METHODS, SIGN_SENSITIVE, cam
 
 @pytest.mark.parametrize("method", CAM_METHODS)
 def test_a_1x1_layer_gives_a_flat_map(method: str) -> None:
-    """ResNet-18 at 32x32: layer4 is 1x1, so every map is flat, all zeros (as pytorch-grad-cam's)."""
+    """ResNet-18 at 32x32: layer4 is 1x1, so every map is flat, all zeros (as pytorch-grad-cam's),
+    with a warning that says so."""
     torch.manual_seed(0)
     model = torchvision.models.resnet18().eval()
     x = torch.randn(2, 3, 32, 32)
-    assert torch.equal(cam(model, x, method, select="layer4", batch_size=512), torch.zeros(2, 32, 32))
+    with pytest.warns(CaptureWarning, match=r"image\(s\) 0, 1 at layer 'layer4' are all zeros: the layer is 1x1"):
+        heat = cam(model, x, method, select="layer4", batch_size=512)
+    assert torch.equal(heat, torch.zeros(2, 32, 32))
 
 
-def test_normalize_maps_scales_at_the_layer_size_then_resizes() -> None:
+def test_normalize_maps_scales_at_the_layer_size_resizes_and_scales_again() -> None:
     """By hand. [0, 4, 1] scales to [0, 1, 0.25]; bilinear 3 -> 6 (align_corners=False) samples it at
-    0, 0.25, 0.75, 1.25, 1.75, 2 (clamped). Resizing first would put a 1 at 1.25, not 0.8125."""
+    0, 0.25, 0.75, 1.25, 1.75, 2 (clamped): [0, 0.25, 0.75, 0.8125, 0.4375, 0.25], whose max 0.8125 =
+    13/16 the second scaling brings to 1. Resizing first would put a 1 at 1.25. [1, 3] -> [0, 1] ->
+    [0, 0.25, 0.75, 1] already spans [0, 1]."""
     out = maths.normalize_maps(torch.tensor([[[0.0, 4.0, 1.0]]]), size=(1, 6))
-    torch.testing.assert_close(out, torch.tensor([[[0.0, 0.25, 0.75, 0.8125, 0.4375, 0.25]]]))
+    torch.testing.assert_close(out, torch.tensor([[[0.0, 4.0, 12.0, 13.0, 7.0, 4.0]]]) / 13)
     out = maths.normalize_maps(torch.tensor([[[1.0, 3.0]]]), size=(1, 4))
     torch.testing.assert_close(out, torch.tensor([[[0.0, 0.25, 0.75, 1.0]]]))
 

@@ -6,8 +6,9 @@
 
 The maths are pure functions on a layer's activations and gradients, each (B, C, h, w) (use
 ``hookscope.tokens.spatial_maps`` for token activations), returning raw maps (B, h, w) at the
-layer's resolution, ReLU applied; ``normalize_maps`` scales each to [0, 1] at that resolution and
-then resizes it to the input (pytorch-grad-cam's order: a flat map, a 1x1 layer's, stays 0).
+layer's resolution, ReLU applied; ``normalize_maps`` (``hookscope.explain.normalize``) scales each
+to [0, 1], resizes it to the input and scales it again, as pytorch-grad-cam and TorchCAM do (a
+flat map, a 1x1 layer's, stays 0, and cam() warns that it is all zeros, and why).
 ``GRAD_METHODS`` maps a gradient method's name to its function; ``CAM_METHODS`` adds the
 forward-only ones (Score-CAM, Eigen-CAM), which have drivers of their own below. A new gradient
 method is a function and a ``GRAD_METHODS`` entry; a new forward-only one also gets a branch in
@@ -40,13 +41,14 @@ from ..errors import CaptureWarning, OptionError
 from ..progress import Callback, Progress, callback
 from ..tokens import spatial_maps
 from .layers import choose_among, one_module
+from .normalize import flat_reason
+from .normalize import normalize_maps as normalize_maps
 from .notes import once_each
 from .signed import warn_if_signed
 from .targets import Target, choose_key, scores, several_tensors
 
 # -- the maths ------------------------------------------------------------------------------------
 _EPS = 1e-7
-FLAT = 1e-6  # a map whose max - min is at most this share of its largest magnitude is flat
 
 
 def grad_cam(activations: Tensor, gradients: Tensor) -> Tensor:
@@ -109,21 +111,6 @@ def score_cam(activations: Tensor, channel_scores: Tensor) -> Tensor:
     """
     weights = channel_scores.softmax(dim=1)[:, :, None, None]  # (B, C, 1, 1)
     return (weights * activations).sum(dim=1).relu()
-
-
-def normalize_maps(maps: Tensor, size: tuple[int, int] | None = None) -> Tensor:
-    """(B, h, w) maps scaled per image to [0, 1] at their own size, then resized (bilinear) to ``size``.
-
-    The order is pytorch-grad-cam's (scale, then resize), so a flat map comes out exactly 0: one
-    whose max - min is at most ``FLAT`` times its largest magnitude (rounding, not a signal).
-    """
-    low = maps.amin(dim=(1, 2), keepdim=True)
-    span = maps.amax(dim=(1, 2), keepdim=True) - low
-    flat = span <= FLAT * maps.abs().amax(dim=(1, 2), keepdim=True)
-    maps = torch.where(flat, torch.zeros_like(maps), (maps - low) / span.clamp_min(1e-12))
-    if size is not None and tuple(maps.shape[-2:]) != tuple(size):
-        maps = F.interpolate(maps[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
-    return maps
 
 
 # -- the registry and the driver ------------------------------------------------------------------
@@ -199,16 +186,19 @@ def cam(
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
     with once_each(wrappers=1):  # the passes below may each say the same thing; 1: @renamed
-        where = Where(one_module(model, select), -1 if call is None else call, key, output)
+        where, gradients = Where(one_module(model, select), -1 if call is None else call, key, output), None
         if method in GRAD_METHODS:
             where, activations, gradients = _gradient_cam(model, x, target, where)
             if method in SIGN_SENSITIVE:
                 warn_if_signed(model, x, method, activations, str(where.layer), where.call)
             raw = GRAD_METHODS[method](activations, gradients)
         elif method == "eigencam":
-            raw = eigen_cam(_activations(model, x, where)[1])
+            passed, activations = _activations(model, x, where)
+            where, raw = passed.where, eigen_cam(activations)
         else:
-            raw = _score_cam(model, x, target, where, batch_size, callback(progress))
+            where, raw = _score_cam(model, x, target, where, batch_size, callback(progress))
+    if (note := flat_reason(raw.float(), gradients, str(where.layer))) is not None:
+        warnings.warn(note, CaptureWarning, stacklevel=3)  # the user's line (cam, then @renamed)
     return normalize_maps(raw.float(), size=(x.shape[2], x.shape[3]))
 
 
@@ -304,7 +294,8 @@ def _score_cam(
     where: Where,
     batch_size: int,
     progress: Callback,
-) -> Tensor:
+) -> tuple[Where, Tensor]:
+    """The layer Score-CAM read (named, when cam() picked it) and its raw maps."""
     passed, activations = _activations(model, x, where)
     with torch.no_grad():
         _, classes = scores(passed.out, target, passed.where.output)
@@ -316,7 +307,7 @@ def _score_cam(
     for i in range(len(x)):
         step = lambda done, i=i: progress("scorecam", i * chunks + done, len(x) * chunks)  # noqa: E731
         channel_scores.append(_masked_scores(model, x[i], masks[i], per_image[i], where.output, batch_size, step))
-    return score_cam(activations, torch.stack(channel_scores))
+    return passed.where, score_cam(activations, torch.stack(channel_scores))
 
 
 def _masked_scores(
