@@ -65,7 +65,7 @@ def grad_cam(model_name: str) -> Case:
         return grad
 
     factories: dict[str, Callable[[], Run]] = {
-        "hookscope.cam": lambda: lambda: hookscope.cam(model, x, "gradcam", target=target, layer=layer),
+        "hookscope.cam": lambda: lambda: hookscope.cam(model, x, "gradcam", target=target, select=layer),
         "hookscope.cam (layer auto-picked)": lambda: lambda: hookscope.cam(model, x, "gradcam", target=target),
         "pytorch-grad-cam": lambda: _pytorch_grad_cam(model, module, x, target),
         "TorchCAM": lambda: _torchcam(model, layer, x, target),
@@ -132,7 +132,7 @@ def score_cam(model_name: str, batch_size: int = 32) -> Case:
 
     factories: dict[str, Callable[[], Run]] = {
         "hookscope.cam": lambda: (
-            lambda: hookscope.cam(model, x, "scorecam", target=target, layer=layer, batch_size=batch_size)
+            lambda: hookscope.cam(model, x, "scorecam", target=target, select=layer, batch_size=batch_size)
         ),
         "pytorch-grad-cam": lambda: _pytorch_score_cam(model, module, x, target, batch_size),
     }

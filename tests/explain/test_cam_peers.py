@@ -143,7 +143,7 @@ def test_final_maps_equal_pytorch_grad_cams(case: str, method: str) -> None:
     targets = _top1(model, x, train)
     theirs = pytorch_grad_cam(method, model, layer, x, targets, train)
     assert model.training is train
-    ours = cam(model, x, method, targets, layer=layer)
+    ours = cam(model, x, method, targets, select=layer)
     assert (theirs.amax(dim=(1, 2)) > 0.99).all()  # maps that show something, not two flat ones
     torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
 
@@ -155,7 +155,7 @@ def test_final_maps_equal_torchcams_resized_and_rescaled(case: str, method: str)
     model, x = make(), _input(side)
     targets = _top1(model, x, train)
     theirs = torchcam_map(method, model.train(train), layer, x, targets)
-    ours = cam(model, x, method, targets, layer=layer)
+    ours = cam(model, x, method, targets, select=layer)
     assert (theirs.amax(dim=(1, 2)) > 0.99).all()
     torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
 
@@ -194,7 +194,7 @@ def test_grad_cam_pp_differs_from_pytorch_grad_cams_by_its_eps_alone(
     monkeypatch.setattr(maths, "_EPS", 1e-6)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assumes non-negative activations", category=CaptureWarning)
-        ours = cam(model, x, "gradcam++", targets, layer=layer)
+        ours = cam(model, x, "gradcam++", targets, select=layer)
     torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
 
 

@@ -377,6 +377,6 @@ def attribute_through(
     with torch.inference_mode(False), torch.enable_grad(), once_each():
         x = x.detach().clone()
         if method == "integrated_gradients":
-            return _integrated_gradients(forward, x, target, baseline, steps, batch_size)
+            return _integrated_gradients(forward, x, target, baseline, steps, batch_size, lambda done, total: None)
         grad = _gradient(forward, x, target)[0]
         return (grad if method == "saliency" else x * grad), None
