@@ -52,14 +52,14 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[nn.Module, Any, P
 def sweep() -> Any:
     model = mlp().eval()
     clean, corrupt = torch.randn(2, 4, dtype=D), torch.randn(2, 4, dtype=D)
-    return hookscope.patch_sweep(model, clean, corrupt, sites=["fc1", "act"], metric=lambda out: out[:, 0])
+    return hookscope.patch_sweep(model, clean, corrupt, select=["fc1", "act"], target=lambda out: out[:, 0])
 
 
 @pytest.fixture(scope="module")
 def token_sweep() -> Any:
     model = nn.Sequential(nn.Linear(4, 4), nn.Tanh()).to(D).eval()
     clean, corrupt = torch.randn(1, 3, 4, dtype=D), torch.randn(1, 3, 4, dtype=D)
-    return hookscope.patch_sweep(model, clean, corrupt, sites="0", metric=lambda out: out[:, -1].sum())
+    return hookscope.patch_sweep(model, clean, corrupt, select="0", target=lambda out: out[:, -1].sum())
 
 
 def captured() -> hookscope.Capture:
@@ -153,7 +153,7 @@ def test_a_wrong_key_is_not_captured() -> None:
         cap["fc1"].calls[0].get("output", "out[1]")
     model, x, y = mlp().eval(), torch.randn(2, 4, dtype=D), torch.randn(2, 4, dtype=D)
     with pytest.raises(hookscope.NotCapturedError, match=r"site 'fc1' returns out, not key='ot'; closest: 'out'"):
-        hookscope.patch_sweep(model, x, y, sites="fc1", metric=lambda out: out.sum(), key="ot")
+        hookscope.patch_sweep(model, x, y, select="fc1", target=lambda out: out.sum(), key="ot")
 
 
 def test_an_unknown_split_of_the_digits_is_an_option_error() -> None:
@@ -220,10 +220,10 @@ def test_text_without_a_tokenizer_is_an_input_error() -> None:
 def test_a_bad_option_of_patch_sweep_is_an_option_error() -> None:
     model, x, y = mlp().eval(), torch.randn(2, 4, dtype=D), torch.randn(2, 4, dtype=D)
     for copies in (0, 2.5, True):
-        with pytest.raises(hookscope.OptionError, match=rf"copies= is the number .*got {copies!r}"):
-            hookscope.patch_sweep(model, x, y, sites="fc1", metric=lambda out: out.sum(), copies=copies)  # type: ignore[arg-type]
+        with pytest.raises(hookscope.OptionError, match=rf"batch_size= is the number .*got {copies!r}"):
+            hookscope.patch_sweep(model, x, y, select="fc1", target=lambda out: out.sum(), batch_size=copies)  # type: ignore[arg-type]
     with pytest.raises(hookscope.OptionError, match=r"positions=True needs an output of shape \(B, T, \.\.\.\)"):
-        hookscope.patch_sweep(model, x[0], y[0], sites="fc1", metric=lambda out: out.sum(), positions=True)
+        hookscope.patch_sweep(model, x[0], y[0], select="fc1", target=lambda out: out.sum(), positions=True)
     lstm = nn.Sequential(nn.LSTM(4, 4, batch_first=True)).to(D).eval()  # returns (out, (h, c)): three tensors
     with pytest.raises(hookscope.OptionError, match=r"site '0' returns out\[0\], .*; pass key= to name the one"):
-        hookscope.patch_sweep(lstm, x[:, None], y[:, None], sites="0", metric=lambda out: out[0].sum())
+        hookscope.patch_sweep(lstm, x[:, None], y[:, None], select="0", target=lambda out: out[0].sum())

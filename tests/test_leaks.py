@@ -469,7 +469,7 @@ def test_a_scripted_submodule_fails_the_entry_and_leaves_no_hook(block: Callable
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(RuntimeError, match="not supported on ScriptModules"), block(model, opt):
         pytest.fail("the block opened")
-    assert hookscope.find_hooks(model, optimizers=opt) == []
+    assert hookscope.find_hooks(model, optimizer=opt) == []
     assert not opt._optimizer_step_pre_hooks and not opt._optimizer_step_post_hooks
     model(torch.randn(2, 3)).sum().backward()
     before = model[0].weight.detach().clone()
@@ -506,7 +506,7 @@ def test_find_hooks_lists_optimizer_step_hooks_and_tensor_hooks(model: nn.Sequen
     y = model(x)
     handles.append(y.register_hook(user_grad_hook))
     try:
-        found = hookscope.find_hooks(model, optimizers=opts, tensors=y)
+        found = hookscope.find_hooks(model, optimizer=opts, tensors=y)
         assert sorted((i.where, i.kind, i.hook) for i in found) == sorted(
             [
                 ("<optimizer 1: Adam>", "optimizer_step_pre", named(user_step_pre_hook)),
@@ -516,11 +516,11 @@ def test_find_hooks_lists_optimizer_step_hooks_and_tensor_hooks(model: nn.Sequen
                 ("<tensor 0>", "grad", named(user_grad_hook)),
             ]
         )
-        assert [i.where for i in hookscope.find_hooks(model, optimizers=opts[0])] == ["<global>", "head.1.bias"]
+        assert [i.where for i in hookscope.find_hooks(model, optimizer=opts[0])] == ["<global>", "head.1.bias"]
     finally:
         for handle in handles:
             handle.remove()
-    assert hookscope.find_hooks(model, optimizers=opts, tensors=y) == []
+    assert hookscope.find_hooks(model, optimizer=opts, tensors=y) == []
 
 
 @pytest.mark.parametrize("exit_", ["normal", "after_backward"])
@@ -531,9 +531,9 @@ def test_training_blocks_hook_the_optimizer_only_inside(model: nn.Sequential, x:
     block = hookscope.watch(model, opt) if name == "watch" else hookscope.nan_guard(model, opt)
     inside: list[hookscope.HookInfo] = []
     with exits(exit_, ()), block:
-        inside += hookscope.find_hooks(model, optimizers=opt)
+        inside += hookscope.find_hooks(model, optimizer=opt)
         body(model, x, exit_)
     kinds = {(i.where, i.kind) for i in inside if i.where.startswith("<optimizer")}
     assert kinds == {("<optimizer 0: SGD>", "optimizer_step_pre"), ("<optimizer 0: SGD>", "optimizer_step_post")}
     assert all("hookscope" in i.hook for i in inside)
-    assert hookscope.find_hooks(model, optimizers=opt) == []
+    assert hookscope.find_hooks(model, optimizer=opt) == []

@@ -323,7 +323,7 @@ def printed_claims() -> list[tuple[str, list[str]]]:
     block where that part alone is not valid Python."""
     found = []
     for block in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
-        matches = [m for m in re.finditer(r"^\s*print\(.*\)\s+#\s+(.+)$", block, re.M)
+        matches = [m for m in re.finditer(r"^[ \t]*print\(.*\)[ \t]+#[ \t]+(.+)$", block, re.M)
                    if not m.group(1).startswith(NOT_LITERAL)]  # fmt: skip
         if matches:
             head = block[: matches[-1].end()]

@@ -52,7 +52,8 @@ SUBJECTS = {
     "cap", "capture", "capture_or_rows", "tensor", "tensors", "tokens", "obj", "report", "att",  # what is drawn/saved
     "image", "heat",  # a picture and its heatmap
     "path",  # only load(path): a path hookscope reads (writing is out=)
-    "optimizer",  # watch/nan_guard: one optimizer or several
+    "optimizer",  # watch/nan_guard/find_hooks: one optimizer or several
+    "run",  # build_training_report(run): a watch store (hookscope.load)
     "edits",  # edit(model, {selector: spec}): the mapping's keys are Selectors
 }  # fmt: skip
 OPTIONS = {
@@ -84,11 +85,12 @@ POSITIONAL = {
     "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
-    "save": {"out"}, "write_report": {"out"}, "attention_grid": {"layer"},
+    "save": {"out"}, "write_report": {"out"}, "attention_grid": {"layer"}, "render_html": set(),
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.
-SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks"}  # else None
+# else None; the text report draws the token norms of the encoder layers, as `hookscope report minilm` does
+SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks", "build_text_report": ":blocks"}
 DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None}
 PROGRESS_DEFAULTS = {"extract": True}  # a dataset run is long; else None (quiet)
 
@@ -154,6 +156,7 @@ METHOD_NAMES = {
     "grad",  # Capture.tap: also keep the tensor's gradient
     "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
     "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
+    "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

@@ -60,7 +60,7 @@ def model_input(model: nn.Module) -> Tensor:
 
 def no_hook_left(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Nothing on the model or the optimizer, and a training step runs as plain SGD (lr 0.1)."""
-    assert hookscope.find_hooks(model, optimizers=optimizer) == []
+    assert hookscope.find_hooks(model, optimizer=optimizer) == []
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
     optimizer.zero_grad()
     model(model_input(model)).sum().backward()

@@ -176,7 +176,7 @@ def test_call_patches_one_call_of_a_shared_module() -> None:
         assert sweep.fraction("s") == pytest.approx((patched - m_corrupt) / (m_clean - m_corrupt), abs=1e-12)
     every = hookscope.patch_sweep(model, clean, corrupt, target=total, select="s")  # None: every call
     assert every.fraction("s") == pytest.approx(1.0, abs=1e-12)
-    with pytest.raises(hookscope.EditError, match=r"call=2 is not a call of 's', which ran 2 time\(s\)"):
+    with pytest.raises(hookscope.NotCapturedError, match=r"call=2 is not a call of 's', which ran 2 time\(s\)"):
         hookscope.patch_sweep(model, clean, corrupt, target=total, select="s", call=2)
 
 

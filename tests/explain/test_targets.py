@@ -34,7 +34,9 @@ def test_a_0_dim_tensor_target_is_every_images_class_as_in_captum(resnet: nn.Mod
     raw = LayerGradCam(resnet, resnet.layer4).attribute(three, target=five, relu_attributions=True)
     low, high = raw.amin(dim=(2, 3), keepdim=True), raw.amax(dim=(2, 3), keepdim=True)
     assert (high > low).all()  # three maps that are not flat
-    theirs = LayerAttribution.interpolate((raw - low) / (high - low), (96, 96), interpolate_mode="bilinear")[:, 0]
+    theirs = LayerAttribution.interpolate((raw - low) / (high - low), (96, 96), interpolate_mode="bilinear")
+    low, high = theirs.amin(dim=(2, 3), keepdim=True), theirs.amax(dim=(2, 3), keepdim=True)
+    theirs = ((theirs - low) / (high - low))[:, 0]  # scaled again after resizing, as the peers do (issue 29)
     torch.testing.assert_close(cam(resnet, three, "gradcam", five, select="layer4"), theirs.float(), atol=1e-5, rtol=0)
 
 

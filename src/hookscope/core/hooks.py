@@ -129,7 +129,7 @@ _GLOBAL_OPTIMIZER_HOOKS = (
 def find_hooks(
     model: nn.Module,
     *,
-    optimizers: Optimizer | Iterable[Optimizer] = (),
+    optimizer: Optimizer | Iterable[Optimizer] = (),
     tensors: Tensor | Iterable[Tensor] = (),
 ) -> list[HookInfo]:
     """Every hook that anyone left on ``model``, its parameters, its optimizers, or torch's globals.
@@ -137,7 +137,7 @@ def find_hooks(
     Use it to hunt leaks: after every hookscope block this returns what was there before. Listed:
     the module hooks of every module and torch's global module hooks; the tensor hooks
     (``register_hook``, kind ``grad``) and post-accumulate hooks of every parameter; the step
-    pre- and post-hooks of each of ``optimizers`` (where ``<optimizer i: SGD>``) and torch's global
+    pre- and post-hooks of ``optimizer`` (one or several; where ``<optimizer i: SGD>``) and torch's global
     optimizer step hooks; the tensor hooks of each of ``tensors`` (where ``<tensor i>``, e.g. a loss
     or an output kept from inside a block). Hooks on autograd nodes (``grad_fn.register_hook``) live
     in torch's C++ graph and cannot be listed; those are the hooks reachable from Python. A compiled
@@ -149,10 +149,10 @@ def find_hooks(
             found += [HookInfo(name, kind, hook_name(h)) for h in getattr(module, attr, {}).values()]
     rename = eager_name if has_wrappers(model) else str
     found += [info for n, p in model.named_parameters() for info in _tensor_hooks(rename(n), p)]
-    for i, optimizer in enumerate([optimizers] if isinstance(optimizers, Optimizer) else optimizers):
-        where = f"<optimizer {i}: {type(optimizer).__name__}>"
+    for i, opt in enumerate([optimizer] if isinstance(optimizer, Optimizer) else optimizer):
+        where = f"<optimizer {i}: {type(opt).__name__}>"
         for kind, attr in _OPTIMIZER_HOOKS:
-            found += [HookInfo(where, kind, hook_name(h)) for h in getattr(optimizer, attr, {}).values()]
+            found += [HookInfo(where, kind, hook_name(h)) for h in getattr(opt, attr, {}).values()]
     for i, tensor in enumerate([tensors] if isinstance(tensors, Tensor) else tensors):
         found += _tensor_hooks(f"<tensor {i}>", tensor)
     return found

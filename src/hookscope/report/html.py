@@ -49,21 +49,21 @@ def draws_page(cls: type) -> Callable[[Render], Render]:
     return register
 
 
-def render_html(page: object) -> str:
+def render_html(report: object) -> str:
     """The page as one self-contained HTML file: images inline, CSS (and the report's JS) inline, nothing fetched.
 
-    ``page``: a ``Report`` (``build_report``), a text report (``build_text_report``) or a training
+    ``report``: a ``Report`` (``build_report``), a text report (``build_text_report``) or a training
     report (``build_training_report``).
     """
-    if isinstance(page, Report):
-        return _report_page(page)
-    render = next((_PAGES[k] for k in type(page).__mro__ if k in _PAGES), None)
+    if isinstance(report, Report):
+        return _report_page(report)
+    render = next((_PAGES[k] for k in type(report).__mro__ if k in _PAGES), None)
     if render is None:
         raise OptionError(
             "render_html and write_report draw a page of build_report, build_text_report or build_training_report, "
-            f"got a {type(page).__name__}; build one of those first"
+            f"got a {type(report).__name__}; build one of those first"
         )
-    return render(page)
+    return render(report)
 
 
 def _report_page(report: Report) -> str:
@@ -98,10 +98,10 @@ def environment() -> Any:
     return env
 
 
-def write_report(page: object, out: str | Path, *, force: bool = False) -> Path:
+def write_report(report: object, out: str | Path, *, force: bool = False) -> Path:
     """Write ``out/index.html`` of any page ``render_html`` draws and return its path; ``out`` is replaced
     only once the new one is complete, and an existing non-empty ``out`` only with ``force``."""
-    return write_page(lambda: render_html(page), out, force=force)
+    return write_page(lambda: render_html(report), out, force=force)
 
 
 def write_page(render: Callable[[], str], out: str | os.PathLike[str], *, force: bool = False) -> Path:

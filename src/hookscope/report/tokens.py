@@ -118,7 +118,12 @@ def build_text_report(
     max_layers: int = 64,
     progress: Progress = None,
 ) -> TextReport:
-    """Run ``model`` once on ``inputs`` (a ``BatchEncoding``, ids, or text with ``tokenizer``) and gather the page."""
+    """Run ``model`` once on ``inputs`` (a ``BatchEncoding``, ids, or text with ``tokenizer``) and gather the page.
+
+    ``select`` picks the modules whose token norms the page draws (a Selector, as everywhere); its default,
+    ``":blocks"``, is the model's repeated blocks (the encoder layers), and None would be every leaf module.
+    Every attention module the model ran is drawn, whatever ``select`` says.
+    """
     if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 1:
         raise OptionError(f"max_layers must be a positive int, got {max_layers!r}")
     step = callback(progress)

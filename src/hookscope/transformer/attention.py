@@ -24,7 +24,7 @@ what the fused kernel does differently (5e-7 in float32, 1e-15 in float64).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,9 +98,17 @@ class Attention(Shows):
         """A line per layer: its heads, the weights' shape, and the token sequence ``batch`` looks at most."""
         return table_of(self, batch=batch)
 
-    def plot(self, layer: str | int = 0, **options: Any) -> Any:
+    def plot(
+        self,
+        layer: str | int = 0,
+        *,
+        batch: int = 0,
+        heads: Sequence[int] | None = None,
+        columns: int = 7,
+        mean: bool = True,
+    ) -> Any:
         """A PIL image of ``layer``'s heads and their mean: what ``hookscope.attention_grid(att, layer, ...)`` draws."""
-        return plot_of(self, layer=layer, **options)
+        return plot_of(self, layer=layer, batch=batch, heads=heads, columns=columns, mean=mean)
 
     def __repr__(self) -> str:
         size = tuple(self.mask.shape)

@@ -65,9 +65,9 @@ class Rollout(Shows):
         """A line per image: the patch with the most rollout (row, column of the grid) and the maps' mean."""
         return table_of(self)
 
-    def plot(self, image: Any = None, *, batch: int = 0, **options: Any) -> Any:
+    def plot(self, image: Any = None, *, batch: int = 0, cmap: str | None = None, alpha: float = 0.5) -> Any:
         """A PIL image: every image's map as a tile, or ``maps[batch]`` over ``image`` (``hookscope.overlay``)."""
-        return plot_of(self, image=image, batch=batch, **options)
+        return plot_of(self, image=image, batch=batch, cmap=cmap, alpha=alpha)
 
     def __repr__(self) -> str:
         batch, rows, cols = self.maps.shape
@@ -227,15 +227,17 @@ def rollout_table(result: Rollout) -> str:
     return "\n".join(columns([HEADER, *_rows(result)], right=(0, 3)))
 
 
-def rollout_plot(result: Rollout, image: Any = None, *, batch: int = 0, **options: Any) -> Any:
-    """``Rollout.plot()``: every image's map as a tile (one shared scale), or ``maps[batch]`` over
-    ``image`` (``hookscope.overlay``, whose ``cmap=`` and ``alpha=`` it passes on)."""
+def rollout_plot(
+    result: Rollout, image: Any = None, *, batch: int = 0, cmap: str | None = None, alpha: float = 0.5
+) -> Any:
+    """``Rollout.plot()``: every image's map as a tile (one shared scale, ``cmap``), or ``maps[batch]``
+    over ``image`` (``hookscope.overlay`` with ``cmap``, jet by default, and ``alpha``)."""
     if not 0 <= batch < len(result.maps):
         raise OptionError(f"batch={batch} is out of range: the rollout holds {len(result.maps)} images")
     if image is not None:
-        return overlay(image, result.maps[batch], **options)
+        return overlay(image, result.maps[batch], cmap=cmap or "jet", alpha=alpha)
     columns = min(8, len(result.maps))
-    return feature_grid(result.maps, channels=None, normalize="shared", columns=columns, **options)
+    return feature_grid(result.maps, channels=None, normalize="shared", columns=columns, cmap=cmap)
 
 
 @shows_as(Rollout, table=rollout_table, plot=rollout_plot)
