@@ -8,12 +8,13 @@ whose ``forward`` takes an ``output_attentions`` argument, in a modeling file wi
 interface.
 
 Inside :class:`OwnAttention` a pre-hook of each such module sets that one argument to True and a
-forward hook takes the returned ``(B, heads, Tq, Tk)`` probabilities; where the caller had not asked
-for them, the caller gets ``None`` in their place (DeBERTa's answer; the others' callers drop them). These are the very tensors the model's
-own ``output_attentions=True`` returns (after the attention dropout: call it in ``eval()``). The
-argument changes no arithmetic under ``attn_implementation="eager"``; under SDPA (Falcon's
-default) it would switch the module to its eager branch, and outputs would move by ~1e-7, so such
-a model is refused with the fix: load it with ``attn_implementation="eager"``.
+forward hook takes the returned ``(B, heads, Tq, Tk)`` probabilities; where the caller had not
+asked for them, the caller gets ``None`` in their place (DeBERTa's answer; the others' callers
+drop them). These are the very tensors the model's own ``output_attentions=True`` returns (after
+the attention dropout: call it in ``eval()``). The argument changes no arithmetic under
+``attn_implementation="eager"``; under SDPA (Falcon's default) it would switch the module to its
+eager branch, and outputs would move by ~1e-7, so such a model is refused with the fix: load it
+with ``attn_implementation="eager"``.
 """
 
 from __future__ import annotations
