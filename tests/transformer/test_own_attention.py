@@ -112,6 +112,43 @@ def test_gpt_neo_weights_by_hand() -> None:
     torch.testing.assert_close(weights[1, :, :5], expected[1, :, :5], rtol=0, atol=1e-6)  # real query rows
 
 
+OTHERS = {
+    "deberta": lambda: transformers.DebertaModel(transformers.DebertaConfig(
+        **SMALL, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37, relative_attention=True,
+        pos_att_type=["p2c", "c2p"], max_relative_positions=16,
+    )),
+    "mpt": lambda: transformers.MptForCausalLM(
+        transformers.MptConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=2)
+    ),
+    "xlm": lambda: transformers.XLMModel(transformers.XLMConfig(vocab_size=50, emb_dim=32, n_layers=2, n_heads=2)),
+    "funnel": lambda: transformers.FunnelBaseModel(transformers.FunnelConfig(
+        vocab_size=50, d_model=32, n_head=2, d_head=16, d_inner=37, block_sizes=[1, 1],
+    )),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(OTHERS))
+def test_more_families_of_the_same_kind(family: str) -> None:
+    torch.manual_seed(0)
+    model = OTHERS[family]().eval()
+    inputs = {"input_ids": IDS, "attention_mask": MASK}
+    with torch.no_grad():
+        oracle = model(**inputs, output_attentions=True).attentions
+    att = hookscope.attention(model, inputs)
+    assert len(att.layers) == len(oracle) == 2
+    for i, expected in enumerate(oracle):
+        torch.testing.assert_close(att.weights(i), expected, rtol=0, atol=1e-6)
+
+
+def test_a_module_returning_something_else_second_is_one_line() -> None:
+    torch.manual_seed(0)
+    model = transformers.XLNetModel(
+        transformers.XLNetConfig(vocab_size=50, d_model=32, n_layer=2, n_head=2, d_inner=37)
+    )
+    with pytest.raises(CaptureError, match=r"returned NoneType second.*model\(\.\.\., output_attentions=True\)"):
+        hookscope.attention(model.eval(), {"input_ids": IDS})
+
+
 def test_select_keeps_one_layer() -> None:
     att = hookscope.attention(_model("bloom"), {"input_ids": IDS}, select="transformer.h.1")
     assert att.layers == ["transformer.h.1.self_attention"]

@@ -5,7 +5,8 @@ DeBERTa-v2, GPT-Neo, BLOOM and Falcon do not call transformers' attention interf
 takes the softmax itself and returns ``(output, probs)``, the probabilities only when asked with
 ``output_attentions=True`` (DeBERTa) or always (the others). These modules are the innermost ones
 whose ``forward`` takes an ``output_attentions`` argument, in a modeling file without the
-interface.
+interface (DeBERTa v1, XLM and Funnel the same way; MPT's are its blocks). A module that returns
+something else second (XLNet's) is refused: read such a model with its own ``output_attentions``.
 
 Inside :class:`OwnAttention` a pre-hook of each such module sets that one argument to True and a
 forward hook takes the returned ``(B, heads, Tq, Tk)`` probabilities; where the caller had not
@@ -92,8 +93,8 @@ class OwnAttention(Block):
         probs = output[1]
         if not isinstance(probs, Tensor) or probs.dim() != 4:
             raise CaptureError(
-                f"{type(module).__name__} was asked for output_attentions and returned {type(probs).__name__} "
-                "where (B, heads, Tq, Tk) weights were expected; load the model with attn_implementation='eager'"
+                f"{type(module).__name__}, asked for output_attentions, returned {type(probs).__name__} second, "
+                "where (B, heads, Tq, Tk) weights were expected; read them with model(..., output_attentions=True)"
             )
         self._record(module, probs.detach().clone())
         return None if asked else (output[0], None, *output[2:])
