@@ -20,7 +20,9 @@ unpickles it and so runs whatever code it carries. A function may return a compi
 the other way round.
 
 The built-in networks come from ``hookscope.zoo`` (and ``hookscope.zoo.lenet``), each with the
-``hookscope.zoo.preprocess.Preprocess`` its inputs need; ``hookscope.cli.inputs`` applies it.
+``hookscope.zoo.preprocess.Preprocess`` its inputs need; ``hookscope.cli.inputs`` applies it. A
+torchvision model gets the crop, resize, mean and std of its default weights' preset
+(``inception_v3``: a 342 resize and a 299 crop), as torchvision's metadata gives them.
 """
 
 from __future__ import annotations
@@ -128,9 +130,25 @@ def _torchvision(name: str) -> LoadedModel:
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise ModelError(f"torchvision has no model {name!r}{hint}")
     note = f"random init: torchvision:{name} was built without weights; pass --weights FILE to load a state dict"
-    return LoadedModel(
-        models.get_model(name, weights=None), f"torchvision:{name}", IMAGENET, zoo.imagenet_labels(), (note,)
-    )
+    model = models.get_model(name, weights=None)
+    preprocess = _torchvision_preprocess(models, name, model)
+    return LoadedModel(model, f"torchvision:{name}", preprocess, zoo.imagenet_labels(), (note,))
+
+
+def _torchvision_preprocess(models: Any, name: str, model: nn.Module) -> Preprocess:
+    """The preset of ``name``'s default weights in torchvision's metadata: its crop, resize, mean and std
+    (299 after 342 for inception_v3; interpolation stays bilinear). A model built for another size
+    (a ViT's ``image_size``) keeps its own; a model with no weights gets ``IMAGENET``."""
+    try:
+        sizes = dict(getattr(models.get_model_weights(name).DEFAULT.transforms, "keywords", None) or {})
+    except (ValueError, AttributeError, KeyError):
+        return IMAGENET
+    crop, resize = sizes.get("crop_size", IMAGENET.size), sizes.get("resize_size", IMAGENET.resize)
+    own = getattr(model, "image_size", None)
+    if not isinstance(crop, int) or not isinstance(resize, int) or (isinstance(own, int) and own != crop):
+        return IMAGENET if not isinstance(own, int) else IMAGENET.with_overrides(size=own)
+    mean, std = sizes.get("mean", IMAGENET.mean), sizes.get("std", IMAGENET.std)
+    return replace(IMAGENET, size=crop, resize=resize, mean=tuple(mean), std=tuple(std))
 
 
 def _attribute(where: str, name: str) -> Any:

@@ -74,11 +74,13 @@ def patch_sweep(
     ``target``: a callable of the model's output (one number, or one per image, averaged), or a
     class index (an int, a list, a tensor). ``select``: the sites (``":blocks"``, the default: the
     model's repeated blocks). ``positions``: patch token outputs one position at a time (None: for
-    3-D outputs ``(B, T, D)``). ``key``: the tensor of a structured output that is patched (needed
-    when it holds several). ``call``: patch only call ``call`` (0-based) of a module that runs
-    several times (None: every call). ``batch_size``: patched runs per forward pass. ``output``:
-    the tensor of a structured model output the target reads (``"logits"``; None: a callable gets
-    the whole output, a class index the first tensor).
+    3-D outputs ``(B, T, D)``). ``key``: the tensor of a structured output that is patched (None:
+    its only tensor, or the first of a tuple that is the hidden states, ``(B, T, D)`` with the
+    input's ``(B, T)``, as a T5 layer's ``(hidden, position_bias)``; other outputs ask for it).
+    ``call``: patch only call ``call`` (0-based) of a module that runs several times (None: every
+    call). ``batch_size``: patched runs per forward pass. ``output``: the tensor of a structured
+    model output the target reads (``"logits"``; None: a callable gets the whole output, a class
+    index the first tensor).
     ``sites=``, ``metric=`` and ``copies=`` are the old names of ``select=``, ``target=`` and
     ``batch_size=`` (deprecated).
     """
@@ -101,7 +103,7 @@ def patch_sweep(
             raise EditError(
                 f"the target is {m_clean:.6g} on both the clean and the corrupted input: nothing to restore"
             )
-        clean, keys = _clean_values(cap, key, call)
+        clean, keys = _clean_values(cap, key, call, tuple(clean_x.shape))
         units = _units(clean, positions)
         per_forward = 1 if model.training else batch_size
         values: dict[Unit, float] = {}
@@ -137,7 +139,9 @@ def _scalar(value: Tensor | float) -> float:
     return float(value)
 
 
-def _clean_values(cap: Any, key: str | None, call: int | None) -> tuple[dict[str, list[Tensor]], dict[str, str]]:
+def _clean_values(
+    cap: Any, key: str | None, call: int | None, shape: tuple[int, ...]
+) -> tuple[dict[str, list[Tensor]], dict[str, str]]:
     """Per site, the clean tensor of every call at the patched key; and that key."""
     clean, keys = {}, {}
     idle = [site for site in cap if not cap[site].calls]
@@ -156,7 +160,7 @@ def _clean_values(cap: Any, key: str | None, call: int | None) -> tuple[dict[str
                 f"call={call} is not a call of {site!r}, which ran {len(calls)} time(s); pick call < {len(calls)}"
             )
         held = calls[0].keys("output")
-        chosen = key if key is not None else (held[0] if len(held) == 1 else None)
+        chosen = key if key is not None else _default_key(held, calls[0], shape)
         if key is not None and key not in held:
             raise NotCapturedError(
                 f"site {site!r} returns {', '.join(held) or 'no tensor'}, not key={key!r}{closest(str(key), held)}; "
@@ -164,10 +168,22 @@ def _clean_values(cap: Any, key: str | None, call: int | None) -> tuple[dict[str
             )
         if chosen is None:
             raise OptionError(
-                f"site {site!r} returns {', '.join(held) or 'no tensor'}; pass key= to name the one to patch"
+                f"site {site!r} returns {', '.join(held) or 'no tensor'} and its first is not (B, T, D) hidden states "
+                f"of the input's {shape[:2]}; pass key= to name the one to patch"
             )
         clean[site], keys[site] = [call.get("output", chosen) for call in calls], chosen
     return clean, keys
+
+
+def _default_key(held: list[str], first: Any, shape: tuple[int, ...]) -> str | None:
+    """The key patched without ``key=``: the only tensor; or a tuple's first, when it is the layer's
+    hidden states, ``(B, T, D)`` with the input's ``(B, T)`` (a T5 or BLOOM block's ``(hidden, bias, ...)``)."""
+    if len(held) == 1:
+        return held[0]
+    if not held or held[0] != "out[0]":
+        return None
+    hidden = first.get("output", "out[0]")
+    return "out[0]" if hidden.dim() == 3 and tuple(hidden.shape[:2]) == shape[:2] else None
 
 
 def _units(clean: dict[str, list[Tensor]], positions: bool | None) -> list[Unit]:

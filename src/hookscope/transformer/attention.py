@@ -15,6 +15,11 @@ switching it to eager. Padding is honoured: a padded key gets weight 0 in every 
 rows of padded queries are there (what the model computed) but mean nothing; ``mask`` says which
 they are. Causal models (GPT-2) have zeros above the diagonal.
 
+DeBERTa-v2, GPT-Neo, BLOOM and Falcon compute attention in their own modules, outside the
+interface: their weights are the ones each module returns with ``output_attentions=True``
+(:mod:`hookscope.transformer.own`), the model's outputs unchanged; load them with
+``attn_implementation="eager"`` (Falcon's SDPA is refused with that fix).
+
 A model of torch's own ``nn.MultiheadAttention`` (``nn.TransformerEncoder``, a bare module) has
 no attention registry: its weights are torch's own, from each module run once more with
 ``need_weights=True`` (``hookscope.transformer.rollout.MultiheadWeights``). The hooks turn off
@@ -36,6 +41,7 @@ from ..deprecation import renamed
 from ..display import Shows, plot_of, table_of
 from ..errors import CaptureError, NotCapturedError, SelectionError
 from ..text import closest
+from .own import OwnAttention, own_attention_modules
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights
 from .text import Groups, encoded, input_ids, tokens_of, word_groups, word_ids_of
@@ -145,8 +151,12 @@ def attention(
             order.append(label)
             probs[label] = weights
 
+    own = own_attention_modules(model)
     if not implementations(model) and any(isinstance(m, nn.MultiheadAttention) for m in model.modules()):
         output = _multihead(model, inputs, wanted, record)
+    elif own:
+        with OwnAttention(model, [(n, m) for n, m in own if id(m) in wanted], record), torch.no_grad():
+            output = _call(model, inputs)
     else:
         with recording(model, record), torch.no_grad():
             output = _call(model, inputs)
@@ -206,6 +216,7 @@ def _padding(inputs: Any, first: Tensor) -> Tensor:
 def _nothing_ran(model: nn.Module, select: Selector | None) -> str:
     where = "" if select is None else f" under select={select!r}"
     return (
-        f"no attention of {type(model).__name__} ran through transformers' attention interface{where}; "
-        "check the selection, or the model computes attention its own way"
+        f"no attention of {type(model).__name__} ran{where}: none through transformers' attention interface, "
+        "none in a module returning output_attentions; check the selection, or the model computes attention "
+        "its own way"
     )
