@@ -53,6 +53,8 @@ CSS = """
 .hookscope-view .hs-bad { color: var(--hs-bad); font-weight: 600; }
 .hookscope-view .hs-grids { display: flex; flex-wrap: wrap; gap: 12px; margin: 6px 0; }
 .hookscope-view figure { margin: 0; max-width: 100%; }
+.hookscope-view .hs-scroll { max-width: 100%; overflow-x: auto; }
+.hookscope-view .hs-scroll .hs-thumb { max-width: none; }
 .hookscope-view figcaption { color: var(--hs-muted); font-size: 12px; }
 """
 
