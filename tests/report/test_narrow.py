@@ -24,14 +24,17 @@ from hookscope import edits
 from hookscope.report.edits import ablation
 from hookscope.report.inline import capture_html, report_html
 from hookscope.report.tokens import build_text_report
+from hookscope.text import shorten
 from hookscope.transformer.grid import FONT
+from hookscope.viz.curves import curves_png
 from tests.browser import open_page
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 LONG = "a" * 400  # a module name, a class name, a token: one word, no place to break
 WIDTHS = (1280, 400)
 
-# Every element outside a scrolling box, against the viewport; a scrolling box is measured itself.
+# Every element outside a scrolling box, against the viewport (a scrolling box is measured itself),
+# and every table cell whose text spills out of it (a name that does not wrap).
 MEASURE = """() => {
   const width = window.innerWidth, wide = [];
   const boxed = e => { for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
@@ -41,7 +44,9 @@ MEASURE = """() => {
     if ((r.width || r.height) && (r.right > width + 0.5 || r.left < -0.5) && !boxed(e))
       wide.push(`${e.tagName.toLowerCase()}.${e.className} ${Math.round(r.left)}..${Math.round(r.right)}`);
   }
-  return {scroll: document.documentElement.scrollWidth, inner: width, wide: wide.slice(0, 8)};
+  const spill = [...document.querySelectorAll("td, th")].filter(c => c.scrollWidth > c.clientWidth + 1);
+  return {scroll: document.documentElement.scrollWidth, inner: width, wide: wide.slice(0, 8),
+          spill: spill.slice(0, 4).map(c => c.innerText.slice(0, 20))};
 }"""
 
 
@@ -59,6 +64,7 @@ def check_widths(chromium: Any, index: Path, name: str, also: Any = None) -> Non
         page.screenshot(path=str(ARTIFACTS / f"narrow-{name}-{width}.png"), full_page=True)
         assert not seen["wide"], f"{name} at {width} px: {seen}"
         assert seen["scroll"] <= seen["inner"] == width, f"{name} at {width} px: {seen}"
+        assert not seen["spill"], f"{name} at {width} px: {seen}"
         if also is not None:
             also(page, width)
     page.close()
@@ -81,11 +87,12 @@ class Long(nn.Module):
 LABELS = [LONG, "cat", "dog", "fish"]
 
 
-def test_the_image_report_and_its_ablation_fit_400_and_1280_px(chromium: Any, tmp_path: Path) -> None:
+def test_the_image_report_and_its_edit_sections_fit_400_and_1280_px(chromium: Any, tmp_path: Path) -> None:
     torch.manual_seed(0)
     model, x = Long().eval(), torch.rand(2, 3, 16, 16)
     cut = ablation(model, x, {f"{LONG}.0": edits.zero(channels=[0, 1])}, labels=LABELS)
-    report = hookscope.build_report(model, x, grads=True, labels=LABELS, notes=[LONG], sections=[cut])
+    sweep = hookscope.patch_sweep(model, x[:1], x[1:], target=0, select=["stem.0", f"{LONG}.0"])
+    report = hookscope.build_report(model, x, grads=True, labels=LABELS, notes=[LONG], sections=[cut, sweep])
     index = hookscope.write_report(report, tmp_path / "image")
     assert LONG in index.read_text()
     check_widths(chromium, index, "image")
@@ -148,3 +155,13 @@ def test_the_notebook_views_fit_400_and_1280_px(chromium: Any, tmp_path: Path) -
     index = tmp_path / "views.html"
     index.write_text(f"{head}<body>{views}</body></html>", encoding="utf-8")
     check_widths(chromium, index, "views")
+
+
+def test_charts_cut_a_long_name_in_the_middle_and_keep_their_axes() -> None:
+    assert shorten("layer4.1.conv2") == "layer4.1.conv2"
+    cut = shorten("x" * 10 + "y" * 380 + "z" * 10)
+    assert len(cut) == 40 and cut.startswith("x" * 10) and cut.endswith("z" * 10) and "…" in cut
+    series = {LONG: ([0, 1, 2], [1.0, 0.5, 0.2]), "b": ([0, 1, 2], [0.3, 0.2, 0.1])}
+    png = curves_png(series, title="grad norm")  # constrained layout used to warn: axes collapsed to zero
+    width = int.from_bytes(png[16:20], "big")
+    assert width == 640  # 6.4 inches at 100 dpi: the name did not widen the figure
