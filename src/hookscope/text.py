@@ -3,7 +3,7 @@
 ``columns`` lays out ``hookscope list`` and ``hookscope info``; ``bar`` draws the progress of
 ``extract`` and of the report's stages; ``format_size`` / ``parse_size`` read and write bytes
 (powers of 1000, or of 1024 with an ``i``); ``closest`` is the hint every "no such name"
-error ends with.
+error ends with; ``shorten`` cuts a long name to fit a chart's legend or axis.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from .errors import OptionError
 
 BAR_WIDTH = 24
+LABEL_CHARS = 40  # the longest name a chart's legend or tick label shows whole
 
 
 def columns(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> list[str]:
@@ -36,6 +37,15 @@ def bar(done: int, total: int, width: int = BAR_WIDTH) -> str:
     """``[#####...]``: ``done`` of ``total`` as a bar of ``width`` characters."""
     filled = width * min(done, total) // max(total, 1)
     return f"[{'#' * filled}{'.' * (width - filled)}]"
+
+
+def shorten(name: str, chars: int = LABEL_CHARS) -> str:
+    """``name``, or its start and end around an ellipsis in ``chars`` characters (a 400-character
+    module name must not squeeze a chart's axes to nothing)."""
+    if len(name) <= chars:
+        return name
+    head = (chars - 1) // 2
+    return f"{name[:head]}…{name[len(name) - (chars - 1 - head) :]}"
 
 
 def closest(name: str, names: Iterable[str]) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..display import Shows, shows_as
 from ..errors import NotCapturedError, OptionError
 from ..optional import require
-from ..text import closest, columns
+from ..text import closest, columns, shorten
 from ..viz.html import Safe, image_tag, note, table, view
 
 if TYPE_CHECKING:
@@ -90,10 +90,12 @@ class PatchSweep(Shows):
         pil: Any = require("PIL.Image")
         grid = self._grid()
         rows, cols = len(grid), len(grid[0])
-        fig = figure.Figure(figsize=(2.4 + 0.45 * cols, 0.9 + 0.28 * rows), dpi=DPI, layout="constrained")
+        sites = [shorten(site) for site in self.restored]
+        room = 0.06 * max(map(len, sites), default=0)  # inches the site names take at 7 pt
+        fig = figure.Figure(figsize=(2.4 + room + 0.45 * cols, 0.9 + 0.28 * rows), dpi=DPI, layout="constrained")
         ax = fig.add_subplot()
         shown = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-        ax.set_yticks(range(rows), list(self.restored), fontsize=7)
+        ax.set_yticks(range(rows), sites, fontsize=7)
         names = list(labels) if labels is not None else [str(p) for p in range(cols)]
         if self.positions and len(names) != cols:
             raise OptionError(f"labels= names the {cols} positions, got {len(names)} labels")

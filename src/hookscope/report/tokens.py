@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,14 +47,15 @@ from ..optional import require
 from ..progress import Progress, callback
 from ..text import columns
 from ..transformer.attention import Attention, attention
-from ..transformer.grid import attention_grid
-from ..viz.html import figure, more, note, table, view
+from ..transformer.grid import FONT, attention_grid
+from ..viz.html import Safe, figure, more, note, table, view
 from .html import draws_page, environment, write_page
 from .views import human_time, png
 
 TEMPLATE = "tokens.html.j2"  # beside report.html.j2
 MAX_SENTENCES = 4  # sequences of a batch the page draws
 MAX_SHOWN = 24  # attention layers listed in the notebook view
+READABLE = 9  # CSS pixels: the smallest a head grid's labels are shown, at any screen width
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def render_text_html(report: TextReport) -> str:
     markupsafe: Any = require("markupsafe")
     attributions = [(title, markupsafe.Markup(fragment)) for title, fragment in report.attributions]
     env = environment()
-    env.globals.update(shade=_shade, table_max=table_max)
+    env.globals.update(shade=_shade, table_max=table_max, least_width=least_width)
     html: str = env.get_template(TEMPLATE).render(report=report, attributions=attributions)
     return html
 
@@ -248,7 +250,8 @@ def text_report_html(report: TextReport) -> str:
     body += table(("attention layer", "heads"), rows, numeric=(1,)) + more(len(rows), len(report.attention), "layers")
     if report.attention and report.attention[0].grids:
         first = report.attention[0]
-        body += figure(first.grids[0], f"{first.name}: every head and their mean, sequence 0", width=640)
+        grid = figure(first.grids[0], f"{first.name}: every head and their mean, sequence 0")
+        body += Safe('<div class="hs-scroll">') + grid + Safe("</div>")  # natural size: labels stay readable
     return view(body, title=report.title)
 
 
@@ -256,6 +259,12 @@ def _shade(value: float, top: float) -> str:
     """The CSS background of a cell: the accent colour at ``value / top`` strength."""
     strength = 0.0 if top <= 0 else max(0.0, min(1.0, value / top))
     return f"background: color-mix(in srgb, var(--accent) {100 * strength:.0f}%, transparent)"
+
+
+def least_width(picture: bytes) -> int:
+    """The narrowest a head grid (PNG bytes) is shown, in CSS pixels: its FONT-pixel labels stay READABLE."""
+    width = int.from_bytes(picture[16:20], "big")  # the PNG's IHDR chunk: width, then height
+    return math.ceil(width * READABLE / FONT)
 
 
 def table_max(rows: Sequence[Sequence[float]]) -> float:

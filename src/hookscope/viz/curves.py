@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..optional import require
+from ..text import shorten
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,7 +33,7 @@ def curves_png(series: Series, *, title: str, log: bool = False, band: tuple[flo
     for i, name in enumerate(names):
         steps, values = series[name]
         shown = [v if math.isfinite(v) and (v > 0 or not log) else math.nan for v in values]
-        ax.plot(steps, shown, color=cmap(i / max(len(names) - 1, 1)), linewidth=1.4, label=name)
+        ax.plot(steps, shown, color=cmap(i / max(len(names) - 1, 1)), linewidth=1.4, label=shorten(name))
         for layer, step in marks:
             if layer == name and step in steps:
                 y = next((v for v in shown if math.isfinite(v)), 1.0)
@@ -60,7 +61,7 @@ def heatmap_png(names: Sequence[str], steps: Sequence[int], values: Sequence[Seq
     ax = fig.add_subplot()
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma")
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("log10", fontsize=8)
-    ax.set_yticks(range(len(names)), names, fontsize=7 if len(names) < 40 else 5)
+    ax.set_yticks(range(len(names)), [shorten(n) for n in names], fontsize=7 if len(names) < 40 else 5)
     ticks = sorted({round(i * (len(steps) - 1) / 5) for i in range(6)}) if steps else []
     ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=8)
     ax.set_xlabel("step", fontsize=9)

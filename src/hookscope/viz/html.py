@@ -37,17 +37,26 @@ CSS = """
 }
 .hookscope-view .hs-title { font-weight: 600; margin: 0 0 6px; }
 .hookscope-view .hs-title code, .hookscope-view td code { font-family: ui-monospace, Menlo, Consolas, monospace; }
-.hookscope-view table.hs-table { border-collapse: collapse; margin: 0; font-variant-numeric: tabular-nums; }
+.hookscope-view { max-width: 100%; overflow-wrap: anywhere; }
+/* a table wider than its room scrolls inside its own box; a long name wraps, but never a letter a line;
+   the page around (a report, a notebook) does not restyle the cells */
+.hookscope-view table.hs-table { display: block; max-width: 100%; overflow-x: auto; border-collapse: collapse;
+  margin: 0; font-variant-numeric: tabular-nums; }
 .hookscope-view .hs-table th { text-align: left; color: var(--hs-muted); font-weight: 600; font-size: 11px;
-  text-transform: uppercase; letter-spacing: .04em; border-bottom: 1px solid var(--hs-line); padding: 3px 10px 3px 0; }
+  text-transform: uppercase; letter-spacing: .04em; border-bottom: 1px solid var(--hs-line); padding: 3px 10px 3px 0;
+  white-space: nowrap; position: static; background: none; cursor: auto; }
+.hookscope-view .hs-table th::after { content: none; }
 .hookscope-view .hs-table td { text-align: left; vertical-align: middle; border-bottom: 1px solid var(--hs-line);
-  padding: 3px 10px 3px 0; overflow-wrap: break-word; }
-.hookscope-view .hs-table td.hs-n { text-align: right; white-space: nowrap; }
-.hookscope-view .hs-thumb { display: block; image-rendering: pixelated; border-radius: 3px; background: #fff; }
+  padding: 3px 10px 3px 0; white-space: normal; overflow-wrap: anywhere; min-width: 12ch; }
+.hookscope-view .hs-table td.hs-n { text-align: right; white-space: nowrap; min-width: 0; }
+.hookscope-view .hs-thumb { display: block; max-width: 100%; height: auto; image-rendering: pixelated;
+  border-radius: 3px; background: #fff; }
 .hookscope-view .hs-more, .hookscope-view .hs-note { color: var(--hs-muted); font-size: 12px; margin: 4px 0 0; }
 .hookscope-view .hs-bad { color: var(--hs-bad); font-weight: 600; }
 .hookscope-view .hs-grids { display: flex; flex-wrap: wrap; gap: 12px; margin: 6px 0; }
-.hookscope-view figure { margin: 0; }
+.hookscope-view figure { margin: 0; max-width: 100%; }
+.hookscope-view .hs-scroll { max-width: 100%; overflow-x: auto; }
+.hookscope-view .hs-scroll .hs-thumb { max-width: none; }
 .hookscope-view figcaption { color: var(--hs-muted); font-size: 12px; }
 """
 
