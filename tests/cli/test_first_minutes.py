@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from hookscope.cli import main, one_line
 from hookscope.cli.outputs import cli_flags
@@ -114,3 +115,33 @@ def test_warnings_still_reach_python_filters(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("n", "word"), [(1, "first"), (2, "second"), (10, "tenth"), (11, "11th"), (22, "22nd")])
 def test_calls_are_counted_in_words(n: int, word: str) -> None:
     assert ordinal(n) == word
+
+
+def test_cam_on_torchvision_says_the_weights_are_random(tmp_path: Path, capsys) -> None:
+    code = main(["cam", "torchvision:resnet18", "random:1x3x32x32", "--out", str(tmp_path / "c.png")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "hookscope: note: random init: torchvision:resnet18 was built without weights; pass --weights FILE" in err
+
+
+def test_a_panel_is_captioned_with_class_method_and_layer(tmp_path: Path, capsys) -> None:
+    from PIL import Image
+
+    import hookscope
+    from hookscope.cli.inputs import load_input
+    from hookscope.cli.models import load_model
+
+    models = tmp_path / "heads.py"
+    models.write_text(TWO_OUTPUTS)
+    out = tmp_path / "panel.png"
+    argv = ["cam", f"{models}:two", "random:1x3x8x8", "--output", "logits", "--panel", "--out", str(out)]
+    assert main([*argv, "--method", "layercam"]) == 0, capsys.readouterr().err
+    # oracle: the top-1 by hand, the layer named by hand, and the API's panel with those captions
+    loaded = load_model(f"{models}:two")
+    x = load_input(["random:1x3x8x8"], loaded.preprocess).x
+    with torch.no_grad():
+        top1 = int(loaded.model(x)["logits"][0].argmax())
+    heat = hookscope.cam(loaded.model, x, "layercam", select="conv", output="logits")[0]
+    expected = hookscope.panel(loaded.preprocess.show(x[0]), heat, labels=(f"class {top1}", "layercam", "at conv"))
+    with Image.open(out) as drawn:
+        assert drawn.size == expected.size and drawn.tobytes() == expected.tobytes()
