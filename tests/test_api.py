@@ -148,4 +148,3 @@ def test_readme_examples_run(block: str, readme_folder: Path, monkeypatch: pytes
 
 def test_readme_has_examples() -> None:
     assert len(PYTHON_BLOCKS) >= 15
-

@@ -139,3 +139,15 @@ def test_capture_reads_a_sentence_and_a_txt_file(tmp_path: Path, capsys) -> None
     with torch.no_grad():
         expected = text.model(**inputs).last_hidden_state  # layer 5's output is the last hidden state
     torch.testing.assert_close(load(out)["encoder.layer.5.output"].output, expected)
+
+
+@pytest.mark.parametrize("command", ["capture", "extract"])
+@pytest.mark.parametrize("given", ["lines.txt", "The cat sat on the mat."])
+def test_text_given_to_an_image_model_is_called_text(command: str, given: str, tmp_path: Path, capsys) -> None:
+    (tmp_path / "lines.txt").write_text("The cat sat.\n")
+    spec = str(tmp_path / given) if given.endswith(".txt") else given
+    code = main([command, "lenet", spec, "--out", str(tmp_path / "a.hookscope")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert "and this model reads images; text goes to a text model (minilm, hf:PATH)" in err
+    assert "does not exist" not in err and "cannot read image" not in err

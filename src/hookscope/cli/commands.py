@@ -26,14 +26,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from .. import reducers
-from ..core import kinds
 from ..core.capture import Capture, capture, probe
 from ..core.compiled import named_modules
-from ..core.kinds import Kind
 from ..core.select import list_modules
 from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
 from ..explain.cam import cam
-from ..explain.targets import scores
 from ..files import write_atomically
 from ..optional import require
 from ..report.build import build_report
@@ -50,6 +47,7 @@ from .captions import chosen_layer, panel_labels
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
 from .models import LoadedModel, load_model
+from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store
 from .progress import extract_progress, progress
 from .text_inputs import encode_texts, probe_text, run_text_report
@@ -158,41 +156,9 @@ def run_capture(args: argparse.Namespace) -> int:
     else:
         inputs = _inputs(args, args.inputs, loaded).feed(args.device)
     with _ForwardGuard(loaded.model, *inputs):
-        cap = _capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output)
+        cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output)
     print(save(cap, args.out, force=args.force).path)
     return 0
-
-
-def _capture_once(
-    model: torch.nn.Module,
-    inputs: tuple[tuple[Any, ...], dict[str, Any]],
-    select: Any,
-    wanted: tuple[Kind, ...],
-    target: int | None,
-    output: str | None = None,
-) -> Capture:
-    """One forward pass of ``model(*args, **kwargs)`` under a capture, and for gradient kinds a backward pass
-    of the target score, towards the float inputs, or the parameters for token ids (nothing lands in .grad)."""
-    args, kwargs = inputs
-    if not any(kinds.is_gradient(kind) for kind in wanted):
-        with capture(model, select, kinds=wanted) as cap, torch.no_grad():
-            model(*args, **kwargs)
-        return cap
-    args = tuple(_leaf(a) for a in args)
-    kwargs = {k: _leaf(v) for k, v in kwargs.items()}
-    towards = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad]
-    towards = towards or [p for p in model.parameters() if p.requires_grad]
-    with capture(model, select, kinds=wanted) as cap:
-        picked, _ = scores(model(*args, **kwargs), target, output)
-        torch.autograd.grad(picked.sum(), towards, allow_unused=True)
-    return cap
-
-
-def _leaf(value: Any) -> Any:
-    """A float tensor as a fresh leaf that requires grad; token ids (and anything else) as they are."""
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.detach().clone().requires_grad_(True)
-    return value
 
 
 def run_extract(args: argparse.Namespace) -> int:

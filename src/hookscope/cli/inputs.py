@@ -154,6 +154,12 @@ def image_paths(path: Path) -> list[Path]:
         if not found:
             raise InputError(f"folder {str(path)!r} holds no image ({', '.join(IMAGE_SUFFIXES)})")
         return found
+    if path.suffix.lower() == ".txt" or (
+        not path.exists() and " " in path.name and path.suffix.lower() not in IMAGE_SUFFIXES
+    ):
+        what = "a text file" if path.suffix.lower() == ".txt" else "text"
+        raise InputError(f"{str(path)!r} is {what}, and this model reads images; text goes to a text model "
+                         "(minilm, hf:PATH), images or tensor files to this one")  # fmt: skip
     if not path.exists():
         raise InputError(f"input {str(path)!r} does not exist")
     return [path]
