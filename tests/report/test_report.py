@@ -374,7 +374,7 @@ def test_efficientnet_on_the_cat_names_a_cat_class() -> None:
     text = Page(render_html(report)).all_text()
     assert best.name in text
     assert report.cams[0].target == f"{best.name} #{best.index}"
-    assert report.cam_layer == "_swish (call 1 of 2, after _bn1): the last spatial map"
+    assert report.cam_layer == "_swish (the second of 2 calls, after _bn1): the last spatial map"
     assert report.selected == 56 and len(report.layers) == 8  # 77 with the 21 static_padding Identity modules
     assert any(r.startswith("48 more layers were captured but left out") for r in report.remarks)
 

@@ -6,7 +6,9 @@
 usage error; ``--debug`` shows the traceback instead. Beside it: ``parser`` (the argparse
 definition), ``commands`` (the subcommands' bodies), ``demo``, the readers of specs, ``models``,
 ``inputs`` and ``datasets`` (``formats`` tells what a file is), ``outputs`` (outputs checked before
-any work) and ``progress``. Nothing else in hookscope imports this package.
+any work), ``one_pass`` (``capture``'s pass), ``captions`` (``cam --panel``) and ``progress``.
+Warnings print as one line, ``hookscope: warning: ...``, in the flags' words (``one_line``,
+``outputs.cli_flags``). Nothing else in hookscope imports this package.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import HookscopeError, StoreError, StoreWarning
+from ..errors import HookscopeError, HookscopeWarning
 from .outputs import cli_flags
 from .parser import parser
 
@@ -28,15 +30,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        with warnings.catch_warnings():  # restores showwarning after
+        with warnings.catch_warnings():  # restores showwarning after; formatwarning by hand
             warnings.showwarning = _in_cli_terms(warnings.showwarning)
-            result: int = args.run(args)
+            formatted, warnings.formatwarning = warnings.formatwarning, one_line
+            try:
+                result: int = args.run(args)
+            finally:
+                warnings.formatwarning = formatted
         return result
     except (HookscopeError, OSError) as err:
         if args.debug:
             traceback.print_exc()
         else:
-            message = cli_flags(str(err)) if isinstance(err, StoreError) else str(err)
+            message = cli_flags(str(err)) if isinstance(err, HookscopeError) else str(err)
             print(f"hookscope: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -45,11 +51,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _in_cli_terms(show: Callable[..., Any]) -> Callable[..., Any]:
-    """``warnings.showwarning`` that writes a store warning's ``resume=True`` as ``--resume`` (``cli_flags``)."""
+    """``warnings.showwarning`` that writes a hookscope warning's keywords as the flags (``cli_flags``:
+    ``resume=True`` as ``--resume``, ``output="out['logits']"`` as ``--output logits``)."""
 
     def shown(message: Warning | str, category: type[Warning], *where: Any, **more: Any) -> Any:
-        if issubclass(category, StoreWarning):
-            message = StoreWarning(cli_flags(str(message)))
+        if issubclass(category, HookscopeWarning):
+            message = category.__new__(category, cli_flags(str(message)))  # its text only, whatever its __init__ takes
         return show(message, category, *where, **more)
 
     return shown
+
+
+def one_line(message: Warning | str, category: type[Warning], *where: Any, **more: Any) -> str:
+    """A warning as the command line prints it: ``hookscope: warning: ...`` on one line, without Python's
+    file, line number and source line (they point into hookscope, not at anything the user wrote)."""
+    text = " ".join(str(message).split())
+    named = "" if issubclass(category, HookscopeWarning) else f"{category.__name__}: "
+    return f"hookscope: warning: {named}{text}\n"

@@ -26,14 +26,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from .. import reducers
-from ..core import kinds
 from ..core.capture import Capture, capture, probe
 from ..core.compiled import named_modules
-from ..core.kinds import Kind
 from ..core.select import list_modules
 from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
 from ..explain.cam import cam
-from ..explain.targets import scores
 from ..files import write_atomically
 from ..optional import require
 from ..report.build import build_report
@@ -46,12 +43,14 @@ from ..store.save import save
 from ..text import columns
 from ..viz.images import overlay, panel
 from .ablate import ablation_sections
+from .captions import chosen_layer, panel_labels
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
 from .models import LoadedModel, load_model
+from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store
 from .progress import extract_progress, progress
-from .text_inputs import probe_text, run_text_report
+from .text_inputs import encode_texts, probe_text, run_text_report
 
 NOT_RUN = "(did not run)"  # a module the probe's forward never called
 
@@ -79,7 +78,7 @@ def run_report(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if loaded.tokenizer is not None:  # a text model reads text: the text report
         return run_text_report(args, loaded)
-    batch = _inputs(args, args.inputs, loaded)
+    batch = _one_input(_inputs(args, args.inputs, loaded), "report")
     notes = (*loaded.notes, _input_note(args.inputs, batch))
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
@@ -125,14 +124,24 @@ def run_cam(args: argparse.Namespace) -> int:
     check_file(out, force=args.force)
     image_format = _image_format(out)
     loaded = _load(args)
-    batch = _inputs(args, [args.image], loaded)
+    if loaded.tokenizer is not None:
+        raise OptionError(f"cam draws heatmaps over images and {loaded.name} is a text model; for the tokens "
+                          "behind its output use hookscope.token_attribution in Python, or `hookscope report "
+                          f"{loaded.name} \"a sentence\"` for its attention")  # fmt: skip
+    for note in loaded.notes:  # torchvision:NAME without --weights: random init, said before the picture
+        print(f"hookscope: note: {note}", file=sys.stderr)
+    batch = _one_input(_inputs(args, [args.image], loaded), "cam")
     x = batch.x.to(args.device)
     with _ForwardGuard(loaded.model, x):
-        heat = cam(loaded.model, x, args.method, args.target, select=args.layer, output=args.output,
+        layer, call = chosen_layer(loaded.model, x, args.layer) if args.panel else (args.layer, None)
+        heat = cam(loaded.model, x, args.method, args.target, select=layer, call=call, output=args.output,
                    batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
     picture = batch.pictures[0] if batch.pictures else loaded.preprocess.show(batch.x[0])
-    draw = panel if args.panel else overlay
-    drawn = draw(picture, heat, cmap=args.cmap, alpha=args.alpha)
+    if args.panel:
+        labels = panel_labels(args, loaded.model, x, str(layer), loaded.labels)
+        drawn = panel(picture, heat, cmap=args.cmap, alpha=args.alpha, labels=labels)
+    else:
+        drawn = overlay(picture, heat, cmap=args.cmap, alpha=args.alpha)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(out, lambda tmp: drawn.save(tmp, format=image_format))
     print(out)
@@ -142,31 +151,14 @@ def run_cam(args: argparse.Namespace) -> int:
 def run_capture(args: argparse.Namespace) -> int:
     check_store(args.out, force=args.force)
     loaded = _load(args)
-    x = _inputs(args, args.inputs, loaded).x.to(args.device)
-    with _ForwardGuard(loaded.model, x):
-        cap = _capture_once(loaded.model, x, args.select, tuple(args.kinds), args.target, args.output)
+    if loaded.tokenizer is not None:  # a text model reads sentences or a .txt file (cli/text_inputs)
+        inputs: tuple[tuple[Any, ...], dict[str, Any]] = ((), dict(encode_texts(loaded, args.inputs, args.device)))
+    else:
+        inputs = _inputs(args, args.inputs, loaded).feed(args.device)
+    with _ForwardGuard(loaded.model, *inputs):
+        cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output)
     print(save(cap, args.out, force=args.force).path)
     return 0
-
-
-def _capture_once(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    select: Any,
-    wanted: tuple[Kind, ...],
-    target: int | None,
-    output: str | None = None,
-) -> Capture:
-    """One forward pass under a capture, and a backward pass of the target score for gradient kinds."""
-    if not any(kinds.is_gradient(kind) for kind in wanted):
-        with capture(model, select, kinds=wanted) as cap, torch.no_grad():
-            model(x)
-        return cap
-    leaf = x.detach().clone().requires_grad_(x.is_floating_point())
-    with capture(model, select, kinds=wanted) as cap:
-        picked, _ = scores(model(leaf), target, output)
-        torch.autograd.backward(picked.sum())
-    return cap
 
 
 def run_extract(args: argparse.Namespace) -> int:
@@ -175,6 +167,10 @@ def run_extract(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0":  # rank 0 makes the store; the others may find it already made
         check_store(args.out, force=args.force, resume=args.resume)
     loaded = _load(args)
+    if loaded.tokenizer is not None:
+        raise OptionError(f"extract reads folders of images and {loaded.name} is a text model; use `hookscope "
+                          "capture MODEL \"a sentence\" ...` for a few sentences, or hookscope.extract in Python "
+                          "with a DataLoader of tokenized batches")  # fmt: skip
     preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
     loader = DataLoader(input_dataset(args.inputs, preprocess), batch_size=args.batch_size, num_workers=args.workers)
     try:
@@ -220,25 +216,25 @@ def run_info(args: argparse.Namespace) -> int:
 class _ForwardGuard(contextlib.AbstractContextManager[None]):
     """Turn an exception from the model's forward into one line naming the module it came from."""
 
-    def __init__(self, model: torch.nn.Module, x: torch.Tensor) -> None:
-        self.model, self.x = model, x
+    def __init__(self, model: torch.nn.Module, x: Any, kwargs: dict[str, Any] | None = None) -> None:
+        self.model, self.args, self.kwargs = model, x if isinstance(x, tuple) else (x,), kwargs or {}
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is None or isinstance(exc, (HookscopeError, KeyboardInterrupt)):
             return
-        where = _where_forward_fails(self.model, self.x)
+        where = _where_forward_fails(self.model, self.args, self.kwargs)
         if where is not None:
             message = " ".join(str(exc).split())  # one line, whatever the model raised
             raise ForwardError(f"the model's forward raised {type(exc).__name__}: {message} {where}") from exc
 
 
-def _where_forward_fails(model: torch.nn.Module, x: torch.Tensor) -> str | None:
+def _where_forward_fails(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     """Run the forward again with every module watched; None when it does not fail."""
     cap = capture(model, lambda name, _: True, device="meta")
     try:
         with warnings.catch_warnings(), cap, torch.no_grad():
             warnings.simplefilter("ignore", CaptureWarning)
-            model(x)
+            model(*args, **kwargs)
     except Exception:
         calls = [c for r in cap.values() for c in r.calls if c.order >= 0]
         failed = [c for c in calls if c.error is not None and c.site]
@@ -264,6 +260,15 @@ def _inputs(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedModel)
     return load_input(list(specs), preprocess)
 
 
+def _one_input(batch: LoadedInput, command: str) -> LoadedInput:
+    """``batch``, unless its file held several inputs, which ``command`` cannot explain."""
+    if batch.several:
+        raise OptionError(f"{command} explains one input tensor and {batch.names[0]} holds several (a tuple or a "
+                          "dict); pass one tensor, or use `hookscope capture` or `hookscope list`, which feed "
+                          "several as model(*tuple) or model(**dict)")  # fmt: skip
+    return batch
+
+
 def _top_k(args: argparse.Namespace) -> int:
     return 5 if args.top_k is None else int(args.top_k)  # None: not given (a text model's report refuses it)
 
@@ -277,9 +282,12 @@ def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[s
 
 def _probe_image(loaded: LoadedModel, spec: str | None, device: str) -> Capture:
     size = loaded.preprocess.size
-    x = load_input([spec], loaded.preprocess).x if spec else torch.randn(1, loaded.preprocess.channels, size, size)
-    with _ForwardGuard(loaded.model, x.to(device)):
-        return probe(loaded.model, x.to(device))
+    args: tuple[torch.Tensor, ...] = (torch.randn(1, loaded.preprocess.channels, size, size, device=device),)
+    kwargs: dict[str, torch.Tensor] = {}
+    if spec is not None:
+        args, kwargs = load_input([spec], loaded.preprocess).feed(device)
+    with _ForwardGuard(loaded.model, args, kwargs):
+        return probe(loaded.model, *args, **kwargs)
 
 
 def _shape_cell(calls: Sequence[Any], module: torch.nn.Module) -> str:

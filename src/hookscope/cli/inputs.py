@@ -6,6 +6,10 @@ spec                           what it becomes
 ``cat.jpg`` (several allowed)  each image prepared for the model, stacked into a batch
 ``photos/``                    every image in the folder, sorted by name
 ``batch.pt``                   a tensor saved with ``torch.save`` (read with weights_only)
+``inputs.pt`` (tuple or dict)  several tensors for a model with several inputs: a tuple (or
+                               list) is passed as ``model(*inputs)``, a dict of named tensors
+                               as ``model(**inputs)`` (``capture`` and ``list``; ``cam`` and
+                               ``report`` explain one input tensor)
 ``batch.npy``                  a numpy array (``allow_pickle=False``)
 ``batch.safetensors``          its tensor named ``input``, or its only tensor
 ``random:1x3x224x224``         ``torch.randn`` of that shape, seed 0
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,18 @@ class LoadedInput:
     x: Tensor
     pictures: list[Any] | None
     names: list[str]
+    args: tuple[Tensor, ...] = ()  # a .pt of several tensors: the model's inputs (x is the first)
+    kwargs: dict[str, Tensor] = field(default_factory=dict)  # a .pt of named tensors: its keyword inputs
+
+    @property
+    def several(self) -> bool:
+        """True when the file held several inputs (a tuple or a dict), fed as ``model(*args, **kwargs)``."""
+        return bool(self.args or self.kwargs)
+
+    def feed(self, device: str | torch.device) -> tuple[tuple[Tensor, ...], dict[str, Tensor]]:
+        """``(args, kwargs)`` to call the model with on ``device``: ``(x,)``, or the file's several inputs."""
+        args = self.args if self.several else (self.x,)
+        return tuple(a.to(device) for a in args), {k: v.to(device) for k, v in self.kwargs.items()}
 
 
 def load_input(specs: Sequence[str], preprocess: Preprocess = IMAGENET) -> LoadedInput:
@@ -53,7 +69,12 @@ def load_input(specs: Sequence[str], preprocess: Preprocess = IMAGENET) -> Loade
     if len(specs) == 1 and specs[0].startswith("random:"):
         return LoadedInput(_random(specs[0]), None, [specs[0]])
     if len(specs) == 1 and specs[0].lower().endswith(TENSOR_SUFFIXES):
-        return LoadedInput(_tensor_file(Path(specs[0])), None, [Path(specs[0]).name])
+        held, name = _tensor_file(Path(specs[0])), [Path(specs[0]).name]
+        if isinstance(held, tuple):
+            return LoadedInput(held[0], None, name, args=held)
+        if isinstance(held, dict):
+            return LoadedInput(next(iter(held.values())), None, name, kwargs=held)
+        return LoadedInput(held, None, name)
     paths = [p for spec in specs for p in image_paths(Path(spec))]
     pictures = [open_image(p) for p in paths]
     x = torch.cat([preprocess.prepare(p) for p in pictures])
@@ -70,7 +91,7 @@ def _random(spec: str) -> Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(0))
 
 
-def _tensor_file(path: Path) -> Tensor:
+def _tensor_file(path: Path) -> Tensor | tuple[Tensor, ...] | dict[str, Tensor]:
     if not path.is_file():
         raise InputError(f"tensor file {str(path)!r} does not exist")
     kind = file_format(path)  # read by what the file holds, whatever its suffix says
@@ -92,7 +113,25 @@ def _tensor_file(path: Path) -> Tensor:
         why = (f"it holds pickled objects ({refused}), not tensors only; save the tensor itself" if refused
                else f"it is damaged ({load_failure(err)}); save it again")  # fmt: skip
         raise InputError(f"cannot read tensor file {str(path)!r}: {why}") from err
-    return loaded if isinstance(loaded, Tensor) else _one_tensor(loaded, path)
+    return loaded if isinstance(loaded, Tensor) else _several(loaded, path)
+
+
+def _several(loaded: object, path: Path) -> Tensor | tuple[Tensor, ...] | dict[str, Tensor]:
+    """A ``.pt``'s tuple (or list) of tensors, or its dict of named tensors (``input`` alone: that tensor)."""
+    if isinstance(loaded, (tuple, list)) and loaded and all(isinstance(t, Tensor) for t in loaded):
+        return tuple(loaded)
+    if isinstance(loaded, dict) and isinstance(loaded.get("input"), Tensor):
+        return _one_tensor(loaded, path)
+    if (
+        isinstance(loaded, dict)
+        and loaded
+        and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in loaded.items())
+    ):
+        return dict(loaded)
+    raise InputError(
+        f"{str(path)!r} holds {type(loaded).__name__} of other things than tensors; save a tensor, a tuple of "
+        "tensors (passed as model(*inputs)) or a dict of named tensors (model(**inputs))"
+    )
 
 
 def _one_tensor(loaded: object, path: Path) -> Tensor:
@@ -115,6 +154,12 @@ def image_paths(path: Path) -> list[Path]:
         if not found:
             raise InputError(f"folder {str(path)!r} holds no image ({', '.join(IMAGE_SUFFIXES)})")
         return found
+    if path.suffix.lower() == ".txt" or (
+        not path.exists() and " " in path.name and path.suffix.lower() not in IMAGE_SUFFIXES
+    ):
+        what = "a text file" if path.suffix.lower() == ".txt" else "text"
+        raise InputError(f"{str(path)!r} is {what}, and this model reads images; text goes to a text model "
+                         "(minilm, hf:PATH), images or tensor files to this one")  # fmt: skip
     if not path.exists():
         raise InputError(f"input {str(path)!r} does not exist")
     return [path]

@@ -161,6 +161,11 @@ def _read(path: Path) -> str:
         raise InputError(f"text file {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from err
 
 
+def encode_texts(loaded: Loaded, specs: Sequence[str], device: str) -> Any:
+    """The sentences (or .txt files) ``specs`` name, tokenized by ``loaded``'s tokenizer, on ``device``."""
+    return encode(loaded.tokenizer, read_texts(specs)).to(device)
+
+
 def probe_text(loaded: Loaded, spec: str | None, device: str) -> Capture:
     """Every module's output shapes on ``spec``'s text, or on a sample sentence (``hookscope list``)."""
     texts = read_texts([spec]) if spec else [DEMO_SENTENCES[0]]

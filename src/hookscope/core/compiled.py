@@ -12,6 +12,10 @@ therefore
   ``torch.compiler.set_stance("force_eager")``: every hook fires and values equal the eager
   model's; after the block the compiled code runs again, with no recompilation.
 
+``DataParallel`` and ``DistributedDataParallel`` wrap a model the same way, under ``module.``: their
+names are the wrapped model's too (``unwrap``, ``named_modules``); a selector written with the
+``module.`` prefix is still accepted (``hookscope.core.select``).
+
 The stance is process-wide: while a capture of a compiled model is open, every compiled model
 and function of the process runs eagerly, in every thread.
 """
@@ -31,6 +35,7 @@ from torch import nn
 from ..errors import CaptureWarning
 
 WRAPPED = "_orig_mod"  # the attribute (and name segment) of the module an OptimizedModule wraps
+PARALLEL = (nn.DataParallel, nn.parallel.DistributedDataParallel)  # wrap their model as .module
 V = TypeVar("V")
 
 
@@ -44,9 +49,16 @@ def wrapper_type() -> type[nn.Module] | None:
 def unwrap(module: nn.Module) -> nn.Module:
     """The eager module behind ``torch.compile(module)`` (``module`` itself when it is not a wrapper)."""
     wrapper = wrapper_type()
-    while wrapper is not None and isinstance(module, wrapper):
-        module = getattr(module, WRAPPED)
+    while isinstance(module, PARALLEL) or (wrapper is not None and isinstance(module, wrapper)):
+        module = module.module if isinstance(module, PARALLEL) else getattr(module, WRAPPED)
     return module
+
+
+def parallel_name(model: nn.Module, name: str) -> str:
+    """``name`` without the ``module.`` prefix of a ``DataParallel`` / DDP ``model`` (``name`` otherwise)."""
+    if not isinstance(model, PARALLEL):
+        return name
+    return "" if name == "module" else name.removeprefix("module.")
 
 
 def has_wrappers(model: nn.Module) -> bool:
@@ -84,6 +96,8 @@ def named_modules(
     Each ``torch.compile`` wrapper is left out (the module it wraps takes its name) unless
     ``wrappers``; names lose their ``_orig_mod`` segments. A model with no wrapper is unchanged.
     """
+    if isinstance(model, PARALLEL):  # DataParallel / DDP: the wrapped model's names
+        return named_modules(model.module, wrappers=wrappers, remove_duplicate=remove_duplicate)
     pairs = list(model.named_modules(remove_duplicate=remove_duplicate))
     wrapper = wrapper_type()
     if wrapper is None or not any(isinstance(m, wrapper) for _, m in pairs):

@@ -21,6 +21,11 @@ NO_GRAD_MODE = "the forward pass ran under torch.no_grad() or torch.inference_mo
 NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or torch.autograd.grad() before it ends"
 NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
 NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
+IN_TORCHSCRIPT = (
+    "it is part of a torch.jit.trace'd (or scripted) module, which runs as one TorchScript graph and never "
+    "calls its submodules; select the traced module itself, or capture the eager model before tracing it"
+)
+TORCHSCRIPT_TYPES = ("TracedModule", "RecursiveScriptModule", "ScriptModule")  # a submodule of a traced module
 NO_TRAINABLE = "it has no parameter that requires grad"
 IN_COMPILED_CODE = (
     "it was never called inside the block, and torch.compile has compiled code in this process: if the "
@@ -104,8 +109,9 @@ def site_problems(
     if not record.calls:
         if cleared:
             return
-        record.missing["call"] = never_called
-        yield "call", never_called
+        reason = IN_TORCHSCRIPT if record.type in TORCHSCRIPT_TYPES else never_called
+        record.missing["call"] = reason
+        yield "call", reason
         return
     for kind in gradient_kinds:
         if kind in record.kinds:

@@ -37,7 +37,7 @@ from torch import nn
 from ..deprecation import renamed
 from ..errors import SelectionError
 from ..text import closest
-from .compiled import eager_selector, has_wrappers, named_modules, unwrap
+from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, unwrap
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -95,6 +95,7 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
         if single == BLOCKS:
             matched |= {name for name, _ in (blocks(model) or select_modules(model))}
             continue
+        single = parallel_name(model, single) if isinstance(single, str) else single  # "module.layer4" too
         match = _matcher(_eager(single) if wrapped else single)
         hits = [(name, module) for name, module in named if match(name, module)]
         if not hits:

@@ -93,16 +93,25 @@ def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
 
 
 def _words(chosen: Call, calls: list[Call], why: str) -> str:
-    """```_swish` (call 1 of 2, after `_bn1`), the last spatial map``: a layer in terms a user knows."""
+    """```_swish` (the second of 2 calls, after `_bn1`), the last spatial map``: a layer in terms a user knows."""
     name = f"`{chosen.site}`"
     count = sum(1 for c in calls if c.site == chosen.site)
     if count > 1:
         earlier = [c for c in calls if c.order < chosen.order and not _inside(c.site, chosen.site)]
         after = f", after `{earlier[-1].site}`" if earlier else ""
-        name += f" (call {chosen.index} of {count}{after})"
+        name += f" (the {ordinal(chosen.index + 1)} of {count} calls{after})"  # not "call 1 of 2": 0- or 1-based?
     parent = chosen.site.rpartition(".")[0]
     block = f", in block `{parent}`" if parent else ""
     return f"{name}{block}: {why}"
+
+
+def ordinal(n: int) -> str:
+    """``1`` -> ``first``, ``2`` -> ``second``, ..., ``11`` -> ``11th``, ``22`` -> ``22nd``."""
+    words = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+    if 1 <= n <= len(words):
+        return words[n - 1]
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def _type(model: nn.Module, site: str) -> str:

@@ -103,7 +103,7 @@ def build_report(
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)
-    _check_options(x, grads, pictures, cam_methods, top_k, max_layers)
+    _check_options(model, x, grads, pictures, cam_methods, top_k, max_layers)
     step = callback(progress)
     cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
     scores_2d = _class_scores(returned, labels, key)
@@ -154,12 +154,14 @@ def _run(
         warnings.simplefilter("always", CaptureWarning)
         if grads:
             with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
-                leaf = x.detach().clone().requires_grad_(True)
+                leaf = x.detach().clone().requires_grad_(x.is_floating_point())  # token ids: no d/dx
                 with capture(model, select, kinds=kinds) as cap:
                     output = model(leaf.clone())  # a copy: the model may change its input in place
                     key, note = explained(output, key)
                     picked, _ = scores(output, target, key)
-                    torch.autograd.grad(picked.sum(), leaf)  # nothing lands in param.grad
+                    # nothing lands in param.grad; token ids have no gradient, the parameters do
+                    towards = [leaf] if leaf.requires_grad else [p for p in model.parameters() if p.requires_grad]
+                    torch.autograd.grad(picked.sum(), towards, allow_unused=True)
         else:
             with capture(model, select, kinds=kinds) as cap, torch.no_grad():
                 output = model(x)
@@ -301,14 +303,20 @@ def _class_title(index: int, labels: Sequence[str] | None) -> str:
 
 # -- checks and small helpers -------------------------------------------------------------------
 def _check_options(
-    x: Tensor, grads: bool, pictures: Sequence[Image] | None, methods: Sequence[str], top_k: int, max_layers: int
+    model: nn.Module,
+    x: Tensor,
+    grads: bool,
+    pictures: Sequence[Image] | None,
+    methods: Sequence[str],
+    top_k: int,
+    max_layers: int,
 ) -> None:
     if not isinstance(x, Tensor) or x.dim() == 0:
         raise OptionError(f"x must be a batch tensor (B, ...), got {type(x).__name__} {getattr(x, 'shape', '')}")
-    if grads and not x.is_floating_point():
+    if grads and not x.is_floating_point() and not any(p.requires_grad for p in model.parameters()):
         raise OptionError(
-            f"gradients (grads=True or a gradient kind) are taken with respect to x, which must be floating point, "
-            f"got {x.dtype}; pass a float input or kinds without gradients"
+            f"gradients (grads=True or a gradient kind) of an integer input ({x.dtype}, token ids) flow from the "
+            "model's parameters, and none requires grad; pass a float input or kinds without gradients"
         )
     if isinstance(methods, str):
         raise OptionError(f"cam_methods must be a list of method names, got the string {methods!r}; pass [{methods!r}]")
