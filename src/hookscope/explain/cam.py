@@ -19,8 +19,9 @@ The driver captures what the maths need through ``hookscope.capture``. Gradients
 into the model's ``param.grad``, frozen models work, and so does a call under ``torch.no_grad()`` or
 ``torch.inference_mode()``. The backward pass stops at the layer's output; only when an in-place op
 changed that output later in the forward pass does cam() run the model again and differentiate
-down to the input. Use the model in eval mode: in train mode, BatchNorm couples the images of a
-batch (and that second pass would update its statistics).
+down to the input. Every pass runs in eval mode (``hookscope.core.modes``): a model left in
+training mode is explained as it predicts, with a ``CaptureWarning``, and its flags, BatchNorm's
+running statistics included, are as they were afterwards.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.capture import capture
+from ..core.modes import evaluating
 from ..core.records import Call
 from ..core.select import Selector
 from ..deprecation import renamed
@@ -185,7 +187,7 @@ def cam(
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
-    with once_each(wrappers=1):  # the passes below may each say the same thing; 1: @renamed
+    with once_each(wrappers=1), evaluating(model, "cam()"):  # passes may repeat a note; 1: @renamed
         where, gradients = Where(one_module(model, select), -1 if call is None else call, key, output), None
         if method in GRAD_METHODS:
             where, activations, gradients = _gradient_cam(model, x, target, where)
