@@ -488,6 +488,7 @@ def tied_net() -> nn.Sequential:
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 1000))
     with torch.no_grad():
         head = net[4]
+        head.weight[3] = head.weight[3].abs() + 0.1  # a CAM with something in it
         head.weight[999] = head.weight[3]
         head.bias[3] = head.bias[999] = 50.0
     return net.eval()
