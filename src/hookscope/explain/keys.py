@@ -48,11 +48,13 @@ def layer_key(chosen: Call, layer: str, wanted: str | None, reached: Collection[
 
 
 def _is_map(tensor: Tensor) -> bool:
-    """Whether cam() can read ``tensor`` as maps: (B, C, H, W), or (B, N, C) tokens on a grid."""
+    """Whether cam() can read ``tensor`` as maps: (B, C, H, W), or (B, N, C) tokens on a grid larger than 1x1."""
     if not tensor.is_floating_point() or tensor.dim() not in (3, 4):
         return False
+    if tensor.dim() == 4:
+        return True  # a 1x1 map too: cam() says it is flat
     try:
-        return bool(spatial_maps(tensor[:1], tokens=True).shape[2:].numel() > 1)
+        return bool(spatial_maps(tensor[:1], tokens=True).shape[2:].numel() > 1)  # not a class token alone
     except ShapeError:
         return False
 
