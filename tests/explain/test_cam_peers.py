@@ -1,8 +1,9 @@
 """cam()'s final maps beside pytorch-grad-cam 1.5.7's final output and TorchCAM 0.5.0's map (resized
 and min-maxed again, as it is for display), to 1e-4, on the peers' own configurations: ResNet-18
-layer4, EfficientNet-Lite0's head conv, MobileNetV2 features.18.0, train mode, a frozen model and a
-module called twice. Both peers scale a map at the layer's size, resize it and scale it again; a
-change to ``normalize_maps`` that drifts from them fails here.
+layer4, EfficientNet-Lite0's head conv, MobileNetV2 features.18.0, train mode (which cam() explains
+in eval mode, as the peers do), a frozen model and a module called twice. Both peers scale a map at
+the layer's size, resize it and scale it again; a change to ``normalize_maps`` that drifts from
+them fails here.
 
 Left out, where the raw maps themselves differ by a documented choice: Grad-CAM++ on ResNet-18,
 EfficientNet-Lite0 and the module called twice (pytorch-grad-cam's 1e-6 in alpha's denominator
@@ -19,6 +20,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from functools import cache
 
 import pytest
@@ -135,15 +137,25 @@ def _top1(model: nn.Module, x: Tensor, train: bool) -> list[int]:
         return [int(c) for c in model.train(train)(x).argmax(dim=1)]
 
 
+def _ours(model: nn.Module, x: Tensor, method: str, targets: list[int], layer: str) -> Tensor:
+    """cam()'s maps; a model in training mode is explained in eval mode, with a word, and left in
+    training mode with its BatchNorm statistics as they were."""
+    train, before = model.training, copy.deepcopy(model.state_dict())
+    with pytest.warns(CaptureWarning, match="ran it in eval mode") if train else nullcontext():
+        ours = cam(model, x, method, targets, select=layer)
+    assert model.training is train
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    return ours
+
+
 @pytest.mark.usefixtures("quiet_signed")
 @pytest.mark.parametrize(("case", "method"), PAIRS)
 def test_final_maps_equal_pytorch_grad_cams(case: str, method: str) -> None:
     make, layer, side, train, _ = CASES[case]
     model, x = make(), _input(side)
-    targets = _top1(model, x, train)
-    theirs = pytorch_grad_cam(method, model, layer, x, targets, train)
-    assert model.training is train
-    ours = cam(model, x, method, targets, select=layer)
+    targets = _top1(model, x, False)
+    theirs = pytorch_grad_cam(method, model, layer, x, targets, False)  # the model as it predicts
+    ours = _ours(model.train(train), x, method, targets, layer)
     assert (theirs.amax(dim=(1, 2)) > 0.99).all()  # maps that show something, not two flat ones
     torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
 
@@ -153,9 +165,9 @@ def test_final_maps_equal_pytorch_grad_cams(case: str, method: str) -> None:
 def test_final_maps_equal_torchcams_resized_and_rescaled(case: str, method: str) -> None:
     make, layer, side, train, _ = CASES[case]
     model, x = make(), _input(side)
-    targets = _top1(model, x, train)
-    theirs = torchcam_map(method, model.train(train), layer, x, targets)
-    ours = cam(model, x, method, targets, select=layer)
+    targets = _top1(model, x, False)
+    theirs = torchcam_map(method, model.eval(), layer, x, targets)
+    ours = _ours(model.train(train), x, method, targets, layer)
     assert (theirs.amax(dim=(1, 2)) > 0.99).all()
     torch.testing.assert_close(ours, theirs, atol=TOLERANCE, rtol=0)
 

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from hookscope.errors import CaptureWarning, OptionError
 from hookscope.explain.attribute import attribute
 from hookscope.explain.cam import cam
+from hookscope.explain.targets import class_indices, top_classes
 from tests.models import resnet18_random_bn
 
 
@@ -107,3 +108,15 @@ def test_without_a_key_the_first_tensor_is_used_and_named_once(pair: tuple[Detec
     unknown = r"has no tensor at output='score'; its keys are out\['box'\], out\['logits'\]"
     with pytest.raises(OptionError, match=unknown):
         attribute(detector, x, output="score")
+
+
+def test_tied_scores_rank_the_lowest_index_first() -> None:
+    """One rule for the top-1 target and the ranked classes: of tied scores, the lowest index, as
+    torch.argmax (torch.topk, at 1000 classes, puts the higher index of a tie first)."""
+    out = torch.randn(3, 1000, generator=torch.Generator().manual_seed(0))
+    out[:, [7, 400, 998]] = out.max() + 1  # a three-way tie at the top
+    out[1, 5] = out.max() + 1  # row 1: one clear winner, then the tie
+    assert class_indices(out, None).tolist() == [7, 5, 7] == out.argmax(dim=1).tolist()
+    assert top_classes(out, 3)[[0, 2]].tolist() == [[7, 400, 998]] * 2
+    assert top_classes(out, 4)[1].tolist() == [5, 7, 400, 998]
+    torch.testing.assert_close(out.gather(1, top_classes(out, 5)), out.topk(5, dim=1).values, rtol=0, atol=0)

@@ -480,3 +480,31 @@ def test_in_chromium_search_filter_sort_and_lightbox_work_without_errors(
     check_sort_and_lightbox(page)
     page.close()
     assert problems == []
+
+
+def tied_net() -> nn.Sequential:
+    """1000 classes whose top two, 3 and 999, tie exactly on every input (the same weights and bias)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 1000))
+    with torch.no_grad():
+        head = net[4]
+        head.weight[3] = head.weight[3].abs() + 0.1  # a CAM with something in it
+        head.weight[999] = head.weight[3]
+        head.bias[3] = head.bias[999] = 50.0
+    return net.eval()
+
+
+def test_tied_top_logits_name_and_explain_the_same_class(batch: torch.Tensor) -> None:
+    """Of tied scores the lowest index comes first in the predictions and is the class explained
+    (torch.topk alone puts 999 first at this width; argmax takes 3)."""
+    net = tied_net()
+    with torch.no_grad():
+        logits = net(batch)
+    assert torch.equal(logits[:, 3], logits[:, 999]) and (logits.argmax(dim=1) == 3).all()
+    report = build_report(net, batch)
+    assert [p.guesses[0].index for p in report.predictions] == [3] * len(report.predictions)
+    assert [p.guesses[1].index for p in report.predictions] == [999] * len(report.predictions)
+    assert report.predictions[0].guesses[0].probability == report.predictions[0].guesses[1].probability
+    assert [row.target for row in report.cams] == ["class 3"] * len(report.cams)
+    shown = batch[: len(report.cams)]
+    assert build_report(net, shown, target=3).cams == build_report(net, shown).cams

@@ -17,9 +17,10 @@ number or one per image, or a class (an int, one per image, a tensor: that logit
 ``hookscope.attribute`` reads it); one value per image is averaged over the batch.
 
 Batched where shapes allow: ``batch_size`` patched runs go through one forward pass as copies of the
-corrupted batch stacked along dim 0, copy ``i`` patched at its own site (the model must be in
-``eval()`` mode: batch statistics would mix the copies, so a model in training mode runs one copy
-at a time). Everything runs under ``torch.no_grad()``.
+corrupted batch stacked along dim 0, copy ``i`` patched at its own site. Everything runs under
+``torch.no_grad()`` and in eval mode (``hookscope.core.modes``): in training mode BatchNorm would
+mix the copies through their batch statistics, and update its running ones. A model left in
+training mode gets a ``CaptureWarning``, and each module's flag back afterwards.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.capture import capture
+from ..core.modes import evaluating
 from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
 from ..deprecation import renamed
@@ -93,7 +95,7 @@ def patch_sweep(
     if call is not None and (isinstance(call, bool) or not isinstance(call, int) or call < 0):
         raise OptionError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
     metric = _metric(target, output)
-    with torch.no_grad():
+    with torch.no_grad(), evaluating(model, "patch_sweep()", wrappers=1):  # 1: @renamed
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
             with capture(model, select) as cap:
@@ -105,12 +107,11 @@ def patch_sweep(
             )
         clean, keys = _clean_values(cap, key, call, tuple(clean_x.shape))
         units = _units(clean, positions)
-        per_forward = 1 if model.training else batch_size
         values: dict[Unit, float] = {}
-        for start in range(0, len(units), per_forward):
-            group = units[start : start + per_forward]
+        for start in range(0, len(units), batch_size):
+            group = units[start : start + batch_size]
             values.update(zip(group, _patched(model, corrupt_x, group, clean, keys, metric, call), strict=True))
-    forwards = 2 + math.ceil(len(units) / per_forward)
+    forwards = 2 + math.ceil(len(units) / batch_size)
     return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
 
 

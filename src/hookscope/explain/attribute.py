@@ -21,10 +21,11 @@ noisy copy and every step.
 
 Gradients come from ``torch.autograd.grad`` with respect to a copy of x: x is not modified,
 nothing accumulates in ``param.grad`` and no flag of the model (``training``, ``requires_grad``)
-is touched. ``attribute`` enables gradients (and leaves inference mode) itself, so it also works
-when the caller runs under ``torch.no_grad()``. It does not call ``model.eval()``: in training
-mode Dropout is random and BatchNorm mixes the images (and the steps) of one forward pass and
-updates its running statistics, so put the model in eval mode first.
+is left changed. ``attribute`` enables gradients (and leaves inference mode) itself, so it also works
+when the caller runs under ``torch.no_grad()``. It runs the model in eval mode
+(``hookscope.core.modes``): in training mode Dropout would be random and BatchNorm would mix the
+images (and the steps) of one forward pass and update its running statistics. A model left in
+training mode gets a ``CaptureWarning``, and each module's flag back afterwards.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from torch import Tensor, nn
 
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
+from ..core.modes import evaluating
 from ..deprecation import warn_renamed
 from ..errors import OptionError
 from ..progress import Progress, callback
@@ -107,7 +109,7 @@ def attribute(
     if return_delta and method != "integrated_gradients":
         raise OptionError(f"return_delta=True needs method='integrated_gradients', got method={method!r}")
     forward: Forward = model if output is None else partial(_pick_output, model, output)
-    with torch.inference_mode(False), torch.enable_grad(), once_each():  # each step may say the same
+    with torch.inference_mode(False), torch.enable_grad(), once_each(), evaluating(model, "attribute()"):
         x = x.detach().clone()  # a normal tensor even if x was made in inference mode
         if method == "integrated_gradients":
             attr, delta = _integrated_gradients(forward, x, target, baseline, steps, batch_size, step)

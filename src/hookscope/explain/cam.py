@@ -19,8 +19,9 @@ The driver captures what the maths need through ``hookscope.capture``. Gradients
 into the model's ``param.grad``, frozen models work, and so does a call under ``torch.no_grad()`` or
 ``torch.inference_mode()``. The backward pass stops at the layer's output; only when an in-place op
 changed that output later in the forward pass does cam() run the model again and differentiate
-down to the input. Use the model in eval mode: in train mode, BatchNorm couples the images of a
-batch (and that second pass would update its statistics).
+down to the input. Every pass runs in eval mode (``hookscope.core.modes``): a model left in
+training mode is explained as it predicts, with a ``CaptureWarning``, and its flags, BatchNorm's
+running statistics included, are as they were afterwards.
 """
 
 from __future__ import annotations
@@ -34,18 +35,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.capture import capture
+from ..core.modes import evaluating
 from ..core.records import Call
 from ..core.select import Selector
 from ..deprecation import renamed
 from ..errors import CaptureWarning, OptionError
 from ..progress import Callback, Progress, callback
 from ..tokens import spatial_maps
+from .keys import layer_key
 from .layers import choose_among, one_module
 from .normalize import flat_reason
 from .normalize import normalize_maps as normalize_maps
 from .notes import once_each
 from .signed import warn_if_signed
-from .targets import Target, choose_key, scores, several_tensors
+from .targets import Target, scores
 
 # -- the maths ------------------------------------------------------------------------------------
 _EPS = 1e-7
@@ -185,7 +188,7 @@ def cam(
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")
     if x.dim() != 4:
         raise OptionError(f"cam() needs an image batch (B, C, H, W), got shape {tuple(x.shape)}")
-    with once_each(wrappers=1):  # the passes below may each say the same thing; 1: @renamed
+    with once_each(wrappers=1), evaluating(model, "cam()"):  # passes may repeat a note; 1: @renamed
         where, gradients = Where(one_module(model, select), -1 if call is None else call, key, output), None
         if method in GRAD_METHODS:
             where, activations, gradients = _gradient_cam(model, x, target, where)
@@ -224,17 +227,6 @@ def _forward(model: nn.Module, x: Tensor, where: Where, *, grad: bool) -> Pass:
     return Pass(out, live[str(where.layer)].calls, changed, where)
 
 
-def _layer_key(chosen: Call, where: Where) -> str | None:
-    """The key of the layer's output that cam() reads (None: no output held; ``get`` says why)."""
-    keys = chosen.keys("output")
-    if where.key is not None:
-        return choose_key(keys, where.key, f"the output of layer {where.layer!r}", "key")
-    if len(keys) > 1:
-        note = several_tensors(f"the output of layer {where.layer!r}", keys, "key")
-        warnings.warn(note, CaptureWarning, stacklevel=2)  # cam() says it again, at its caller
-    return keys[0] if keys else None
-
-
 def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Where, Tensor, Tensor]:
     """The layer's activations and the gradient of the target score with respect to them, as maps."""
     with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
@@ -247,21 +239,23 @@ def _at_the_layer(
     model: nn.Module, x: Tensor, target: Target, where: Where
 ) -> tuple[Where, tuple[Tensor, Tensor] | None]:
     """One forward pass, the layer's outputs kept by reference (no copy), and a backward pass that
-    stops at the chosen call's output (on a CNN, half the work). None when an in-place op changed an
-    output of the layer after the hook saw it (the values and the gradient would be those of the
-    changed tensor), or the output does not require grad or reach the score: then
-    ``_through_the_input`` runs the forward pass again."""
+    stops at the chosen call's outputs (on a CNN, half the work); the tensor read is the one
+    ``layer_key`` picks among those the gradient reaches. None when an in-place op changed an output
+    of the layer after the hook saw it (the values and the gradient would be those of the changed
+    tensor), or no output requires grad: then ``_through_the_input`` runs the forward pass again."""
     passed = _forward(model, x, where, grad=True)
     where = passed.where
     picked, _ = scores(passed.out, target, where.output)
     if passed.chosen is None or passed.changed:
         return where, None
-    key = _layer_key(passed.chosen, where)
-    output = passed.chosen.get("output", key) if key is not None else None
-    if output is None or not output.requires_grad:
+    held = {k: passed.chosen.get("output", k) for k in passed.chosen.keys("output")}
+    outputs = {k: t for k, t in held.items() if t.requires_grad}
+    if not outputs:
         return where, None
-    (gradient,) = torch.autograd.grad(picked.sum(), output, allow_unused=True)
-    return where, None if gradient is None else (output.detach(), gradient)
+    found = torch.autograd.grad(picked.sum(), list(outputs.values()), allow_unused=True)
+    reached = {k: g for k, g in zip(outputs, found, strict=True) if g is not None}
+    key = layer_key(passed.chosen, str(where.layer), where.key, reached)
+    return where, None if key is None else (held[key].detach(), reached[key])
 
 
 def _through_the_input(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Tensor, Tensor]:
@@ -272,7 +266,7 @@ def _through_the_input(model: nn.Module, x: Tensor, target: Target, where: Where
         picked, _ = scores(model(leaf.clone()), target, where.output)
         torch.autograd.grad(picked.sum(), leaf)
     chosen = _one_call(cap[str(where.layer)].calls, where)
-    key = _layer_key(chosen, where)
+    key = layer_key(chosen, str(where.layer), where.key, chosen.keys("grad_output"))
     return chosen.get("output", key), chosen.get("grad_output", key)
 
 
@@ -284,7 +278,8 @@ def _activations(model: nn.Module, x: Tensor, where: Where) -> tuple[Pass, Tenso
         if passed.changed:
             passed = _forward(model, x, passed.where, grad=False)  # the layer is named now: copies
     chosen = _one_call(passed.calls, passed.where)
-    return passed, spatial_maps(chosen.get("output", _layer_key(chosen, passed.where)), tokens=True)
+    key = layer_key(chosen, str(passed.where.layer), passed.where.key)
+    return passed, spatial_maps(chosen.get("output", key), tokens=True)
 
 
 def _score_cam(

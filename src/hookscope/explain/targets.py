@@ -4,7 +4,8 @@ A target is ``None`` (each image's top-1 class), a class index for every image (
 tensor, as in Captum), one index per image (a list or a 1-D tensor), or a callable
 ``output -> (B,) scores`` for anything else (a regression output, a token's logit, a sum of
 classes). Scores are the raw outputs (logits), as in the Grad-CAM paper, pytorch-grad-cam and
-Captum. A model that returns a tuple, dict or ``ModelOutput`` is explained through the tensor at
+Captum. The top-1 of tied scores is the lowest class index (``top_classes``). A model that returns
+a tuple, dict or ``ModelOutput`` is explained through the tensor at
 ``output=KEY`` (a key as captures name them, ``out['logits']``, or its first step, ``logits``);
 without a key, through its first tensor, with a ``CaptureWarning`` that names it when there are
 several.
@@ -65,8 +66,15 @@ def several_tensors(what: str, keys: Sequence[str], option: str) -> str:
     )
 
 
+def top_classes(output: Tensor, k: int = 1) -> Tensor:
+    """``(B, k)`` class indices of a ``(B, C)`` output, highest score first; of classes whose scores
+    tie, the lowest index first (as ``torch.argmax`` takes the first maximum). The one ranking the
+    top-1 target and a report's predictions share, so a page explains the class it names first."""
+    return torch.sort(output, dim=1, descending=True, stable=True).indices[:, :k]
+
+
 def class_indices(output: Tensor, target: Target) -> Tensor:
-    """``(B,)`` class indices for a ``(B, C)`` output; ``None`` picks each row's top-1."""
+    """``(B,)`` class indices for a ``(B, C)`` output; ``None`` picks each row's top-1 (``top_classes``)."""
     if output.dim() != 2:
         raise TargetError(
             f"a class target needs a (batch, classes) output, got shape {tuple(output.shape)}; "
@@ -74,7 +82,7 @@ def class_indices(output: Tensor, target: Target) -> Tensor:
         )
     batch, classes = output.shape
     if target is None:
-        return output.argmax(dim=1)
+        return top_classes(output)[:, 0]
     if isinstance(target, int) or (isinstance(target, Tensor) and target.dim() == 0):
         index = torch.full((batch,), int(target), dtype=torch.long, device=output.device)
     elif isinstance(target, (Tensor, Sequence)):

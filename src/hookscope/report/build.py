@@ -19,6 +19,9 @@ What it adds to the layers, and the choices behind it:
   ``torch.autograd.grad`` on a copy of ``x``: nothing lands in ``param.grad``.
 - Predictions, pictures and CAMs cover the first ``MAX_IMAGES`` images of the batch.
 - What could not be captured (``CaptureWarning``) becomes a remark on the page, not a warning.
+- The model runs in eval mode (``hookscope.core.modes``), the way it predicts; a model left in
+  training mode gets a remark saying so, and each module's flag back afterwards (BatchNorm's
+  running statistics unchanged).
 
 Jinja2, Pillow and matplotlib are imported when a report is built or rendered
 (``pip install 'hookscope[viz]' jinja2``).
@@ -38,6 +41,7 @@ from torch import Tensor, nn
 from .._version import __version__
 from ..core.capture import Capture, capture
 from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
+from ..core.modes import evaluating, mode_note
 from ..core.select import Selector
 from ..edits.effects import PatchSweep
 from ..errors import CaptureWarning, OptionError, SelectionError
@@ -105,14 +109,15 @@ def build_report(
     grads = grads or any(is_gradient(k) for k in drawn)
     _check_options(model, x, grads, pictures, cam_methods, top_k, max_layers)
     step = callback(progress)
-    cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
-    scores_2d = _class_scores(returned, labels, key)
-    layers, left_out = layer_views(
-        cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
-    )
-    shown = min(len(x), MAX_IMAGES)
-    images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)
-    cam_layer, cams = _cams(model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks)
+    with evaluating(model) as switched:  # the model as it predicts; every module's flag restored after
+        cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
+        scores_2d = _class_scores(returned, labels, key)
+        layers, left_out = layer_views(
+            cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
+        )
+        shown = min(len(x), MAX_IMAGES)
+        images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)
+        cam_layer, cams = _cams(model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks)
     return Report(
         title=title,
         model=type(model).__name__,
@@ -121,7 +126,7 @@ def build_report(
         created=human_time(datetime.datetime.now().astimezone()),
         version=__version__,
         notes=tuple(notes),
-        remarks=tuple(_general_remarks(model, x, scores_2d, left_out) + remarks),
+        remarks=tuple(_general_remarks(switched, x, scores_2d, left_out) + remarks),
         pictures=tuple(png(image) for image in images),
         predictions=predictions(scores_2d[:shown], labels, top_k) if scores_2d is not None else (),
         cam_layer=cam_layer,
@@ -193,13 +198,11 @@ def _class_scores(output: Any, labels: Sequence[str] | None, key: str) -> Tensor
     return out
 
 
-def _general_remarks(model: nn.Module, x: Tensor, scores_2d: Tensor | None, left_out: list[str]) -> list[str]:
+def _general_remarks(switched: list[str], x: Tensor, scores_2d: Tensor | None, left_out: list[str]) -> list[str]:
+    """``switched``: the modules ``evaluating`` put in eval mode (``hookscope.core.modes``)."""
     remarks = []
-    if model.training:
-        remarks.append(
-            "the model is in training mode: BatchNorm used batch statistics (and updated its running ones) and "
-            "Dropout was active; call model.eval() first"
-        )
+    if switched:
+        remarks.append(mode_note("the report", switched).removeprefix("hookscope: "))
     if scores_2d is None:
         remarks.append("the model's output is not (batch, classes): no predictions")
     if len(x) > MAX_IMAGES:

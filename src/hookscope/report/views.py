@@ -42,6 +42,7 @@ from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
 from ..display import Shows, table_of
 from ..errors import ShapeError
+from ..explain.targets import top_classes
 from ..stats.summary import summarize
 from ..viz.html import png_bytes
 from ..viz.images import feature_grid
@@ -266,12 +267,13 @@ def png(image: Image) -> bytes:
 
 
 def predictions(scores_2d: Tensor, labels: Sequence[str] | None, top_k: int) -> tuple[Prediction, ...]:
-    """The top-k classes of each row of ``(B, classes)`` scores, by softmax probability (float64)."""
+    """The top-k classes of each row of ``(B, classes)`` scores with their softmax probability (float64),
+    ranked as the explained top-1 is (``top_classes``: of tied scores, the lowest index first)."""
     probabilities = scores_2d.double().softmax(dim=1)  # (B, classes)
-    top = probabilities.topk(min(top_k, probabilities.shape[1]), dim=1)
+    top = top_classes(scores_2d, min(top_k, scores_2d.shape[1]))  # (B, k)
     return tuple(
-        Prediction(i, tuple(Guess(int(c), class_name(int(c), labels), float(p)) for p, c in zip(*row, strict=True)))
-        for i, row in enumerate(zip(top.values, top.indices, strict=True))
+        Prediction(i, tuple(Guess(int(c), class_name(int(c), labels), float(row[c])) for c in classes))
+        for i, (row, classes) in enumerate(zip(probabilities, top, strict=True))
     )
 
 
