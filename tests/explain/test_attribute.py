@@ -11,7 +11,8 @@ from torchvision.transforms.functional import gaussian_blur
 
 import hookscope
 from hookscope.errors import OptionError, TargetError
-from hookscope.explain.attribute import ATTRIBUTION_METHODS, attribute, gauss_legendre, make_baseline
+from hookscope.explain.attribute import ATTRIBUTION_METHODS, attribute
+from hookscope.explain.baselines import gauss_legendre, make_baseline
 from tests.models import LeNet, resnet18_random_bn
 
 TARGETS = [3, 7]

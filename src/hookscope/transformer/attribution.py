@@ -47,7 +47,8 @@ from ..core.hooks import HandleGroup
 from ..deprecation import renamed, warn_renamed
 from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import OptionError
-from ..explain.attribute import attribute_through, make_baseline
+from ..explain.attribute import attribute_through
+from ..explain.baselines import make_baseline
 from ..explain.targets import Target, logits, scores
 from ..text import columns
 from ..viz.highlight import token_html, token_image
