@@ -85,7 +85,7 @@ def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
     maps = [c for c in calls if id(c) in spatial or _is_token_grid(c)]
     if not maps:
         raise SelectionError(
-            f"no module of {type(model).__name__} returns a channels-first (B, C, H, W) map larger than 1x1 "
+            f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 (channels first) "
             "or (B, N, C) tokens on a patch grid; pass select=NAME"
         )
     chosen, why = maps[-1], "the last spatial map"
