@@ -63,6 +63,11 @@ def test_transformer_blocks_are_found_below_the_model() -> None:
     assert names(blocks(gpt2)) == ["transformer.h.0", "transformer.h.1", "transformer.h.2"]
 
 
+def test_a_toy_stack_of_one_layer_blocks_is_its_blocks() -> None:
+    stack = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)), nn.Linear(4, 2))
+    assert names(blocks(stack)) == ["0", "1", "2"]
+
+
 def test_a_model_without_blocks_selects_its_leaves() -> None:
     lenet = LeNet()
     assert blocks(lenet) == []

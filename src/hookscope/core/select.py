@@ -115,10 +115,13 @@ def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     every block of a class that a stage holds twice in a row (a ResNet's ``layer1.0``, an
     EfficientNet's ``features.1.0`` ... ``features.7.0``, MNASNet's one-block stage too); else the
     blocks found below it (BERT's ``encoder.layer.N``, T5's two stacks); else the most repeated
-    class of block at that level (GoogLeNet's ``inception3a`` ... ``inception5b``).
+    class of block at that level (GoogLeNet's ``inception3a`` ... ``inception5b``). A model with none
+    of these takes, at its top level, the units of one layer that a stage repeats (a toy stack of
+    ``Linear`` + ``ReLU`` blocks).
     """
     _check_model(model)
-    return _unique(_blocks_under("", unwrap(model)))
+    root = unwrap(model)
+    return _unique(_blocks_under("", root) or _repeated(_units("", root, staged=_is_stage(root)), layers=1))
 
 
 Unit = tuple[str, nn.Module, bool]  # name, module, whether a stage holds it
@@ -126,18 +129,23 @@ Unit = tuple[str, nn.Module, bool]  # name, module, whether a stage holds it
 
 def _blocks_under(prefix: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
     """The blocks of ``module`` (see ``blocks``), named from ``prefix``."""
-    level = _units(prefix, module, staged=False)
-    runs = {type(m) for (_, m, s), (_, n, t) in pairwise(level) if s and t and type(m) is type(n)}
-    repeated = [(name, m) for name, m, _ in level if type(m) in runs and _layers(m) >= 2]
-    classes = {type(m) for _, m in repeated}
-    if classes:
-        return [(name, m) for name, m, _ in level if type(m) in classes]
+    level = _units(prefix, module, staged=_is_stage(module))
+    repeated = _repeated(level, layers=2)
+    if repeated:
+        return repeated
     below = [pair for name, m, _ in level for pair in _blocks_under(f"{name}.", m)]
     if below:
         return below
     counts = Counter(type(m) for _, m, _ in level if _layers(m) >= 2 and not isinstance(m, _CONTAINERS))
     common = [cls for cls, count in counts.most_common(1) if count >= 2]
     return [(name, m) for name, m, _ in level if type(m) in common]
+
+
+def _repeated(level: list[Unit], *, layers: int) -> list[tuple[str, nn.Module]]:
+    """The units of ``level`` of each class that a stage holds twice in a row, with ``layers`` layers or more."""
+    runs = {type(m) for (_, m, s), (_, n, t) in pairwise(level) if s and t and type(m) is type(n)}
+    classes = {type(m) for _, m, _ in level if type(m) in runs and _layers(m) >= layers}
+    return [(name, m) for name, m, _ in level if type(m) in classes]
 
 
 def _units(prefix: str, module: nn.Module, *, staged: bool) -> list[Unit]:
