@@ -114,8 +114,8 @@ _NORMS = ("num_features", "num_channels", "normalized_shape")
 def _own_count(module: nn.Module, attributes: tuple[str, ...]) -> int | None:
     for attribute in attributes:
         value = getattr(module, attribute, None)
-        if isinstance(value, tuple) and value:  # LayerNorm's normalized_shape: channels last
-            value = value[-1]
+        if isinstance(value, tuple) and len(value) == 1:  # LayerNorm's normalized_shape over channels alone
+            value = value[0]
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None

@@ -152,8 +152,8 @@ def _spatial_maps(model: nn.Module, calls: list[Call]) -> set[int]:
 def _channels_first(shape: tuple[int, ...], count: int | None, *, strict: bool = True) -> bool:
     """Whether a 4-D output of a module with ``count`` channels has them on axis 1 (``strict``: must;
     else, for a container whose last layer need not give its channels, only not channels-last)."""
-    if count is None:
-        return True
+    if len(shape) != 4 or count is None:
+        return len(shape) == 4
     if is_channels_last(shape, count):
         return False
     return shape[1] == count or not strict
