@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import pytest
 import torch
 import torchvision
 from torch import Tensor, nn
@@ -96,3 +97,24 @@ def test_cnns_keep_their_choice() -> None:
     """Containers whose output concatenates branches (GoogLeNet's inception5b) stay choosable."""
     googlenet = torchvision.models.googlenet(aux_logits=False, init_weights=False).eval()
     assert choose_layer(googlenet, torch.randn(1, 3, 64, 64)).layer == "inception5b"
+
+
+@pytest.mark.slow
+def test_every_torchvision_classifier_gets_a_map_of_the_input() -> None:
+    """Over torchvision's classifiers: the chosen output is a map whose grid grows with the input
+    (224 -> 448: twice the side, the same channels), Swin's the permuted one, ViT's tokens."""
+    for name in torchvision.models.list_models(module=torchvision.models):
+        kwargs = {"init_weights": False} if name in ("googlenet", "inception_v3") else {}
+        model = torchvision.models.get_model(name, **kwargs).eval()
+        small, large = (torch.randn(1, 3, s, s) for s in ((299, 598) if name == "inception_v3" else (224, 448)))
+        choice = choose_layer(model, small)
+        if name.startswith("vit_"):
+            assert choice.layer.endswith("ln_1"), name
+            continue
+        if name.startswith("maxvit"):
+            continue  # its attention windows are fixed to 224 x 224 inputs
+        shapes = [probe(model, x)[choice.layer].calls[choice.call].get("output").shape for x in (small, large)]
+        pooled = isinstance(model.get_submodule(choice.layer), nn.AdaptiveAvgPool2d)  # AlexNet, VGG: a fixed grid
+        assert shapes[0][1] == shapes[1][1] and (pooled or shapes[1][2] >= 2 * shapes[0][2] - 1), (name, shapes)
+        if name.startswith("swin"):
+            assert choice.layer == "permute", name
