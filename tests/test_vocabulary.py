@@ -66,7 +66,7 @@ OPTIONS = {
     "layer", "batch", "heads", "mean",
     # pictures
     "channels", "pick", "normalize", "cmap", "diverging", "padding", "min_tile", "columns", "background",
-    "alpha", "labels", "vanish", "explode", "bins", "log", "grid",
+    "alpha", "labels", "vanish", "explode", "bins", "log", "grid", "channels_last",
     # statistics
     "per_channel", "channel_dim", "percentiles",
     # reports

@@ -8,14 +8,21 @@ drops the prefix and puts each channel back on the patch grid::
     (B, N, C) or (N, C)  ->  (B, C, h, w)      with N = prefix + h * w
 
 ``spatial_maps`` is the one entry point for pictures and CAM code: conv maps pass through,
-tokens go through ``tokens_to_grid``.
+tokens go through ``tokens_to_grid``, and channels-last maps ``(B, H, W, C)`` (Swin, ConvNeXt's
+norms, MambaOut) are put channels-first when asked (``channels_last=True``).
+
+A 4-D shape alone does not say where its channels are: ``(2, 7, 7, 768)`` is 2 maps of 7x768 or
+768 maps of 7x7. ``channel_count(module)`` reads it from the module's weight (a convolution's
+``out_channels``, a norm's features), or, for a module with children, from the last of them that
+has one; ``is_channels_last(shape, channels)`` then tells the two apart.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from .errors import ShapeError
 
@@ -40,7 +47,7 @@ def tokens_to_grid(tokens: Tensor, *, prefix: int | None = None, grid: tuple[int
     return patches.transpose(1, 2).reshape(batch, channels, h, w)
 
 
-def spatial_maps(tensor: Tensor, *, tokens: bool = False) -> Tensor:
+def spatial_maps(tensor: Tensor, *, tokens: bool = False, channels_last: bool = False) -> Tensor:
     """``(B, C, H, W)`` maps from conv maps ``(B, C, H, W)`` / ``(C, H, W)`` or ViT tokens ``(B, N, C)``.
 
     4-D maps pass through. A 3-D tensor is either one image's ``(C, H, W)`` maps or a batch of
@@ -48,11 +55,12 @@ def spatial_maps(tensor: Tensor, *, tokens: bool = False) -> Tensor:
     tokens), so hookscope does not guess: 3-D is ``(C, H, W)`` unless ``tokens=True``, which reads
     it (or an unbatched ``(N, C)``) as tokens through ``tokens_to_grid``. Captured activations
     always have a batch axis, so ``tokens=True`` is safe for them: conv maps pass through.
+    ``channels_last`` reads 4-D maps as ``(B, H, W, C)`` (see ``is_channels_last``).
     """
     if not isinstance(tensor, Tensor):
         raise ShapeError(f"expected a torch.Tensor, got {_describe(tensor)}")
     if tensor.dim() == 4:
-        return tensor
+        return tensor.permute(0, 3, 1, 2) if channels_last else tensor
     if tokens and tensor.dim() in (2, 3):
         return tokens_to_grid(tensor)
     if tensor.dim() == 3:
@@ -61,6 +69,56 @@ def spatial_maps(tensor: Tensor, *, tokens: bool = False) -> Tensor:
         f"expected (B, C, H, W) or (C, H, W) maps or (B, N, C) tokens with tokens=True, got shape "
         f"{tuple(tensor.shape)}; a single (H, W) map is x[None, None]"
     )
+
+
+def channel_count(module: nn.Module, *, inside: bool = True) -> int | None:
+    """The channels of ``module``'s output as its own weight says (``out_channels``, ``out_features``,
+    ``embedding_dim``, a norm's features). A module without one (``inside=False``: None) has the
+    channels of the last projection inside it (a convolution, a linear map; else the last norm):
+    Swin's ``PatchMerging`` normalises 4C channels, then projects them to the 2C it returns. None
+    for a leaf without a weight (an activation, a dropout, a permutation)."""
+    own = _own_count(module, _PROJECTIONS) or _own_count(module, _NORMS)
+    if own is not None or not inside:
+        return own
+    inner = list(module.modules())[:0:-1]  # the modules inside, last first
+    for attributes in (_PROJECTIONS, _NORMS):
+        found = next((c for c in (_own_count(m, attributes) for m in inner) if c is not None), None)
+        if found is not None:
+            return found
+    return None
+
+
+def channel_counts(model: nn.Module, names: Iterable[str]) -> dict[str, int]:
+    """``channel_count`` of each named module of ``model`` that has one (names it lacks left out)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        try:
+            count = channel_count(model.get_submodule(name))
+        except AttributeError:  # not a module of this model (a compiled submodule's inside)
+            continue
+        if count is not None:
+            counts[name] = count
+    return counts
+
+
+def is_channels_last(shape: Sequence[int], channels: int | None) -> bool:
+    """Whether a 4-D ``shape`` is ``(B, H, W, C)`` for a module whose output has ``channels`` channels:
+    its last axis has that many entries and its second does not."""
+    return len(shape) == 4 and channels is not None and shape[-1] == channels and shape[1] != channels
+
+
+_PROJECTIONS = ("out_channels", "out_features", "embedding_dim")
+_NORMS = ("num_features", "num_channels", "normalized_shape")
+
+
+def _own_count(module: nn.Module, attributes: tuple[str, ...]) -> int | None:
+    for attribute in attributes:
+        value = getattr(module, attribute, None)
+        if isinstance(value, tuple) and len(value) == 1:  # LayerNorm's normalized_shape over channels alone
+            value = value[0]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 def _layout(count: int, prefix: int | None, grid: tuple[int, int] | None) -> tuple[int, tuple[int, int]]:

@@ -4,6 +4,7 @@ hand from each architecture's definition."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torchvision
 from torch import nn
@@ -20,12 +21,51 @@ def names(pairs: list[tuple[str, nn.Module]]) -> list[str]:
 def test_blocks_of_four_architectures() -> None:
     resnet = torchvision.models.resnet18()
     assert names(blocks(resnet)) == [f"layer{s}.{b}" for s in range(1, 5) for b in range(2)]
-    assert names(blocks(torchvision.models.mobilenet_v2())) == [f"features.{i}" for i in range(19)]
+    assert names(blocks(torchvision.models.mobilenet_v2())) == [f"features.{i}" for i in range(1, 18)]  # no stem, head
     vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=3, num_heads=2,
                                                hidden_dim=16, mlp_dim=32)  # fmt: skip
     assert names(blocks(vit)) == [f"encoder.layers.encoder_layer_{i}" for i in range(3)]
     assert names(blocks(zoo.efficientnet_lite0())) == [f"_blocks.{i}" for i in range(16)]
     assert names(select_modules(resnet, BLOCKS)) == names(blocks(resnet))
+
+
+def test_the_repeated_unit_not_its_parts() -> None:
+    """Oracle: each architecture's blocks as torchvision defines them (its stage and block lists)."""
+    regnet = torchvision.models.regnet_y_400mf()
+    depths = [len(stage) for stage in regnet.trunk_output]  # 1, 3, 6, 6
+    expected = [f"trunk_output.block{s}.block{s}-{b}" for s, d in enumerate(depths, 1) for b in range(d)]
+    assert names(blocks(regnet)) == expected and len(expected) == 16
+    assert {type(m).__name__ for _, m in blocks(regnet)} == {"ResBottleneckBlock"}
+    small = torchvision.models.mobilenet_v3_small()
+    assert names(blocks(small)) == [f"features.{i}" for i in range(1, 12)]  # the 11 InvertedResiduals
+    b0 = torchvision.models.efficientnet_b0()
+    stages = [(i, len(b0.features[i])) for i in range(1, 8)]  # 1, 2, 2, 3, 3, 4, 1 MBConvs
+    assert names(blocks(b0)) == [f"features.{i}.{b}" for i, d in stages for b in range(d)]
+    googlenet = torchvision.models.googlenet(aux_logits=False, init_weights=False)
+    inceptions = ["3a", "3b", "4a", "4b", "4c", "4d", "4e", "5a", "5b"]
+    assert names(blocks(googlenet)) == [f"inception{i}" for i in inceptions]
+
+
+def test_a_stage_of_one_block_is_not_missed() -> None:
+    mnasnet = torchvision.models.mnasnet0_5()
+    expected = [f"layers.{i}.{b}" for i in range(8, 14) for b in range(len(mnasnet.layers[i]))]
+    assert [len(mnasnet.layers[i]) for i in range(8, 14)] == [3, 3, 3, 2, 4, 1]
+    assert names(blocks(mnasnet)) == expected
+
+
+def test_transformer_blocks_are_found_below_the_model() -> None:
+    transformers = pytest.importorskip("transformers")
+    bert = transformers.BertModel(
+        transformers.BertConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=8)
+    )
+    assert names(blocks(bert)) == ["encoder.layer.0", "encoder.layer.1"]
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=16, n_layer=3, n_head=2))
+    assert names(blocks(gpt2)) == ["transformer.h.0", "transformer.h.1", "transformer.h.2"]
+
+
+def test_a_toy_stack_of_one_layer_blocks_is_its_blocks() -> None:
+    stack = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3)), nn.Linear(4, 2))
+    assert names(blocks(stack)) == ["0", "1", "2"]
 
 
 def test_a_model_without_blocks_selects_its_leaves() -> None:
@@ -47,3 +87,25 @@ def test_patterns_leave_out_identity_and_padding_unless_that_is_all_they_match()
     assert padding <= set(names(select_modules(model)))  # None is every leaf, as asked
     assert names(select_modules(nn.Sequential(nn.Identity(), nn.ReLU()), "*")) == ["1"]
     assert torch.nn.ZeroPad2d in TRIVIAL and nn.Identity in TRIVIAL
+
+
+@pytest.mark.slow
+def test_every_torchvision_classifier_has_blocks_that_run_and_do_not_nest() -> None:
+    """Over torchvision's classification models: blocks exist, none holds another, and each runs once or more."""
+    for name in torchvision.models.list_models(module=torchvision.models):
+        kwargs = {"init_weights": False} if name in ("googlenet", "inception_v3") else {}
+        model = torchvision.models.get_model(name, **kwargs).eval()
+        found = names(blocks(model))
+        if name.startswith(("alexnet", "vgg")):
+            assert found == [], name  # plain stacks of layers: no repeated unit
+            continue
+        assert len(found) >= 2, name
+        assert not any(b.startswith(a + ".") for a in found for b in found), name
+        ran: set[str] = set()
+        hooks = [m.register_forward_hook(lambda m, i, o, n=n, ran=ran: ran.add(n)) for n, m in blocks(model)]
+        size = 299 if name == "inception_v3" else 224
+        with torch.no_grad():
+            model(torch.randn(1, 3, size, size))
+        for hook in hooks:
+            hook.remove()
+        assert ran == set(found), (name, sorted(set(found) - ran)[:3])

@@ -5,7 +5,15 @@ capture of its own forward pass, so it runs no extra one); ``choose_layer(model,
 pass (shapes only, no memory) for it. The pick:
 
 - the last module call (in the order calls return) whose output is a spatial map ``(B, C, H, W)``
-  larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet;
+  larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet. Its channels
+  must be where a CAM reads them: a channels-last output ``(B, H, W, C)`` (Swin's blocks and final
+  norm: its last axis is the module's channel count, ``hookscope.tokens.channel_count``) is not one,
+  nor a 4-D output whose second axis is not the channel count of the module. A leaf with no
+  weight keeps the layout of the call before it when it keeps its shape (an activation, a drop
+  path), else is read with the channels of the last call with a weight: an attention's
+  ``(B, heads, N, N)`` weights through a ``Dropout`` are not a map. A container's channels are
+  those of the last call inside it with a weight (else of its last projection), and only rule
+  out channels-last (GoogLeNet's ``inception5b`` returns more: its branches concatenated);
 - unless that last map is a token grid ``(B, N, C)`` (a vision transformer: its last spatial map is
   the patch embedding, which is not what anyone means). Then it is the last token grid that
   returns before the last attention module runs, outside it: the input of the last block's
@@ -31,7 +39,7 @@ from ..core.compiled import unwrap
 from ..core.records import Call, Record
 from ..core.select import Selector, select_modules
 from ..errors import SelectionError, ShapeError
-from ..tokens import tokens_to_grid
+from ..tokens import channel_count, is_channels_last, tokens_to_grid
 
 log = logging.getLogger("hookscope")
 
@@ -73,14 +81,15 @@ def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
 def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
     """The layer a CAM reads, from the calls of one forward pass that recorded every module's output."""
     calls = sorted((c for name, r in sites.items() if name for c in r.calls), key=lambda c: c.order)
-    maps = [c for c in calls if _is_spatial(c) or _is_token_grid(c)]
+    spatial = _spatial_maps(model, calls)
+    maps = [c for c in calls if id(c) in spatial or _is_token_grid(c)]
     if not maps:
         raise SelectionError(
-            f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 or (B, N, C) "
-            "tokens on a patch grid; pass select=NAME"
+            f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 (channels first) "
+            "or (B, N, C) tokens on a patch grid; pass select=NAME"
         )
     chosen, why = maps[-1], "the last spatial map"
-    if not _is_spatial(chosen):
+    if id(chosen) not in spatial:
         attentions = [c for c in calls if "attention" in _type(model, c.site).lower()]
         if attentions:
             last = attentions[-1]
@@ -123,6 +132,47 @@ def _type(model: nn.Module, site: str) -> str:
 
 def _inside(site: str, container: str) -> bool:
     return site.startswith(container + ".")
+
+
+def _spatial_maps(model: nn.Module, calls: list[Call]) -> set[int]:
+    """The ids of the calls (in return order) whose output is a channels-first map, as the module doc says."""
+    root, found = unwrap(model), set()
+    weighted: list[tuple[str, int]] = []  # (site, channels) of the calls with a weight, in return order
+    last: tuple[tuple[int, ...], bool] = ((), False)  # the call before: its output's shape, whether a map
+    for call in calls:
+        module = _module(root, call.site)
+        shape = tuple(call.get("output").shape) if call.tensors.get("output") else ()
+        own = None if module is None else channel_count(module, inside=False)  # the layer's own weight
+        if own is not None:
+            ok = _channels_first(shape, own, strict=True)
+            weighted.append((call.site, own))
+        elif module is None or next(module.children(), None) is None:  # no weight: the input's layout
+            ok = last[1] if shape == last[0] else _channels_first(shape, weighted[-1][1] if weighted else None)
+        else:  # a container: the last layer inside it with a weight
+            inner = next((n for site, n in reversed(weighted) if _inside(site, call.site)), None)
+            inner = inner if inner is not None else channel_count(module)  # its layers run functionally
+            ok = _channels_first(shape, inner, strict=False)
+        ok = ok and _is_spatial(call)
+        found |= {id(call)} if ok else set()
+        last = (shape, ok)
+    return found
+
+
+def _channels_first(shape: tuple[int, ...], count: int | None, *, strict: bool = True) -> bool:
+    """Whether a 4-D output of a module with ``count`` channels has them on axis 1 (``strict``: must;
+    else, for a container whose last layer need not give its channels, only not channels-last)."""
+    if len(shape) != 4 or count is None:
+        return len(shape) == 4
+    if is_channels_last(shape, count):
+        return False
+    return shape[1] == count or not strict
+
+
+def _module(root: nn.Module, site: str) -> nn.Module | None:
+    try:
+        return root.get_submodule(site)
+    except AttributeError:  # a name inside a compiled submodule
+        return None
 
 
 def _is_spatial(call: Call) -> bool:

@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from .._version import __version__
 from ..core.capture import Capture, capture
+from ..core.compiled import unwrap
 from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
 from ..core.modes import evaluating, mode_note
 from ..core.select import Selector
@@ -49,6 +50,7 @@ from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..progress import Callback, Progress, callback
+from ..tokens import channel_counts
 from ..viz.images import overlay, to_pil
 from .edits import as_section
 from .flow import FlowChart, flow_chart
@@ -113,7 +115,12 @@ def build_report(
         cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
         scores_2d = _class_scores(returned, labels, key)
         layers, left_out = layer_views(
-            cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
+            cap,
+            drawn,
+            max_layers=max_layers,
+            absent=not_held,
+            progress=lambda done, total: step("layers", done, total),
+            channels=channel_counts(unwrap(model), cap),
         )
         shown = min(len(x), MAX_IMAGES)
         images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)

@@ -44,6 +44,7 @@ from ..display import Shows, table_of
 from ..errors import ShapeError
 from ..explain.targets import top_classes
 from ..stats.summary import summarize
+from ..tokens import is_channels_last
 from ..viz.html import png_bytes
 from ..viz.images import feature_grid
 from .flow import FlowChart
@@ -178,12 +179,14 @@ def layer_views(
     max_layers: int,
     absent: Callable[[str], str],
     progress: Callable[[int, int], None] | None = None,
+    channels: Mapping[str, int] | None = None,
 ) -> tuple[list[LayerView], list[str]]:
     """The called sites in forward order, at most ``max_layers``, and the names of the rest.
 
     Each view holds ``kinds`` of the site's first call; ``absent(kind)`` says why a call holds
     none of a kind when the capture left no reason. ``progress(done, total)`` is called with
-    ``done=0`` first, then after each layer.
+    ``done=0`` first, then after each layer. ``channels`` (site: channel count, from the model's
+    weights) tells channels-last maps ``(B, H, W, C)`` from channels-first ones when drawing them.
     """
     called = [record for record in forward_order(sites) if record.calls]
     shown = called[:max_layers]
@@ -192,7 +195,8 @@ def layer_views(
         progress(0, len(shown))
     for i, record in enumerate(shown):
         call = record.calls[0]
-        tensors = [view for view in (tensor_view(call, kind) for kind in kinds) if view is not None]
+        count = (channels or {}).get(record.name)
+        tensors = [view for view in (tensor_view(call, kind, channels=count) for kind in kinds) if view is not None]
         held = {view.kind for view in tensors}
         missing: dict[str, str] = {k: call.missing.get(k) or absent(k) for k in kinds if k not in held}
         views.append(LayerView(i, record.name, record.type, len(record.calls), tuple(tensors), missing))
@@ -208,13 +212,15 @@ def not_held(kind: str) -> str:
     return {"input": "it received no tensor", "output": "it returned no tensor"}.get(kind, f"it held no {kind}")
 
 
-def tensor_view(call: Call, kind: Kind) -> TensorView | None:
-    """The first tensor of ``kind`` in ``call`` as numbers and a picture; None when it holds none."""
+def tensor_view(call: Call, kind: Kind, *, channels: int | None = None) -> TensorView | None:
+    """The first tensor of ``kind`` in ``call`` as numbers and a picture; None when it holds none.
+    ``channels``: the module's channel count, which tells a channels-last map (drawn permuted)."""
     keys = call.keys(kind)
     if not keys:
         return None
     tensor = call.tensors[kind][keys[0]]
-    grid, values, note = picture_of(tensor, diverging=is_gradient(kind))
+    last = is_channels_last(tensor.shape, channels)
+    grid, values, note = picture_of(tensor, diverging=is_gradient(kind), channels_last=last)
     return TensorView(
         kind=kind,
         key=keys[0],
@@ -228,8 +234,13 @@ def tensor_view(call: Call, kind: Kind) -> TensorView | None:
     )
 
 
-def picture_of(tensor: Tensor, *, diverging: bool) -> tuple[bytes | None, tuple[float, ...], str]:
-    """Image 0 of a layer's tensor as a feature grid (4-D), value bars (2-D) or nothing, and a caption."""
+def picture_of(
+    tensor: Tensor, *, diverging: bool, channels_last: bool = False
+) -> tuple[bytes | None, tuple[float, ...], str]:
+    """Image 0 of a layer's tensor as a feature grid (4-D), value bars (2-D) or nothing, and a caption.
+    ``channels_last``: a 4-D tensor is ``(B, H, W, C)`` (drawn as its channels-first permutation)."""
+    if channels_last and tensor.dim() == 4:
+        tensor = tensor.permute(0, 3, 1, 2)  # (B, C, H, W)
     if tensor.dim() == 4 and tensor.shape[2] * tensor.shape[3] == 1:
         tensor = tensor.flatten(1)  # (B, C, 1, 1): one number per channel reads better as bars
     if tensor.dim() == 2 and tensor.shape[0] and tensor.shape[1]:

@@ -61,6 +61,7 @@ def feature_grid(
     columns: int | None = None,
     background: RGB = (255, 255, 255),
     tokens: bool = False,
+    channels_last: bool = False,
 ) -> Image.Image:
     """One tile per channel of ``(C, H, W)`` / ``(B, C, H, W)`` maps or ``(B, N, C)`` ViT tokens.
 
@@ -72,10 +73,15 @@ def feature_grid(
     Small maps are enlarged by a whole factor (nearest) to at least ``min_tile`` pixels. Tiles
     sit ``columns`` (default ``ceil(sqrt(k))``) to a row, ``padding`` pixels apart; each image
     of a batch is a block of rows. NaN and +-Inf are drawn in the ``background`` colour.
-    ``tokens`` is handed to ``hookscope.tokens.spatial_maps`` (``True`` for ``(B, N, C)``).
+    ``tokens`` and ``channels_last`` are handed to ``hookscope.tokens.spatial_maps`` (``True`` for
+    ``(B, N, C)`` tokens, and for ``(H, W, C)`` / ``(B, H, W, C)`` maps: Swin's, say).
     """
     _check_options(pick, normalize, channels, padding, columns)
-    maps = spatial_maps(tensor, tokens=tokens).detach().to("cpu", torch.float64)  # (B, C, H, W)
+    if channels_last and tensor.dim() == 3:
+        tensor = tensor.unsqueeze(0)  # one image's (H, W, C)
+    maps = (
+        spatial_maps(tensor, tokens=tokens, channels_last=channels_last).detach().to("cpu", torch.float64)
+    )  # (B, C, H, W)
     if maps.numel() == 0:
         raise ShapeError(f"nothing to draw: the maps have shape {tuple(maps.shape)}")
     maps = maps[:, pick_channels(maps, channels, pick)]  # (B, k, H, W)
