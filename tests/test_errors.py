@@ -224,6 +224,13 @@ def test_a_bad_option_of_patch_sweep_is_an_option_error() -> None:
             hookscope.patch_sweep(model, x, y, select="fc1", target=lambda out: out.sum(), batch_size=copies)  # type: ignore[arg-type]
     with pytest.raises(hookscope.OptionError, match=r"positions=True needs an output of shape \(B, T, \.\.\.\)"):
         hookscope.patch_sweep(model, x[0], y[0], select="fc1", target=lambda out: out.sum(), positions=True)
-    lstm = nn.Sequential(nn.LSTM(4, 4, batch_first=True)).to(D).eval()  # returns (out, (h, c)): three tensors
-    with pytest.raises(hookscope.OptionError, match=r"site '0' returns out\[0\], .*; pass key= to name the one"):
-        hookscope.patch_sweep(lstm, x[:, None], y[:, None], select="0", target=lambda out: out[0].sum())
+    two = (
+        nn.Sequential(Pair()).to(D).eval()
+    )  # returns (a (B, T) mean, the (B, T, D) input): not the hidden states first
+    with pytest.raises(hookscope.OptionError, match=r"site '0' returns out\[0\], .*pass key= to name the one"):
+        hookscope.patch_sweep(two, x[:, None], y[:, None], select="0", target=lambda out: out[1].sum())
+
+
+class Pair(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.mean(-1), 2 * x
