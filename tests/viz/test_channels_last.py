@@ -67,3 +67,35 @@ def test_the_report_draws_a_channels_last_layer_as_its_permutation() -> None:
     grid, _, note = picture_of(norm.permute(0, 3, 1, 2), diverging=False)
     assert view.grid == grid and note == view.note
     assert "of 32" in view.note and grid != picture_of(norm, diverging=False)[0]
+
+
+class Projected(nn.Module):
+    """A channels-last layer: a linear map over the last axis of (B, H, W, C), as Swin's blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(3, 12)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(x.permute(0, 2, 3, 1))  # (B, H, W, 12)
+
+
+def test_notebook_views_and_plots_of_a_capture_and_its_store_draw_the_permutation(tmp_path) -> None:
+    """The capture knows each module's channel count (Record.channels), the store keeps it, and every
+    picture of the record (its plot, its notebook thumbnail) is the permuted tensor drawn channels-first."""
+    from hookscope.report.inline import grid_png
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Projected())
+    with hookscope.capture(model, "0") as cap:
+        model(torch.randn(1, 3, 6, 10))
+    record = cap["0"]
+    nhwc = record.output
+    assert record.channels == 12 and nhwc.shape == (1, 6, 10, 12)
+    assert record.plot().tobytes() == pixels(nhwc[0].permute(2, 0, 1), channels=16)
+    want = grid_png(nhwc.permute(0, 3, 1, 2), diverging=False, channels=16, side=48)  # inline.GRID_*
+    assert record._repr_png_() == want and want is not None
+    assert grid_png(nhwc, diverging=False, channels=16, side=48) != want  # read channels-first: another picture
+    run = hookscope.save(cap, tmp_path / "cap.hookscope")
+    assert run["0"].channels == 12
+    assert run["0"].plot().tobytes() == record.plot().tobytes()

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from ..display import Shows, table_of
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from ..text import closest
+from ..tokens import channel_count
 from .block import Block
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
@@ -98,7 +99,9 @@ class Capture(Block, Mapping[str, Record], Shows):
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else select_modules(model, select)
-        records = {name: Record(name, type(m).__name__, self.kinds) for name, m in self._modules}
+        records = {
+            name: Record(name, type(m).__name__, self.kinds, channels=channel_count(m)) for name, m in self._modules
+        }
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):

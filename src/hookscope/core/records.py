@@ -221,6 +221,7 @@ class Record(_Shortcuts, Shows):
     calls: list[Call] = field(default_factory=list)
     param_grads: dict[str, list[Tensor]] = field(default_factory=dict)  # name -> one per backward pass
     missing: dict[str, str] = field(default_factory=dict)  # site-wide reasons (param_grad, no call)
+    channels: int | None = None  # the module's output channels as its weight says: tells (B, H, W, C) maps
 
     def __repr__(self) -> str:
         return f"<Record {self.name!r} ({self.type}): {len(self.calls)} call(s), kinds={self.kinds}>"

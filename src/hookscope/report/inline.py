@@ -36,6 +36,7 @@ from ..stats.streaming import RunningStats
 from ..stats.summary import Summary
 from ..store.reader import Run
 from ..text import format_size
+from ..tokens import is_channels_last
 from ..viz import html
 from ..viz.html import Safe, escape
 from ..viz.images import feature_grid
@@ -142,14 +143,14 @@ def sites_html(sites: Mapping[str, Record], *, title: str) -> str:
 
 @shows_as(
     Record,
-    png=lambda record: _first_grid(record.calls[0]) if record.calls else None,
+    png=lambda record: _first_grid(record.calls[0], record.channels) if record.calls else None,
     table=tables.record_table,
     plot=tables.record_plot,
 )
 def record_html(record: Record) -> str:
     calls = record.calls[:MAX_CALLS]
     held = _kinds([record], None) or ("output",)
-    rows = [(call.index, *(_kind_cell(call, kind) for kind in held)) for call in calls]
+    rows = [(call.index, *(_kind_cell(call, kind, channels=record.channels) for kind in held)) for call in calls]
     body = html.table(("call", *held), rows, numeric=(0,)) if calls else html.note(_no_calls(record))
     body += html.more(len(calls), len(record.calls), "calls") + _param_grads(record)
     title = f"{record.name or '(model)'} ({record.type}): {len(record.calls)} call(s)"
@@ -209,23 +210,24 @@ def _site_row(index: int, record: Record) -> tuple[Any, ...]:
     size = sum(
         t.numel() * t.element_size() for c in record.calls for held_ in c.tensors.values() for t in held_.values()
     )
-    thumb = _thumbnail(call)
+    thumb = _thumbnail(call, record.channels)
     return (index, record.name or "(model)", record.type, len(record.calls), ", ".join(held) or "–", shapes,
             format_size(size), thumb)  # fmt: skip
 
 
-def _thumbnail(call: Call | None) -> Any:
+def _thumbnail(call: Call | None, channels: int | None = None) -> Any:
     if call is None:
         return ""
     for kind in ("output", *names()):
         if call.keys(kind):
-            png = grid_png(call.get(kind), diverging=is_gradient(kind), channels=THUMB_CHANNELS, side=THUMB_SIDE)
+            tensor = _channels_first(call.get(kind), channels)
+            png = grid_png(tensor, diverging=is_gradient(kind), channels=THUMB_CHANNELS, side=THUMB_SIDE)
             if png is not None:
                 return html.image_tag(png, alt=f"{kind} of {call.site}, image 0")
     return ""
 
 
-def _kind_cell(call: Call, kind: Kind, *, caption: bool = False) -> Any:
+def _kind_cell(call: Call, kind: Kind, *, caption: bool = False, channels: int | None = None) -> Any:
     if not call.keys(kind):
         return call.missing.get(kind, "–")
     keys = call.keys(kind)
@@ -234,7 +236,9 @@ def _kind_cell(call: Call, kind: Kind, *, caption: bool = False) -> Any:
         f" (+{len(keys) - 1} more: {', '.join(keys[1:4])}{', ...' if len(keys) > 4 else ''})" if len(keys) > 1 else ""
     )
     words = f"{kind} {keys[0]}{others} {_shape(tensor)} {str(tensor.dtype).removeprefix('torch.')} · {_brief(tensor)}"
-    png = grid_png(tensor, diverging=is_gradient(kind), channels=GRID_CHANNELS, side=GRID_SIDE)
+    png = grid_png(
+        _channels_first(tensor, channels), diverging=is_gradient(kind), channels=GRID_CHANNELS, side=GRID_SIDE
+    )
     if caption:
         return html.figure(png, words, width=192) if png is not None else html.note(words)
     picture = html.image_tag(png, alt=f"{kind} of {call.site}", width=144) if png is not None else ""
@@ -256,11 +260,17 @@ def grid_png(tensor: Tensor, *, diverging: bool, channels: int, side: int) -> by
     return html.png_bytes(grid)
 
 
-def _first_grid(call: Call) -> bytes | None:
+def _first_grid(call: Call, channels: int | None = None) -> bytes | None:
     kind = next((k for k in ("output", *names()) if call.keys(k)), None)
     if kind is None:
         return None
-    return grid_png(call.get(kind), diverging=is_gradient(kind), channels=GRID_CHANNELS, side=GRID_SIDE)
+    tensor = _channels_first(call.get(kind), channels)
+    return grid_png(tensor, diverging=is_gradient(kind), channels=GRID_CHANNELS, side=GRID_SIDE)
+
+
+def _channels_first(tensor: Tensor, channels: int | None) -> Tensor:
+    """A channels-last ``(B, H, W, C)`` map of a module with ``channels`` channels as ``(B, C, H, W)``."""
+    return tensor.permute(0, 3, 1, 2) if is_channels_last(tensor.shape, channels) else tensor
 
 
 def _param_grads(record: Record) -> Safe:

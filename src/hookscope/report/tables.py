@@ -27,6 +27,7 @@ from ..stats.streaming import RunningStats
 from ..stats.summary import Summary
 from ..store.reader import Run
 from ..text import columns, format_size
+from ..tokens import is_channels_last
 from ..viz.charts import counts_plot
 from ..viz.images import feature_grid
 from .html import format_number
@@ -77,11 +78,14 @@ def record_plot(record: Record, *, call: int = 0, kind: Kind | None = None, chan
     if not 0 <= call < len(record.calls):
         last = len(record.calls) - 1
         raise OptionError(f"{record.name!r} has {last + 1} call(s), got call={call}; pass call= from 0 to {last}")
-    return call_plot(record.calls[call], kind=kind, channels=channels)
+    return call_plot(record.calls[call], kind=kind, channels=channels, module_channels=record.channels)
 
 
-def call_plot(call: Call, *, kind: Kind | None = None, channels: int = GRID_CHANNELS) -> Image:
-    """Image 0's first ``channels`` maps of ``kind`` (default: the first kind held, output first) as a grid."""
+def call_plot(
+    call: Call, *, kind: Kind | None = None, channels: int = GRID_CHANNELS, module_channels: int | None = None
+) -> Image:
+    """Image 0's first ``channels`` maps of ``kind`` (default: the first kind held, output first) as a grid;
+    ``module_channels`` (the record's) tells a channels-last ``(B, H, W, C)`` map, drawn permuted."""
     held = held_kinds(call)
     chosen = kind if kind is not None else main_kind(call)
     if chosen is None or not call.keys(chosen):
@@ -90,6 +94,8 @@ def call_plot(call: Call, *, kind: Kind | None = None, channels: int = GRID_CHAN
             "pass one it holds as kind="
         )
     tensor = first(call, chosen).detach()
+    if is_channels_last(tensor.shape, module_channels):
+        tensor = tensor.permute(0, 3, 1, 2)
     maps = tensor[0] if tensor.dim() == 4 else tensor  # (C, H, W) of image 0; ViT tokens as they are
     return feature_grid(maps, channels=channels, diverging=is_gradient(chosen))
 

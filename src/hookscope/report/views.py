@@ -195,7 +195,7 @@ def layer_views(
         progress(0, len(shown))
     for i, record in enumerate(shown):
         call = record.calls[0]
-        count = (channels or {}).get(record.name)
+        count = (channels or {}).get(record.name, record.channels)
         tensors = [view for view in (tensor_view(call, kind, channels=count) for kind in kinds) if view is not None]
         held = {view.kind for view in tensors}
         missing: dict[str, str] = {k: call.missing.get(k) or absent(k) for k in kinds if k not in held}

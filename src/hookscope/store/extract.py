@@ -54,6 +54,7 @@ from ..progress import Callback, Progress, callback
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from ..text import bar, format_size, parse_size
+from ..tokens import channel_count
 from . import format as store_format
 from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
 from .format import SHARDS, STATS_PARTS
@@ -282,8 +283,11 @@ def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
 def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...], reduce: Reducer | None,
             stats_only: bool, channel_dim: int | None, world: World,
             target: Loss | None) -> dict[str, Any]:  # fmt: skip
-    sites = [{"name": name, "type": type(m).__name__, "kinds": list(chosen), "params": [], "missing": {}}
-             for name, m in select_modules(model, select)]  # fmt: skip
+    sites: list[dict[str, Any]] = [
+        {"name": name, "type": type(m).__name__, "kinds": list(chosen), "params": [], "missing": {},
+         "channels": channel_count(m)}
+        for name, m in select_modules(model, select)
+    ]  # fmt: skip
     config = {"source": "extract", "select": selector_text(select), "kinds": list(chosen),
               "reduce": reducer_name(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
               "world_size": world.size,

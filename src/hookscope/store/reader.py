@@ -230,7 +230,14 @@ class Run(Mapping[str, Record], Shows):
         if site not in self._sites:
             raise NotCapturedError(_unknown(site, list(self._sites), self.path))
         info = self._sites[site]
-        record = Record(site, info["type"], tuple(info["kinds"]), missing=dict(info.get("missing", {})))
+        channels = info.get("channels")  # stores written before it have none
+        record = Record(
+            site,
+            info["type"],
+            tuple(info["kinds"]),
+            missing=dict(info.get("missing", {})),
+            channels=channels if isinstance(channels, int) and not isinstance(channels, bool) else None,
+        )
         record.param_grads = {name: [] for name in info.get("params", [])}
         calls: dict[tuple[int, int], Call] = {}
         by_batch = self._indexed().get(site, {})

@@ -63,7 +63,14 @@ def save(
 def sites(cap: Mapping[str, Record]) -> list[dict[str, Any]]:
     """The manifest's description of every site: name, type, kinds, parameters, why something is missing."""
     return [
-        {"name": r.name, "type": r.type, "kinds": list(r.kinds), "params": list(r.param_grads), "missing": r.missing}
+        {
+            "name": r.name,
+            "type": r.type,
+            "kinds": list(r.kinds),
+            "params": list(r.param_grads),
+            "missing": r.missing,
+            "channels": r.channels,
+        }
         for r in cap.values()
     ]
 
