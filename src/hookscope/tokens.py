@@ -20,7 +20,7 @@ has one; ``is_channels_last(shape, channels)`` then tells the two apart.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from torch import Tensor, nn
 
@@ -86,19 +86,6 @@ def channel_count(module: nn.Module, *, inside: bool = True) -> int | None:
         if found is not None:
             return found
     return None
-
-
-def channel_counts(model: nn.Module, names: Iterable[str]) -> dict[str, int]:
-    """``channel_count`` of each named module of ``model`` that has one (names it lacks left out)."""
-    counts: dict[str, int] = {}
-    for name in names:
-        try:
-            count = channel_count(model.get_submodule(name))
-        except AttributeError:  # not a module of this model (a compiled submodule's inside)
-            continue
-        if count is not None:
-            counts[name] = count
-    return counts
 
 
 def is_channels_last(shape: Sequence[int], channels: int | None) -> bool:

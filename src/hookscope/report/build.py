@@ -40,7 +40,6 @@ from torch import Tensor, nn
 
 from .._version import __version__
 from ..core.capture import Capture, capture
-from ..core.compiled import unwrap
 from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
 from ..core.modes import evaluating, mode_note
 from ..core.select import Selector
@@ -50,7 +49,6 @@ from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..progress import Callback, Progress, callback
-from ..tokens import channel_counts
 from ..viz.images import overlay, to_pil
 from .edits import as_section
 from .flow import FlowChart, flow_chart
@@ -114,13 +112,8 @@ def build_report(
     with evaluating(model) as switched:  # the model as it predicts; every module's flag restored after
         cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
         scores_2d = _class_scores(returned, labels, key)
-        layers, left_out = layer_views(
-            cap,
-            drawn,
-            max_layers=max_layers,
-            absent=not_held,
-            progress=lambda done, total: step("layers", done, total),
-            channels=channel_counts(unwrap(model), cap),
+        layers, left_out = layer_views(  # each record knows its channels: (B, H, W, C) maps drawn permuted
+            cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
         )
         shown = min(len(x), MAX_IMAGES)
         images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)

@@ -179,14 +179,13 @@ def layer_views(
     max_layers: int,
     absent: Callable[[str], str],
     progress: Callable[[int, int], None] | None = None,
-    channels: Mapping[str, int] | None = None,
 ) -> tuple[list[LayerView], list[str]]:
     """The called sites in forward order, at most ``max_layers``, and the names of the rest.
 
     Each view holds ``kinds`` of the site's first call; ``absent(kind)`` says why a call holds
     none of a kind when the capture left no reason. ``progress(done, total)`` is called with
-    ``done=0`` first, then after each layer. ``channels`` (site: channel count, from the model's
-    weights) tells channels-last maps ``(B, H, W, C)`` from channels-first ones when drawing them.
+    ``done=0`` first, then after each layer. Each record's ``channels`` (its module's channel count,
+    from the weights) tells channels-last maps ``(B, H, W, C)`` from channels-first ones when drawing them.
     """
     called = [record for record in forward_order(sites) if record.calls]
     shown = called[:max_layers]
@@ -195,8 +194,8 @@ def layer_views(
         progress(0, len(shown))
     for i, record in enumerate(shown):
         call = record.calls[0]
-        count = (channels or {}).get(record.name, record.channels)
-        tensors = [view for view in (tensor_view(call, kind, channels=count) for kind in kinds) if view is not None]
+        views_ = (tensor_view(call, kind, channels=record.channels) for kind in kinds)
+        tensors = [view for view in views_ if view is not None]
         held = {view.kind for view in tensors}
         missing: dict[str, str] = {k: call.missing.get(k) or absent(k) for k in kinds if k not in held}
         views.append(LayerView(i, record.name, record.type, len(record.calls), tuple(tensors), missing))
