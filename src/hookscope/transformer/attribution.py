@@ -52,7 +52,7 @@ from ..explain.baselines import make_baseline
 from ..explain.targets import Target, logits, scores
 from ..text import columns
 from ..viz.highlight import token_html, token_image
-from .text import encoded
+from .text import encoded, model_part
 
 Method = Literal["integrated_gradients", "input_x_gradient"]
 METHODS: tuple[str, ...] = ("integrated_gradients", "input_x_gradient")
@@ -219,13 +219,9 @@ def _run(model: nn.Module, inputs: Inputs, layer: nn.Module, point: Tensor | Non
 
 
 def _input_embeddings(model: nn.Module) -> nn.Module:
-    get = getattr(model, "get_input_embeddings", None)
-    layer = get() if callable(get) else None
-    if not isinstance(layer, nn.Module):
-        raise OptionError(
-            f"{type(model).__name__} has no get_input_embeddings(); pass embeddings=<its token embedding module>"
-        )
-    return layer
+    return model_part(
+        model, "get_input_embeddings", "get_input_embeddings(); pass embeddings=<its token embedding module>"
+    )
 
 
 def _baseline(baseline: Baseline, layer: nn.Module, x: Tensor, ids: Tensor, keep: Tensor, pad: int | None) -> Tensor:

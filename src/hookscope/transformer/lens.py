@@ -36,7 +36,7 @@ from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import CaptureWarning, OptionError
 from ..optional import require
 from ..text import columns
-from .text import encoded
+from .text import encoded, model_part
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)
 DPI = 100
@@ -121,14 +121,8 @@ def _name_tokens(lens: LogitLens, ids: Tensor, tokenizer: Any) -> None:
 
 def output_embeddings(model: nn.Module) -> nn.Module:
     """The model's unembedding: ``model.get_output_embeddings()`` (a Hugging Face LM's ``lm_head``)."""
-    get = getattr(model, "get_output_embeddings", None)
-    head = get() if callable(get) else None
-    if not isinstance(head, nn.Module):
-        raise OptionError(
-            f"{type(model).__name__} has no get_output_embeddings() returning a module; pass unembed=<its "
-            "unembedding, e.g. model.lm_head>"
-        )
-    return head
+    advice = "get_output_embeddings() returning a module; pass unembed=<its unembedding, e.g. model.lm_head>"
+    return model_part(model, "get_output_embeddings", advice)
 
 
 def final_norm(model: nn.Module) -> nn.Module | None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from ..errors import InputError
+from ..errors import InputError, OptionError
 
 Groups = list[tuple[str, list[int]]]
 MAX_LENGTH = 512  # tokens a sentence is cut to, BERT's window
@@ -47,6 +47,16 @@ def encoded(inputs: Any, tokenizer: Any, *, caller: str) -> Any:
     if tokenizer is None:
         raise InputError(f"text needs tokenizer=: hookscope.{caller}(model, text, ..., tokenizer=tokenizer)")
     return encode(tokenizer, inputs)
+
+
+def model_part(model: nn.Module, getter: str, advice: str) -> nn.Module:
+    """What a Hugging Face model's ``getter`` (``get_input_embeddings``...) returns, or an OptionError:
+    ``"{Model} has no {advice}"``, where ``advice`` names the getter and the option that replaces it."""
+    get = getattr(model, getter, None)
+    part = get() if callable(get) else None
+    if not isinstance(part, nn.Module):
+        raise OptionError(f"{type(model).__name__} has no {advice}")
+    return part
 
 
 def tokens_of(inputs: Any, tokenizer: Any = None) -> list[list[str]]:
