@@ -78,6 +78,7 @@ def test_exported_members() -> None:
         "capture",
         "edit",
         "edits",
+        "export",
         "extract",
         "feature_grid",
         "find_hooks",

@@ -55,6 +55,7 @@ SUBJECTS = {
     "optimizer",  # watch/nan_guard/find_hooks: one optimizer or several
     "run",  # build_training_report(run): a watch store (hookscope.load)
     "edits",  # edit(model, {selector: spec}): the mapping's keys are Selectors
+    "source",  # export(source, out, format=): a store, a capture, a graph overlay, ... in another tool's format
 }  # fmt: skip
 OPTIONS = {
     # capture
@@ -77,6 +78,8 @@ OPTIONS = {
     "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync",
     # edits
     "strict",
+    # exports: the other tool's format
+    "format",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -85,7 +88,7 @@ POSITIONAL = {
     "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
-    "save": {"out"}, "write_report": {"out"}, "attention_grid": {"layer"}, "render_html": set(),
+    "save": {"out"}, "write_report": {"out"}, "export": {"out"}, "attention_grid": {"layer"}, "render_html": set(),
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.

@@ -53,6 +53,7 @@ from .errors import (
 from .explain.attribute import attribute
 from .explain.cam import cam
 from .explain.layers import pick_layer
+from .exports.dispatch import export
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.inline import show
@@ -137,6 +138,7 @@ __all__ = [
     "capture",
     "edit",
     "edits",
+    "export",
     "extract",
     "feature_grid",
     "find_hooks",

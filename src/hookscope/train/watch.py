@@ -29,12 +29,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 import os
-import shutil
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,11 +43,9 @@ from ..core.block import Block
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import NotCapturedError, OptionError, OutputExistsError, StoreError
+from ..errors import NotCapturedError, OptionError
 from ..stats.norms import squared_norm
-from ..store.format import new_manifest
-from ..store.save import provenance
-from ..store.series import COLUMNS, SOURCE, Alert, History, write_watch
+from ..store.series import COLUMNS, SOURCE, Alert, History
 from ..text import closest
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
@@ -58,6 +53,7 @@ from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
 from .steps import StepClock, optimizers_of
 from .view import histories_table, series_plot, watch_html
+from .watch_store import WatchStore
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -117,8 +113,9 @@ class Watch(Block, display.Shows):
         self.model, self.every, self.thresholds = model, every, thresholds
         self.sites = default_sites(model) if select is None else select_modules(model, select)
         self.alerts: list[Alert] = []
-        self.out = None if out is None else Path(os.path.abspath(out))
-        self._select, self._force, self._flush_every, self._board_dir = select, force, flush_every, tensorboard
+        self._store = None if out is None else WatchStore(out, force=force)
+        self.out = None if self._store is None else self._store.out
+        self._select, self._flush_every, self._board_dir = select, flush_every, tensorboard
         self._params = {name: list(m.parameters()) for name, m in self.sites}
         self._owner = {id(p): name for name, ps in self._params.items() for p in ps}
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
@@ -133,16 +130,15 @@ class Watch(Block, display.Shows):
         self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
         self._board: Board | None = None
-        self._manifest: dict[str, Any] = {}
-        self._written = -math.inf
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
-        self._check_out()  # before anything is touched
+        if self._store is not None:
+            self._store.check()  # before anything is touched
         self._clock.install(handles)
         self._board = Board(self._board_dir) if self._board_dir is not None else None
         self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
-        if self.out is not None:
+        if self._store is not None:
             self._open_store()  # last: a failed entry writes no store
 
     def _release(self) -> None:
@@ -157,7 +153,7 @@ class Watch(Block, display.Shows):
                 self._board.close()
 
     def _finish(self, exc: BaseException | None) -> None:
-        if self.out is not None:
+        if self._store is not None:
             ended = "normally" if exc is None else f"by {type(exc).__name__}"
             self._write(status="complete", ended=ended)
 
@@ -292,7 +288,7 @@ class Watch(Block, display.Shows):
             self.alerts.extend(new)
             if self._board is not None:
                 self._board.log(step, name, row, g, dict(_named(name, self.sites)))
-        if self.out is not None and time.monotonic() - self._written > self._flush_every:
+        if self._store is not None and time.monotonic() - self._store.written > self._flush_every:
             self._write(status="running", ended="")
 
     def _vector(self, name: str, g: Gathered, device: torch.device) -> Tensor:
@@ -306,18 +302,8 @@ class Watch(Block, display.Shows):
         return g.values(weight_sq, dead, device)
 
     # -- the store --------------------------------------------------------------------------
-    def _check_out(self) -> None:
-        if self.out is not None and self.out.exists() and not self._force:
-            raise OutputExistsError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
-
     def _open_store(self) -> None:
-        assert self.out is not None
-        if self.out.exists():
-            shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
-        try:
-            self.out.mkdir(parents=True)
-        except OSError as err:
-            raise StoreError(f"cannot write the store {self.out}: {err.strerror or err}") from err
+        assert self._store is not None
         sites = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
                  for n, m in self.sites]  # fmt: skip
         config = {
@@ -326,15 +312,12 @@ class Watch(Block, display.Shows):
             "select": selector_text(self._select),
             "thresholds": {**vars(self.thresholds), "update_ratio": list(self.thresholds.update_ratio)},
         }
-        self._manifest = new_manifest(provenance(self.model), config, sites)  # fmt: skip
+        self._store.open(self.model, config, sites)
         self._write(status="running", ended="")
 
     def _write(self, *, status: str, ended: str) -> None:
-        assert self.out is not None
-        config = {**self._manifest["config"], "steps": self.steps, "ended": ended}
-        manifest = {**self._manifest, "status": status, "config": config}
-        write_watch(self.out, manifest, self.histories(), self.alerts)
-        self._written = time.monotonic()
+        assert self._store is not None
+        self._store.write(self.histories(), self.alerts, status=status, extra={"steps": self.steps, "ended": ended})
 
 
 def _tensors(value: Any) -> Iterable[Tensor]:

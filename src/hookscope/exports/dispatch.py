@@ -1,0 +1,28 @@
+"""``export(source, out, *, format, force=False, **options)``: one entry point, one writer per format.
+
+``FORMATS`` maps a format's name to its writer, a function ``(source, out, *, force, **options)``
+returning the path written. A format's module owns its options and its checks of ``source``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import OptionError
+from ..text import closest
+
+Writer = Callable[..., Path]
+
+FORMATS: dict[str, Writer] = {}
+
+
+def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool = False, **options: Any) -> Path:
+    """Write ``source`` to ``out`` in ``format`` (one of ``FORMATS``); returns the path written."""
+    writer = FORMATS.get(format)
+    if writer is None:
+        raise OptionError(f"format={format!r} is not a format hookscope exports to{closest(format, FORMATS)}; "
+                          f"pass one of {sorted(FORMATS)}")  # fmt: skip
+    return writer(source, out, force=force, **options)
