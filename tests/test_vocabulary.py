@@ -74,6 +74,8 @@ OPTIONS = {
     "grads", "pictures", "cam_methods", "title", "notes", "max_layers", "image_names", "sections",
     # stores
     "verify", "max_memory", "stats_only", "resume", "forward", "shard_size", "flush_every",
+    # stores others read: extract's layout ("rows", "tokens"), a dataset's items (by rows or tokens), its shuffle
+    "layout", "by", "seed",
     # training
     "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync",
     # edits
@@ -160,6 +162,7 @@ METHOD_NAMES = {
     "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
     "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
     "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
+    "epoch",  # StoreStream.set_epoch: the epoch a shuffle is seeded with
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

@@ -62,6 +62,7 @@ from .report.training import build_training_report
 from .report.views import Report
 from .stats.streaming import RunningStats
 from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
+from .store.dataset import StoreDataset, StoreStream
 from .store.extract import extract
 from .store.reader import Run, load
 from .store.save import save
@@ -119,7 +120,9 @@ __all__ = [
     "SelectionError",
     "Selector",
     "ShapeError",
+    "StoreDataset",
     "StoreError",
+    "StoreStream",
     "StoreWarning",
     "Summary",
     "TargetError",

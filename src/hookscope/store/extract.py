@@ -58,10 +58,12 @@ from ..tokens import channel_count
 from . import format as store_format
 from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
 from .format import SHARDS, STATS_PARTS
+from .names import by_entry
 from .ranks import World, share
 from .reader import Run, load
 from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter, StatsCheckpoint
+from .token_layout import as_tokens, batch_inputs, check_layout, join_rows, join_tokens
 
 FLUSH_EVERY = 5.0  # seconds: the default bound between finishing a batch and having it on disk
 
@@ -85,6 +87,7 @@ def extract(
     shard_size: int | str = "256MB",
     flush_every: float | None = FLUSH_EVERY,
     target: Loss | None = None,
+    layout: str = "rows",
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
@@ -104,7 +107,9 @@ def extract(
     memory bound, resume and ranks (``param.grad`` is never written). ``loss=`` is its old spelling.
     A run that fails keeps the batches finished before it (``resume=True`` continues); one whose
     model or data fails before its first batch finished leaves no store behind (one process).
-    Returns ``load(out)``.
+    ``layout="tokens"``: each site as one flat ``(tokens, features)`` array per shard, padding left out
+    where batches carry an ``attention_mask``, so a random token is one read (``hookscope.store.token_layout``).
+    Batches with ``input_ids`` keep them beside the activations (token ids). Returns ``load(out)``.
     """
     chosen = _check_kinds(model, kinds, target)
     limit = parse_size(max_memory)
@@ -113,10 +118,13 @@ def extract(
     run_forward = forward or default_forward(device)
     world = World.join(device)
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
+    if check_layout(layout) == "tokens":
+        _check_tokens(stats_only)
+        header["config"]["layout"] = layout  # a row store's config has none, as before
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = _Meter(progress if world.rank == 0 else None, total)
-    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, target)
+    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, target, layout)
     todo = unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
     try:
         if todo is not None and stats_only:
@@ -143,24 +151,25 @@ class _Job:
 
     def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
                  reduce: Reducer | None, world: World, meter: _Meter, forward: Forward,
-                 flush_every: float | None, target: Loss | None) -> None:  # fmt: skip
+                 flush_every: float | None, target: Loss | None, layout: str = "rows") -> None:  # fmt: skip
         self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
         self.world, self.meter, self.forward, self.flush_every = world, meter, forward, flush_every
-        self.target = target
+        self.target, self.layout = target, layout
         self.token = f"r{world.rank}-{secrets.token_hex(4)}"  # this rank, this run: file names never collide
 
     def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
         folder = self.root / SHARDS
         writer = ShardWriter(folder, self.token, rank=self.world.rank, limit=limit, shard_size=shard_size,
-                             flush_every=self.flush_every)  # fmt: skip
+                             flush_every=self.flush_every,
+                             join=join_tokens if self.layout == "tokens" else join_rows)  # fmt: skip
         try:
             with capture(self.model, self.select, kinds=self.kinds, device="cpu", reduce=self.reduce) as cap:
                 for index, batch in batches:
                     self._run(batch)
-                    listed, tensors, table = entries(cap, index, prefix=f"b{index}.")
+                    pending = self._pending(cap, index, batch)
                     cap.clear()
-                    rows, nbytes = rows_of(batch), sum(t.nbytes for t in tensors.values())
-                    writer.put(Pending(index, rows, listed, tensors, nbytes, table))
+                    writer.put(pending)
+                    rows = pending.rows
                     self.meter.step(rows, writer.written)
         except StoreError as err:  # the writer's: the disk is full, the folder went away
             writer.close(raise_error=False)
@@ -175,6 +184,16 @@ class _Job:
                 raise _kept(err, writer) from err
         finally:
             self.meter.close(writer.written)
+
+    def _pending(self, cap: Any, index: int, batch: Any) -> Pending:
+        """Batch ``index``'s tensors, named ``site/kind/key/call/b{index}`` (token-major with layout="tokens")."""
+        listed, held, table = entries(cap, index)
+        named, tensors = by_entry(listed, held)
+        inputs = batch_inputs(batch)
+        if self.layout == "tokens":
+            tensors, inputs = as_tokens(named, tensors, inputs)
+        nbytes = sum(t.nbytes for t in [*tensors.values(), *inputs.values()])
+        return Pending(index, rows_of(batch), named, tensors, nbytes, table, inputs)
 
     def statistics(self, batches: Iterator[tuple[int, Any]], channel_dim: int | None) -> None:
         accumulate = _StatsAccumulator(self.reduce, channel_dim)
@@ -317,6 +336,11 @@ def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], target: Loss | 
             "a parameter's gradient per batch is a copy of the weights per batch: use hookscope.capture for one"
         )
     return chosen
+
+
+def _check_tokens(stats_only: bool) -> None:
+    if stats_only:
+        raise OptionError("layout='tokens' lays out tensors, and stats_only=True keeps none; pass one of them")
 
 
 def _check_flush(flush_every: float | None) -> None:

@@ -45,13 +45,14 @@ from ..files import TEMPORARY, write_atomically
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
 FORMAT = "hookscope.store"
-VERSION = 1
+VERSION = 2  # 2: tensors named site/kind/key/call/batch (docs/store-format.md); 1 reads as before
 MANIFEST = "manifest.json"
 SHARDS = "shards"  # folder of tensor shards
 STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
 STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
 DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
-RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss")  # what a resumed run must repeat
+# what a resumed run must repeat
+RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")
 
 
 class Entry(NamedTuple):
@@ -244,7 +245,7 @@ def cannot_write(err: OSError, folder: Path, target: Path) -> StoreError:
 
 def _check_same(root: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     """A store is resumed only by the run that made it: same weights, selectors, kinds, reduction, mode."""
-    pairs = [(k, old.get("config", {}).get(k), new["config"][k]) for k in RESUME_SETTINGS]
+    pairs = [(k, old.get("config", {}).get(k), new["config"].get(k)) for k in RESUME_SETTINGS]
     weights = old.get("provenance", {}).get("weights_sha256"), new["provenance"]["weights_sha256"]
     pairs.append(("weights", *weights))
     differ = [f"{name} {was!r} (now {now!r})" for name, was, now in pairs if was != now]

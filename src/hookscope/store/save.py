@@ -29,6 +29,7 @@ from ..errors import OutputExistsError
 from ..files import staged_folder
 from ..text import parse_size
 from .format import SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
+from .names import by_entry
 from .reader import Run, load
 from .shards import dtype_name, write_shard
 
@@ -49,6 +50,7 @@ def save(
     limit = parse_size(shard_size)
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
         listed, tensors, table = entries(cap)
+        listed, tensors = by_entry(listed, tensors)
         (staging / SHARDS).mkdir()
         for n, group in enumerate(_groups(listed, tensors, limit)):
             names = {e["name"] for e in group}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,9 @@ from ..core.records import Label
 from ..stats.streaming import RunningStats
 from .format import shard_name
 from .shards import write_shard, write_stats
+from .token_layout import join_rows
+
+Join = Callable[[Sequence[Any]], tuple[dict[str, Tensor], dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -48,15 +51,28 @@ class Pending:
     tensors: dict[str, Tensor]
     nbytes: int
     layouts: dict[str, Any] = field(default_factory=dict)  # id -> layout JSON, the structures entries name
+    inputs: dict[str, Tensor] = field(default_factory=dict)  # token ids, attention mask (token_layout)
 
 
 class ShardWriter:
-    """Writes ``Pending`` batches as shards ``folder/{prefix}-000000.safetensors``, ... in a thread."""
+    """Writes ``Pending`` batches as shards ``folder/{prefix}-000000.safetensors``, ... in a thread.
+
+    ``join(group) -> (tensors, metadata)`` lays a shard's batches out: as they are (``join_rows``), or
+    token-major (``hookscope.store.token_layout.join_tokens``).
+    """
 
     def __init__(
-        self, folder: Path, prefix: str, *, rank: int, limit: int, shard_size: int, flush_every: float | None = None
+        self,
+        folder: Path,
+        prefix: str,
+        *,
+        rank: int,
+        limit: int,
+        shard_size: int,
+        flush_every: float | None = None,
+        join: Join = join_rows,
     ) -> None:
-        self.folder, self.prefix, self.rank = folder, prefix, rank
+        self.folder, self.prefix, self.rank, self.join = folder, prefix, rank, join
         self.limit, self.shard_size = limit, min(shard_size, max(limit // 2, 1))
         self.flush_every = flush_every  # seconds a batch may wait for its shard to fill; None: no limit
         self.written = 0  # bytes of tensors on disk
@@ -123,15 +139,15 @@ class ShardWriter:
         return None if self.flush_every is None else max(oldest + self.flush_every - time.monotonic(), 0.0)
 
     def _write(self, group: list[Pending]) -> bool:
-        tensors = {name: t for batch in group for name, t in batch.tensors.items()}
-        meta = {
-            "rank": self.rank,
-            "batches": [{"index": b.index, "rows": b.rows} for b in group],
-            "tensors": [e for b in group for e in b.entries],
-            "layouts": {name: layout for b in group for name, layout in b.layouts.items()},
-        }
         path = self.folder / shard_name(self.prefix, self._shards)
         try:
+            tensors, laid_out = self.join(group)
+            meta = {
+                "rank": self.rank,
+                "batches": [{"index": b.index, "rows": b.rows} for b in group],
+                "layouts": {name: layout for b in group for name, layout in b.layouts.items()},
+                **laid_out,
+            }
             write_shard(path, tensors, meta)
         except BaseException as err:
             with self._cond:

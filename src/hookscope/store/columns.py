@@ -1,0 +1,153 @@
+"""A store's (site, kind, key) as a column of items, rows or tokens, for ``StoreDataset`` and ``StoreStream``.
+
+A column lists, batch by batch, where its items lie: an array (a memory-mapped tensor of the
+store, ``(items, ...)``), the first row in it and how many. In the row layout each batch's tensor is
+its own array: ``(B, ...)`` by rows, ``(B*T, D)`` by tokens, less padding where the shard kept the
+batch's ``attention_mask`` (then a table maps each token to its row). In the token layout
+(``hookscope.store.token_layout``) one array holds every batch of a shard, so a random minibatch
+is one gather per shard. Arrays are mapped on first use, in the process that reads them (a
+``DataLoader`` worker maps its own).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import OptionError, SelectionError, StoreError, StoreWarning
+from .format import Entry
+from .reader import Run, load
+from .shards import MappedShards, inside, read_index
+
+BY = ("rows", "tokens")
+Source = str | os.PathLike[str] | Run
+
+
+@dataclass
+class Column:
+    """One (store, site, kind, key): per batch, its array, first row and count (``arrays`` mapped on use)."""
+
+    run: Run
+    site: str
+    kind: str
+    key: str
+    places: dict[int, tuple[tuple[Any, ...], int, int]]  # batch -> (array, first row, items)
+    masks: dict[int, Tensor] = field(default_factory=dict)  # batch -> the rows its tokens are (padding left out)
+    verify: bool = True
+    _mapped: dict[tuple[Any, ...], Tensor] = field(default_factory=dict, repr=False)
+
+    def array(self, where: tuple[Any, ...]) -> Tensor:
+        """The array ``where`` names: ``(file, data_start, dtype, shape, offsets, crc32, flat)``."""
+        if where not in self._mapped:
+            *located, flat = where
+            file, start, dtype, shape, offsets, crc = located
+            tensor = MappedShards(self.run.path, verify=self.verify).tensor(
+                file, start, dtype, [*shape], [*offsets], crc
+            )
+            self._mapped[where] = tensor.reshape(-1, tensor.shape[-1]) if flat else tensor
+        return self._mapped[where]
+
+    def items(self, batch: int) -> Tensor:
+        """Every item of ``batch``, in order (a view where there is no padding to leave out)."""
+        where, first, count = self.places[batch]
+        rows = self.array(where)
+        return rows[self.masks[batch]] if batch in self.masks else rows[first : first + count]
+
+    def __getstate__(self) -> dict[str, Any]:  # a worker maps the files itself, nothing is copied
+        return {**self.__dict__, "_mapped": {}}
+
+
+def columns(source: Source | Sequence[Source], select: str | Sequence[str] | None, kind: str, key: str | None,
+            by: str, verify: bool) -> list[Column]:  # fmt: skip
+    """The columns of every (store, selected site), store by store, sites in the store's order."""
+    if by not in BY:
+        raise OptionError(f"by must be 'rows' or 'tokens', got {by!r}")
+    runs = [source] if isinstance(source, (str, os.PathLike, Run)) else list(source)
+    opened = [r if isinstance(r, Run) else load(r, verify=verify) for r in runs]
+    return [_column(run, site, kind, key, by, verify) for run in opened for site in _sites(run, select)]
+
+
+def _sites(run: Run, select: str | Sequence[str] | None) -> list[str]:
+    patterns = [select] if isinstance(select, str) else list(select or ["*"])
+    picked = [site for site in run if any(fnmatch.fnmatchcase(site, p) for p in patterns)]
+    if not picked:
+        raise SelectionError(f"select={select!r} matched no site of the store {run.path} (it holds {', '.join(run)}); "
+                             "pass site names or patterns such as 'blocks.*'")  # fmt: skip
+    return picked
+
+
+def _column(run: Run, site: str, kind: str, key: str | None, by: str, verify: bool) -> Column:
+    rows = [e for e in map(_entry, run.manifest.get("tensors", [])) if (e.site, e.kind, e.call) == (site, kind, 0)]
+    rows = [e for e in rows if run.manifest["shards"][e.shard]["file"] not in run.damaged]
+    key = key if key is not None else (rows[0].key if rows else "")
+    rows = [e for e in rows if e.key == key]
+    if not rows:
+        raise StoreError(f"the store {run.path} holds no {kind} at key {key!r} of {site!r}; pass kind= and key= "
+                         "as run.describe() lists them")  # fmt: skip
+    headers = _headers(run, {e.shard for e in rows})
+    tokens = run.config.get("layout") == "tokens"
+    if tokens and by == "rows":
+        raise OptionError(f"{run.path} is token-major (extract(..., layout='tokens')): it holds tokens, not rows; "
+                          "pass by='tokens'")  # fmt: skip
+    column = Column(run, site, kind, key, {}, verify=verify)
+    for entry in rows:
+        shard = run.manifest["shards"][entry.shard]
+        where = (shard["file"], shard["data_start"], entry.dtype, tuple(entry.shape), tuple(entry.offsets), entry.crc32)
+        if tokens:
+            for batch, begin, end in headers[entry.shard]["meta"]["spans"][entry.name]:
+                column.places[batch] = ((*where, False), begin, end - begin)
+            continue
+        flat = by == "tokens" and len(entry.shape) == 3
+        count = entry.shape[0] * (entry.shape[1] if flat else 1)
+        column.places[entry.batch] = ((*where, flat), 0, count)
+        mask = read_input(run, headers[entry.shard], "attention_mask", entry.batch, verify) if flat else None
+        if mask is not None and mask.numel() == count:
+            column.masks[entry.batch] = mask.reshape(-1).nonzero().squeeze(1)
+            column.places[entry.batch] = ((*where, flat), 0, len(column.masks[entry.batch]))
+    return column
+
+
+def _entry(row: list[Any]) -> Entry:
+    return Entry(*row)
+
+
+def _headers(run: Run, shards: set[int]) -> dict[int, dict[str, Any]]:
+    """The header of each shard numbered in ``shards`` (``read_index``: its tensors; metadata: spans, inputs)."""
+    files = run.manifest["shards"]
+    return {n: {**read_index(inside(run.path, files[n]["file"])), "file": files[n]["file"]} for n in shards}
+
+
+def read_input(run: Run, header: dict[str, Any], key: str, batch: int, verify: bool = True) -> Tensor | None:
+    """The input ``key`` (``attention_mask``, ``input_ids``, ``token_ids``) a shard kept for ``batch``, or None."""
+    for row in header["meta"].get("inputs", []):
+        if row["key"] == key and row["batch"] == batch:
+            dtype, shape, offsets = header["tensors"][row["name"]]
+            crc = header["meta"].get("crc32", {}).get(row["name"], -1)
+            mapped = MappedShards(run.path, verify=verify)
+            return mapped.tensor(header["file"], header["data_start"], dtype, shape, offsets, crc)
+    return None
+
+
+def align(found: list[Column]) -> tuple[list[int], Tensor]:
+    """The batches every column holds, in order, and the first item of each (one more: the total)."""
+    held = [set(c.places) for c in found]
+    common = sorted(set.intersection(*held))
+    for column, batches in zip(found, held, strict=True):
+        first = found[0]
+        for batch in (b for b in common if column.places[b][2] != first.places[b][2]):
+            raise StoreError(f"batch {batch} has {column.places[batch][2]} items of {column.site} in "
+                             f"{column.run.path} and {first.places[batch][2]} of {first.site} in {first.run.path}; "
+                             "stores read together must come from the same batches")  # fmt: skip
+        if len(batches) != len(common):
+            warnings.warn(f"hookscope.store.columns: {len(batches) - len(common)} batches of {column.site} in "
+                          f"{column.run.path} are not in every store read with it; they are left out",
+                          StoreWarning, stacklevel=4)  # fmt: skip
+    counts = torch.tensor([0] + [found[0].places[b][2] for b in common], dtype=torch.long)
+    return common, counts.cumsum(0)

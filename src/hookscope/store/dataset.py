@@ -1,0 +1,199 @@
+"""Stores as ``torch.utils.data`` datasets: ``StoreDataset`` (exact random access), ``StoreStream`` (a shuffle buffer).
+
+::
+
+    data = hookscope.StoreDataset("acts.hookscope", "blocks.3", by="tokens")   # (B, T, D) -> tokens of D
+    loader = DataLoader(data, batch_size=4096, shuffle=True, num_workers=2)
+    stream = hookscope.StoreStream("acts.hookscope", "blocks.3", by="tokens", batch_size=4096, seed=0)
+    for epoch in range(2):
+        stream.set_epoch(epoch)
+        for x in DataLoader(stream, batch_size=None, num_workers=2): ...
+
+Over one site an item is a tensor; over several sites or stores (two models on the same
+batches: model diffing, crosscoders) a tuple, one tensor per (store, site), the stores aligned by
+batch (``hookscope.store.columns``). ``by="rows"`` gives a row of each batch; ``by="tokens"`` a token:
+``(B, T, D)`` flattened, padding left out where the store kept the batch's ``attention_mask``.
+Nothing is read before it is asked for; tensors are views of memory-mapped shards.
+
+``StoreDataset[i]`` is item ``i``; ``StoreDataset[indices]`` (a list or tensor) gathers a minibatch
+at once, one read per array (so ``DataLoader(data, batch_size=None, sampler=BatchSampler(...))``
+is the fast path). ``StoreStream`` reads whole batches in a seeded order (``seed``, ``set_epoch``),
+each rank and ``DataLoader`` worker its own share of them (ranks from ``torch.distributed`` or
+torchrun's ``RANK`` / ``WORLD_SIZE``), through a shuffle buffer of at most ``max_memory`` bytes: when
+full, it is shuffled and half of it yielded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from ..errors import OptionError
+from ..text import parse_size
+from .columns import Column, Source, align, columns
+
+Item = Tensor | tuple[Tensor, ...]
+
+
+class StoreDataset(Dataset[Item]):
+    """Every row (``by="rows"``) or token (``by="tokens"``) of the sites ``select`` picks, by index.
+
+    ``source``: a store's path, a ``load``-ed ``Run``, or a list of them (aligned by batch).
+    ``select``: site names or glob patterns (None: every site). ``kind``, ``key``: which tensor of a
+    call (``key=None``: the site's first). ``verify``: check each array's CRC-32 when it is first mapped.
+    """
+
+    def __init__(
+        self,
+        source: Source | Sequence[Source],
+        select: str | Sequence[str] | None = None,
+        *,
+        kind: str = "output",
+        key: str | None = None,
+        by: str = "rows",
+        verify: bool = True,
+    ) -> None:
+        self.columns: list[Column] = columns(source, select, kind, key, by, verify)
+        self.batches, self.starts = align(self.columns)
+        self._plans = [_plan(column, self.batches) for column in self.columns]
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, index: int | Sequence[int] | Tensor) -> Item:
+        if isinstance(index, int):
+            return _one(self.gather(torch.tensor([index])), squeeze=True)
+        return _one(self.gather(torch.as_tensor(index, dtype=torch.long)), squeeze=False)
+
+    def gather(self, index: Tensor) -> list[Tensor]:
+        """Items ``index`` (a 1-D long tensor) of every column, one gather per array they lie in."""
+        if index.dim() != 1:
+            raise OptionError(
+                f"a StoreDataset is indexed by an int or a 1-D list of ints, got shape {tuple(index.shape)}"
+            )
+        index = torch.where(index < 0, index + len(self), index)
+        if len(index) and (int(index.min()) < 0 or int(index.max()) >= len(self)):
+            raise IndexError(f"index out of range for a StoreDataset of {len(self)} items")
+        slot = torch.searchsorted(self.starts, index, right=True) - 1  # the batch (position in self.batches)
+        offset = index - self.starts[slot]
+        return [_gather(plan, slot, offset, index) for plan in self._plans]
+
+
+class StoreStream(IterableDataset[Item]):
+    """The items of ``StoreDataset`` through a shuffle buffer: whole batches read in a seeded order, shuffled
+    in a buffer of at most ``max_memory`` bytes; ``batch_size``: yield minibatches of that many items."""
+
+    def __init__(self, source: Source | Sequence[Source], select: str | Sequence[str] | None = None, *,
+                 kind: str = "output", key: str | None = None, by: str = "rows", batch_size: int | None = None,
+                 max_memory: int | str = "256MB", seed: int = 0, verify: bool = True) -> None:  # fmt: skip
+        self.data = StoreDataset(source, select, kind=kind, key=key, by=by, verify=verify)
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+        ):
+            raise OptionError(f"batch_size must be a positive int or None (single items), got {batch_size!r}")
+        self.batch_size, self.limit, self.seed, self.epoch = batch_size, parse_size(max_memory), seed, 0
+        self.rank, self.world = _rank()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle for ``epoch`` (call it before each epoch, as with ``DistributedSampler``)."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Item]:
+        worker = get_worker_info()
+        slot, slots = self.rank, self.world
+        if worker is not None:
+            slot, slots = self.rank * worker.num_workers + worker.id, self.world * worker.num_workers
+        order = torch.randperm(len(self.data.batches), generator=_generator(self.seed, self.epoch))
+        mine = order[slot::slots].tolist()
+        shuffle = _generator(self.seed, self.epoch, slot + 1)
+        per_item = sum(c.items(self.data.batches[0]).shape[1:].numel() * c.array(c.places[self.data.batches[0]][0])
+                       .element_size() for c in self.data.columns) if mine else 1  # fmt: skip
+        capacity = max(self.limit // max(per_item, 1), 2)
+        held: list[list[Tensor]] = [[] for _ in self.data.columns]
+        count = 0
+        for position in mine:
+            batch = self.data.batches[position]
+            for part, column in zip(held, self.data.columns, strict=True):
+                part.append(column.items(batch))
+            count += len(held[0][-1])
+            if count >= capacity:
+                kept = [torch.cat(p) for p in held]
+                order = torch.randperm(count, generator=shuffle)
+                half = count // 2
+                half -= half % self.batch_size if self.batch_size and half >= self.batch_size else 0
+                yield from self._emit([k[order[:half]] for k in kept])
+                held, count = [[k[order[half:]]] for k in kept], count - half
+        if count:
+            kept = [torch.cat(p) for p in held]
+            order = torch.randperm(count, generator=shuffle)
+            yield from self._emit([k[order] for k in kept])
+
+    def _emit(self, parts: list[Tensor]) -> Iterator[Item]:
+        if self.batch_size is None:
+            for i in range(len(parts[0])):
+                yield _one([p[i : i + 1] for p in parts], squeeze=True)
+            return
+        for start in range(0, len(parts[0]), self.batch_size):
+            yield _one([p[start : start + self.batch_size] for p in parts], squeeze=False)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Where a column's items lie, for a gather: each batch's array and first row (a token's row when
+    padding is left out: ``lookup``, one row per item)."""
+
+    column: Column
+    arrays: list[tuple[Any, ...]]
+    array_of: Tensor  # batch position -> array number
+    first: Tensor  # batch position -> first row in its array
+    lookup: Tensor | None  # item -> row in its array, where a batch's padding is left out
+
+
+def _plan(column: Column, batches: list[int]) -> _Plan:
+    wheres = [column.places[b][0] for b in batches]
+    numbers = {where: n for n, where in enumerate(dict.fromkeys(wheres))}
+    first = torch.tensor([column.places[b][1] for b in batches], dtype=torch.long)
+    lookup = None
+    if column.masks:
+        lookup = torch.cat([column.masks[b] if b in column.masks else torch.arange(f, f + column.places[b][2])
+                            for b, f in zip(batches, first.tolist(), strict=True)])  # fmt: skip
+    return _Plan(column, list(numbers), torch.tensor([numbers[w] for w in wheres], dtype=torch.long), first, lookup)
+
+
+def _gather(plan: _Plan, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
+    """The column's items ``index`` (batch ``slot``, ``offset`` in it), one gather per array they lie in."""
+    array_of = plan.array_of[slot]
+    row = plan.lookup[index] if plan.lookup is not None else plan.first[slot] + offset
+    sample = plan.column.array(plan.arrays[0])
+    out = torch.empty((len(index), *sample.shape[1:]), dtype=sample.dtype)
+    ordered = torch.argsort(array_of, stable=True)
+    values, counts = torch.unique_consecutive(array_of[ordered], return_counts=True)
+    start = 0
+    for value, n in zip(values.tolist(), counts.tolist(), strict=True):
+        picked = ordered[start : start + n]
+        out[picked] = plan.column.array(plan.arrays[value])[row[picked]]
+        start += n
+    return out
+
+
+def _one(parts: list[Tensor], *, squeeze: bool) -> Item:
+    parts = [p[0] for p in parts] if squeeze else parts
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def _generator(*seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(hash(seed) & 0x7FFF_FFFF_FFFF_FFFF)
+
+
+def _rank() -> tuple[int, int]:
+    """This process's rank and the number of ranks: torch.distributed's, else torchrun's environment."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
