@@ -13,10 +13,13 @@ from typing import Any
 
 from ..errors import OptionError
 from ..text import closest
+from . import datasets
 
 Writer = Callable[..., Path]
 
-FORMATS: dict[str, Writer] = {}
+FORMATS: dict[str, Writer] = {
+    "datasets": datasets.write,  # a store as an HF datasets folder in SAE Lens's layout (exports/datasets.py)
+}
 
 
 def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool = False, **options: Any) -> Path:

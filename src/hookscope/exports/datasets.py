@@ -1,0 +1,151 @@
+"""``export(store, out, format="datasets")``: a store as a Hugging Face ``datasets`` folder in SAE Lens's layout.
+
+::
+
+    hookscope.export("acts.hookscope", "acts-hf", format="datasets", select="blocks.3")
+    datasets.load_from_disk("acts-hf")["blocks.3"]        # (context, d_in) per row, as SAE Lens caches them
+
+One row per sequence (a row of a batch of the store), one column per selected site, named after it,
+``Array2D(shape=(context, d_in))`` (the layout SAE Lens's ``CacheActivationsRunner`` writes and its
+``ActivationsStore(cached_activations_path=...)`` reads), and ``token_ids`` (``Sequence(int32,
+context)``) and ``attention_mask`` where the store kept them. Padding positions are written like the
+others (the layout has no mask; ``attention_mask`` says which they are). The store's provenance
+and config are in the dataset info (``description``, JSON). Batches are written one at a time with an
+``ArrowWriter`` into files of about ``shard_size`` bytes, so memory holds one batch; the folder is
+written beside ``out`` and renamed into place when complete, like ``save``. A row-layout store only:
+a token-major store (``extract(..., layout="tokens")``) no longer has the sequences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..errors import OptionError, OutputExistsError, StoreError, StoreWarning
+from ..files import staged_folder
+from ..optional import require
+from ..store.columns import Column, columns, read_input
+from ..store.reader import Run, load
+from ..store.shards import inside, read_index
+from ..text import parse_size
+
+
+def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: str | list[str] | None = None,
+          kind: str = "output", key: str | None = None, shard_size: int | str = "500MB") -> Path:  # fmt: skip
+    """Write the sites ``select`` picks (names or patterns; None: every site) of the store ``source`` (a path
+    or a ``Run``) to ``out`` as an HF datasets folder; an existing ``out`` is replaced only with ``force``."""
+    run = source if isinstance(source, Run) else load(_store_path(source))
+    if run.config.get("layout") == "tokens":
+        raise OptionError(f"{run.path} is token-major: its sequences are gone; export a store written with "
+                          "extract(..., layout='rows') (the default)")  # fmt: skip
+    picked = columns(run, select, kind, key, "rows", True)
+    root = Path(os.path.abspath(out))
+    if root.exists() and not force:
+        raise OutputExistsError(f"{root} already exists; pass force=True to replace it, or pick another path")
+    features = _features(picked)
+    with staged_folder(root, lambda err, folder: StoreError(f"cannot write {root}: {err} ({folder})")) as staging:
+        files = _write_rows(run, picked, features, staging, parse_size(shard_size))
+        _write_state(run, features, staging, files)
+    return root
+
+
+def _store_path(source: Any) -> str | os.PathLike[str]:
+    if not isinstance(source, (str, os.PathLike)):
+        raise OptionError(f"format='datasets' exports a store (a path or hookscope.load(...)), got "
+                          f"{type(source).__name__}")  # fmt: skip
+    return source
+
+
+def _features(picked: list[Column]) -> Any:
+    """One ``Array2D(context, d_in)`` per site; ``token_ids`` / ``attention_mask`` where the store has them."""
+    datasets = require("datasets")
+    found: dict[str, Any] = {}
+    for column in picked:
+        where = next(iter(column.places.values()))[0]
+        shape, dtype = where[3], where[2]
+        if len(shape) != 3:
+            raise OptionError(f"format='datasets' writes (batch, context, d_in) activations; {column.site} "
+                              f"{column.kind} is {tuple(shape)}: select the sites of a sequence model")  # fmt: skip
+        found[column.site] = datasets.Array2D(shape=tuple(shape[1:]), dtype=_arrow_dtype(dtype))
+    context = found[picked[0].site].shape[0]
+    inputs = _inputs(picked[0].run, min(picked[0].places))
+    if "input_ids" in inputs:
+        found["token_ids"] = datasets.Sequence(datasets.Value("int32"), length=context)
+    if "attention_mask" in inputs:
+        found["attention_mask"] = datasets.Sequence(datasets.Value("int8"), length=context)
+    return datasets.Features(found)
+
+
+def _arrow_dtype(dtype: str) -> str:
+    if dtype == "bfloat16":  # Arrow has no bfloat16
+        warnings.warn("hookscope.exports.datasets: bfloat16 activations are written as float32 (Arrow has no "
+                      "bfloat16)", StoreWarning, stacklevel=5)  # fmt: skip
+        return "float32"
+    return dtype
+
+
+def _inputs(run: Run, batch: int) -> dict[str, Tensor]:
+    """The inputs the store kept for ``batch`` (``input_ids``, ``attention_mask``), by key."""
+    found = {}
+    for shard in run.manifest.get("shards", []):
+        header = {**read_index(inside(run.path, shard["file"])), "file": shard["file"]}
+        for row in header["meta"].get("inputs", []):
+            if row["batch"] == batch:
+                tensor = read_input(run, header, row["key"], batch)
+                if tensor is not None:
+                    found[row["key"]] = tensor
+    return found
+
+
+def _write_rows(run: Run, picked: list[Column], features: Any, staging: Path, shard_size: int) -> list[str]:
+    """Every batch, one at a time, into ``data-*.arrow`` files of about ``shard_size`` bytes."""
+    writer_class = require("datasets.arrow_writer").ArrowWriter
+    batches = sorted(set.intersection(*(set(c.places) for c in picked)))
+    files: list[str] = []
+    writer, written = None, 0
+    for batch in batches:
+        if writer is None:
+            files.append(f"part-{len(files):05d}.arrow")
+            writer, written = writer_class(path=str(staging / files[-1]), features=features), 0
+        values = {c.site: _numpy(c.items(batch), features[c.site].dtype) for c in picked}
+        inputs = _inputs(run, batch) if "token_ids" in features or "attention_mask" in features else {}
+        if "token_ids" in features:
+            values["token_ids"] = inputs["input_ids"].to(torch.int32).numpy()
+        if "attention_mask" in features:
+            values["attention_mask"] = inputs["attention_mask"].to(torch.int8).numpy()
+        writer.write_batch(values)
+        written += sum(v.nbytes for v in values.values())
+        if written >= shard_size:
+            writer.finalize()
+            writer = None
+    if writer is not None:
+        writer.finalize()
+    named = [f"data-{n:05d}-of-{len(files):05d}.arrow" for n in range(len(files))]
+    for old, new in zip(files, named, strict=True):
+        os.replace(staging / old, staging / new)
+    return named
+
+
+def _numpy(tensor: Tensor, dtype: str) -> Any:
+    return tensor.to(getattr(torch, dtype)).numpy() if str(tensor.dtype) != f"torch.{dtype}" else tensor.numpy()
+
+
+def _write_state(run: Run, features: Any, staging: Path, files: list[str]) -> None:
+    """``state.json`` and ``dataset_info.json`` as ``Dataset.save_to_disk`` writes them, provenance in the info."""
+    datasets = require("datasets")
+    made = {"hookscope_store": str(run.path), "provenance": run.provenance, "config": run.config}
+    info = datasets.DatasetInfo(description=json.dumps(made), features=features)
+    fingerprint = hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    state = {"_data_files": [{"filename": f} for f in files], "_fingerprint": fingerprint, "_format_columns": None,
+             "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False, "_split": None}  # fmt: skip
+    (staging / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+    found = require("datasets.utils.py_utils").asdict(info)  # what save_to_disk writes
+    info_json = {key: found[key] for key in sorted(found)}
+    (staging / "dataset_info.json").write_text(json.dumps(info_json, indent=2), encoding="utf-8")
