@@ -143,8 +143,9 @@ def _write_state(run: Run, features: Any, staging: Path, files: list[str]) -> No
     made = {"hookscope_store": str(run.path), "provenance": run.provenance, "config": run.config}
     info = datasets.DatasetInfo(description=json.dumps(made), features=features)
     fingerprint = hashlib.sha256(json.dumps(made, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    state = {"_data_files": [{"filename": f} for f in files], "_fingerprint": fingerprint, "_format_columns": None,
-             "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False, "_split": None}  # fmt: skip
+    state: dict[str, Any] = {"_data_files": [{"filename": f} for f in files], "_fingerprint": fingerprint,
+                             "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+                             "_output_all_columns": False, "_split": None}  # fmt: skip
     (staging / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
     found = require("datasets.utils.py_utils").asdict(info)  # what save_to_disk writes
     info_json = {key: found[key] for key in sorted(found)}

@@ -111,37 +111,83 @@ class StoreStream(IterableDataset[Item]):
         if worker is not None:
             slot, slots = self.rank * worker.num_workers + worker.id, self.world * worker.num_workers
         order = torch.randperm(len(self.data.batches), generator=_generator(self.seed, self.epoch))
-        mine = order[slot::slots].tolist()
-        shuffle = _generator(self.seed, self.epoch, slot + 1)
-        per_item = sum(c.items(self.data.batches[0]).shape[1:].numel() * c.array(c.places[self.data.batches[0]][0])
-                       .element_size() for c in self.data.columns) if mine else 1  # fmt: skip
-        capacity = max(self.limit // max(per_item, 1), 2)
-        held: list[list[Tensor]] = [[] for _ in self.data.columns]
-        count = 0
-        for position in mine:
-            batch = self.data.batches[position]
-            for part, column in zip(held, self.data.columns, strict=True):
-                part.append(column.items(batch))
-            count += len(held[0][-1])
-            if count >= capacity:
-                kept = [torch.cat(p) for p in held]
-                order = torch.randperm(count, generator=shuffle)
-                half = count // 2
-                half -= half % self.batch_size if self.batch_size and half >= self.batch_size else 0
-                yield from self._emit([k[order[:half]] for k in kept])
-                held, count = [[k[order[half:]]] for k in kept], count - half
-        if count:
-            kept = [torch.cat(p) for p in held]
-            order = torch.randperm(count, generator=shuffle)
-            yield from self._emit([k[order] for k in kept])
+        mine = [self.data.batches[p] for p in order[slot::slots].tolist()]
+        window = _Window(
+            self.data.columns, self.limit, _generator(self.seed, self.epoch, slot + 1), self.batch_size or 1
+        )
+        for batch in mine:
+            window.add(batch)
+            if window.full():
+                yield from self._emit(window, window.draw(half=True))
+        yield from self._emit(window, window.draw(half=False))
 
-    def _emit(self, parts: list[Tensor]) -> Iterator[Item]:
-        if self.batch_size is None:
-            for i in range(len(parts[0])):
-                yield _one([p[i : i + 1] for p in parts], squeeze=True)
-            return
-        for start in range(0, len(parts[0]), self.batch_size):
-            yield _one([p[start : start + self.batch_size] for p in parts], squeeze=False)
+    def _emit(self, window: _Window, drawn: tuple[Tensor, Tensor]) -> Iterator[Item]:
+        """The drawn items, as minibatches of ``batch_size`` (the last one shorter) or one by one."""
+        size = self.batch_size or 1
+        for start in range(0, len(drawn[0]), size):
+            parts = window.gather(drawn[0][start : start + size], drawn[1][start : start + size])
+            yield _one(parts, squeeze=self.batch_size is None)
+
+
+class _Window:
+    """The shuffle buffer: the items of the batches read so far and not yet drawn, at most ``limit`` bytes
+    of them, held as (batch, row) pairs over the batches' mapped arrays; drawn items are gathered from
+    those arrays into the minibatch, so each item is copied once."""
+
+    def __init__(self, found: list[Column], limit: int, generator: torch.Generator, batch_size: int) -> None:
+        self.columns, self.generator, self.batch_size = found, generator, batch_size
+        self.parts: dict[int, list[Tensor]] = {}  # batch -> its items, one tensor per column
+        self.batch: list[Tensor] = []  # the held items: their batch, ...
+        self.row: list[Tensor] = []  # ... and row in it
+        self.count, self.limit, self.per_item, self.drew = 0, limit, 0, False
+
+    def add(self, batch: int) -> None:
+        if self.drew:  # the batches whose every item was drawn are let go
+            live = set(torch.unique(torch.cat(self.batch)).tolist()) if self.count else set()
+            self.parts, self.drew = {b: p for b, p in self.parts.items() if b in live}, False
+        parts = [column.items(batch) for column in self.columns]
+        self.per_item = self.per_item or sum(p[0].numel() * p.element_size() for p in parts)
+        self.parts[batch] = parts
+        self.batch.append(torch.full((len(parts[0]),), batch, dtype=torch.long))
+        self.row.append(torch.arange(len(parts[0])))
+        self.count += len(parts[0])
+
+    def full(self) -> bool:
+        return self.count * max(self.per_item, 1) >= self.limit and self.count >= 2
+
+    def draw(self, *, half: bool) -> tuple[Tensor, Tensor]:
+        """A random half of the held items (whole minibatches of them; all at the end), taken out."""
+        if not self.count:
+            return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
+        batch, row = torch.cat(self.batch), torch.cat(self.row)
+        order = torch.randperm(self.count, generator=self.generator)
+        taken = self.count // 2 if half else self.count
+        taken -= taken % self.batch_size if half and taken >= self.batch_size else 0
+        kept, drawn = order[taken:], order[:taken]
+        self.batch, self.row, self.count, self.drew = [batch[kept]], [row[kept]], self.count - taken, True
+        return batch[drawn], row[drawn]
+
+    def gather(self, batch: Tensor, row: Tensor) -> list[Tensor]:
+        """The items at (``batch``, ``row``) of every column, one gather per batch they lie in."""
+        ordered = torch.argsort(batch, stable=True)
+        values, counts = torch.unique_consecutive(batch[ordered], return_counts=True)
+        groups = list(zip(values.tolist(), counts.tolist(), strict=True))
+        return [select(ordered, row, [(self.parts[v][n], c) for v, c in groups]) for n in range(len(self.columns))]
+
+
+def select(ordered: Tensor, row: Tensor, groups: list[tuple[Tensor, int]]) -> Tensor:
+    """Rows ``row`` of arrays: item ``ordered[k]`` is in the array of the group that ``k`` falls in (groups in
+    order, each ``(array, items)``); ``index_select`` per group (far faster than ``array[rows]``)."""
+    if len(groups) == 1:
+        return torch.index_select(groups[0][0], 0, row)
+    sample = groups[0][0]
+    found = torch.empty((len(row), *sample.shape[1:]), dtype=sample.dtype)
+    start = 0
+    for array, count in groups:
+        picked = ordered[start : start + count]
+        torch.index_select(array, 0, row[picked], out=found[start : start + count])
+        start += count
+    return torch.empty_like(found).index_copy_(0, ordered, found)
 
 
 @dataclass(frozen=True)
@@ -171,16 +217,13 @@ def _gather(plan: _Plan, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
     """The column's items ``index`` (batch ``slot``, ``offset`` in it), one gather per array they lie in."""
     array_of = plan.array_of[slot]
     row = plan.lookup[index] if plan.lookup is not None else plan.first[slot] + offset
-    sample = plan.column.array(plan.arrays[0])
-    out = torch.empty((len(index), *sample.shape[1:]), dtype=sample.dtype)
+    if not len(index):
+        sample = plan.column.array(plan.arrays[0])
+        return torch.empty((0, *sample.shape[1:]), dtype=sample.dtype)
     ordered = torch.argsort(array_of, stable=True)
     values, counts = torch.unique_consecutive(array_of[ordered], return_counts=True)
-    start = 0
-    for value, n in zip(values.tolist(), counts.tolist(), strict=True):
-        picked = ordered[start : start + n]
-        out[picked] = plan.column.array(plan.arrays[value])[row[picked]]
-        start += n
-    return out
+    groups = [(plan.column.array(plan.arrays[v]), c) for v, c in zip(values.tolist(), counts.tolist(), strict=True)]
+    return select(ordered, row, groups)
 
 
 def _one(parts: list[Tensor], *, squeeze: bool) -> Item:
