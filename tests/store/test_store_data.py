@@ -3,6 +3,10 @@ StoreDataset / StoreStream over one or several stores, checked against the model
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,3 +146,41 @@ def test_the_stream_is_seeded_per_epoch_and_disjoint_across_ranks(tmp_path: Path
 def _sorted(rows: torch.Tensor) -> torch.Tensor:
     """Rows in a canonical order, to compare two sets of rows."""
     return torch.stack(sorted(rows, key=lambda r: r.tolist()))
+
+
+KILLED_JOB = """
+import sys, time, torch, hookscope
+from tests.store.lm import TinyLM, token_batches
+
+def forward(model, batch):
+    time.sleep(0.05)
+    return model(**batch)
+
+hookscope.extract(TinyLM(), token_batches(200), out=sys.argv[1], select="mlp", layout="tokens", progress=False,
+                  forward=forward, flush_every=0.1, shard_size=1, max_memory="1MB")
+"""
+
+
+def test_a_killed_token_major_run_keeps_whole_batches_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "killed.hookscope"
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, "-c", KILLED_JOB, str(out)], cwd=root)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((out / "shards").glob("*.safetensors"))) < 3:
+            assert process.poll() is None and time.monotonic() < deadline, "the job ended or hung before the kill"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    model, batches = TinyLM(), token_batches(200)
+    partial = hookscope.load(out)
+    kept = partial.batches
+    assert kept == list(range(len(kept))) and 3 <= len(kept) < 200
+    data = hookscope.StoreDataset(out, "mlp", by="tokens")
+    assert torch.equal(data[list(range(len(data)))], expected(model, batches[: len(kept)], "mlp", tokens=True))
+    run = hookscope.extract(model, batches, out=out, select="mlp", layout="tokens", resume=True, progress=False)
+    assert run.batches == list(range(200))
+    data = hookscope.StoreDataset(out, "mlp", by="tokens")
+    assert torch.equal(data[list(range(len(data)))], expected(model, batches, "mlp", tokens=True))
