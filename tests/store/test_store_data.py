@@ -184,3 +184,20 @@ def test_a_killed_token_major_run_keeps_whole_batches_and_resumes(tmp_path: Path
     assert run.batches == list(range(200))
     data = hookscope.StoreDataset(out, "mlp", by="tokens")
     assert torch.equal(data[list(range(len(data)))], expected(model, batches, "mlp", tokens=True))
+
+
+def test_wrong_options_say_what_to_pass(tmp_path: Path) -> None:
+    model, batches = TinyLM(), token_batches(1)
+    with pytest.raises(OptionError, match="'rows', 'tokens'"):
+        hookscope.extract(model, batches, out=tmp_path / "a", select="mlp", layout="token", progress=False)
+    with pytest.raises(OptionError, match="stats_only"):
+        hookscope.extract(model, batches, out=tmp_path / "b", select="mlp", layout="tokens", stats_only=True,
+                          progress=False)  # fmt: skip
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3))
+    with pytest.raises(OptionError, match=r"\(2, 2, 3, 3\): use layout='rows'"):
+        hookscope.extract(conv, [torch.randn(2, 1, 5, 5)], out=tmp_path / "c", layout="tokens", progress=False)
+    run = _extract(tmp_path, "d")
+    with pytest.raises(hookscope.SelectionError, match="matched no site"):
+        hookscope.StoreDataset(run.path, "blocks.*")
+    with pytest.raises(OptionError, match="by must be"):
+        hookscope.StoreDataset(run.path, "mlp", by="token")

@@ -33,7 +33,7 @@ from ..files import staged_folder
 from ..optional import require
 from ..store.columns import Column, columns, read_input
 from ..store.reader import Run, load
-from ..store.shards import inside, read_index
+from ..store.shards import inside, one_line, read_index
 from ..text import parse_size
 
 
@@ -49,9 +49,10 @@ def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, sele
     root = Path(os.path.abspath(out))
     if root.exists() and not force:
         raise OutputExistsError(f"{root} already exists; pass force=True to replace it, or pick another path")
-    features = _features(picked)
+    kept = _inputs(run)
+    features = _features(picked, kept)
     with staged_folder(root, lambda err, folder: StoreError(f"cannot write {root}: {err} ({folder})")) as staging:
-        files = _write_rows(run, picked, features, staging, parse_size(shard_size))
+        files = _write_rows(picked, kept, features, staging, parse_size(shard_size))
         _write_state(run, features, staging, files)
     return root
 
@@ -63,7 +64,7 @@ def _store_path(source: Any) -> str | os.PathLike[str]:
     return source
 
 
-def _features(picked: list[Column]) -> Any:
+def _features(picked: list[Column], kept: dict[int, dict[str, Tensor]]) -> Any:
     """One ``Array2D(context, d_in)`` per site; ``token_ids`` / ``attention_mask`` where the store has them."""
     datasets = require("datasets")
     found: dict[str, Any] = {}
@@ -75,7 +76,7 @@ def _features(picked: list[Column]) -> Any:
                               f"{column.kind} is {tuple(shape)}: select the sites of a sequence model")  # fmt: skip
         found[column.site] = datasets.Array2D(shape=tuple(shape[1:]), dtype=_arrow_dtype(dtype))
     context = found[picked[0].site].shape[0]
-    inputs = _inputs(picked[0].run, min(picked[0].places))
+    inputs = kept.get(min(picked[0].places), {})
     if "input_ids" in inputs:
         found["token_ids"] = datasets.Sequence(datasets.Value("int32"), length=context)
     if "attention_mask" in inputs:
@@ -91,46 +92,62 @@ def _arrow_dtype(dtype: str) -> str:
     return dtype
 
 
-def _inputs(run: Run, batch: int) -> dict[str, Tensor]:
-    """The inputs the store kept for ``batch`` (``input_ids``, ``attention_mask``), by key."""
-    found = {}
+def _inputs(run: Run) -> dict[int, dict[str, Tensor]]:
+    """The inputs the store kept (``input_ids``, ``attention_mask``), by batch then key; each shard's header
+    read once, the tensors mapped (read when written out)."""
+    found: dict[int, dict[str, Tensor]] = {}
     for shard in run.manifest.get("shards", []):
         header = {**read_index(inside(run.path, shard["file"])), "file": shard["file"]}
         for row in header["meta"].get("inputs", []):
-            if row["batch"] == batch:
-                tensor = read_input(run, header, row["key"], batch)
-                if tensor is not None:
-                    found[row["key"]] = tensor
+            tensor = read_input(run, header, row["key"], row["batch"])
+            if tensor is not None:
+                found.setdefault(row["batch"], {})[row["key"]] = tensor
     return found
 
 
-def _write_rows(run: Run, picked: list[Column], features: Any, staging: Path, shard_size: int) -> list[str]:
+def _write_rows(picked: list[Column], kept: dict[int, dict[str, Tensor]], features: Any, staging: Path,
+                shard_size: int) -> list[str]:  # fmt: skip
     """Every batch, one at a time, into ``data-*.arrow`` files of about ``shard_size`` bytes."""
     writer_class = require("datasets.arrow_writer").ArrowWriter
-    batches = sorted(set.intersection(*(set(c.places) for c in picked)))
     files: list[str] = []
     writer, written = None, 0
-    for batch in batches:
-        if writer is None:
-            files.append(f"part-{len(files):05d}.arrow")
-            writer, written = writer_class(path=str(staging / files[-1]), features=features), 0
-        values = {c.site: _numpy(c.items(batch), features[c.site].dtype) for c in picked}
-        inputs = _inputs(run, batch) if "token_ids" in features or "attention_mask" in features else {}
-        if "token_ids" in features:
-            values["token_ids"] = inputs["input_ids"].to(torch.int32).numpy()
-        if "attention_mask" in features:
-            values["attention_mask"] = inputs["attention_mask"].to(torch.int8).numpy()
-        writer.write_batch(values)
-        written += sum(v.nbytes for v in values.values())
-        if written >= shard_size:
+    try:
+        for batch in sorted(set.intersection(*(set(c.places) for c in picked))):
+            if writer is None:
+                files.append(f"part-{len(files):05d}.arrow")
+                writer, written = writer_class(path=str(staging / files[-1]), features=features), 0
+            values = _values(picked, kept.get(batch, {}), features, batch)
+            writer.write_batch(values)
+            written += sum(v.nbytes for v in values.values())
+            if written >= shard_size:
+                writer.finalize()
+                writer = None
+        if writer is not None:
             writer.finalize()
-            writer = None
-    if writer is not None:
-        writer.finalize()
+    except OSError as err:
+        raise StoreError(f"cannot write the datasets export: {one_line(err)}; free space or pick another out=") from err
     named = [f"data-{n:05d}-of-{len(files):05d}.arrow" for n in range(len(files))]
     for old, new in zip(files, named, strict=True):
         os.replace(staging / old, staging / new)
     return named
+
+
+def _values(picked: list[Column], inputs: dict[str, Tensor], features: Any, batch: int) -> dict[str, Any]:
+    """Batch ``batch``'s columns as numpy arrays, checked against the features (one shape for every row)."""
+    values = {}
+    for column in picked:
+        items = column.items(batch)
+        if tuple(items.shape[1:]) != features[column.site].shape:
+            raise OptionError(f"batch {batch} of {column.site} is {tuple(items.shape)} where the first was (rows, "
+                              f"{', '.join(map(str, features[column.site].shape))}); SAE Lens's layout needs one "
+                              "context length: extract with a fixed sequence length (pad to it)")  # fmt: skip
+        values[column.site] = _numpy(items, features[column.site].dtype)
+    for name, key, dtype in (("token_ids", "input_ids", torch.int32), ("attention_mask", "attention_mask", torch.int8)):
+        if name in features:
+            if key not in inputs:
+                raise StoreError(f"batch {batch} has no {key} in the store where the first batch had them")
+            values[name] = inputs[key].to(dtype).numpy()
+    return values
 
 
 def _numpy(tensor: Tensor, dtype: str) -> Any:

@@ -146,7 +146,7 @@ class _Window:
             live = set(torch.unique(torch.cat(self.batch)).tolist()) if self.count else set()
             self.parts, self.drew = {b: p for b, p in self.parts.items() if b in live}, False
         parts = [column.items(batch) for column in self.columns]
-        self.per_item = self.per_item or sum(p[0].numel() * p.element_size() for p in parts)
+        self.per_item = self.per_item or sum(p.shape[1:].numel() * p.element_size() for p in parts)
         self.parts[batch] = parts
         self.batch.append(torch.full((len(parts[0]),), batch, dtype=torch.long))
         self.row.append(torch.arange(len(parts[0])))

@@ -118,8 +118,7 @@ def extract(
     run_forward = forward or default_forward(device)
     world = World.join(device)
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
-    if check_layout(layout) == "tokens":
-        _check_tokens(stats_only)
+    if check_layout(layout, stats_only) == "tokens":
         header["config"]["layout"] = layout  # a row store's config has none, as before
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
@@ -336,11 +335,6 @@ def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], target: Loss | 
             "a parameter's gradient per batch is a copy of the weights per batch: use hookscope.capture for one"
         )
     return chosen
-
-
-def _check_tokens(stats_only: bool) -> None:
-    if stats_only:
-        raise OptionError("layout='tokens' lays out tensors, and stats_only=True keeps none; pass one of them")
 
 
 def _check_flush(flush_every: float | None) -> None:

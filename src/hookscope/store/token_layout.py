@@ -31,7 +31,10 @@ LAYOUTS = ("rows", "tokens")
 INPUT_KEYS = ("input_ids", "attention_mask")
 
 
-def check_layout(layout: str) -> str:
+def check_layout(layout: str, stats_only: bool) -> str:
+    """``layout`` once checked: one of ``LAYOUTS``, and not ``tokens`` for a statistics run."""
+    if layout == "tokens" and stats_only:
+        raise OptionError("layout='tokens' lays out tensors, and stats_only=True keeps none; pass one of them")
     if layout not in LAYOUTS:
         raise OptionError(
             f"layout must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}; 'rows' keeps each batch as "
