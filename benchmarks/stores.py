@@ -13,7 +13,9 @@ readers one after the other (the order turning each round):
   sequences in a random order into the same shuffle buffer as below: SAE Lens's cached-activation path;
 - ``rows + buffer``: ``StoreStream(rows, by="tokens", batch_size=4096)``, its shuffle buffer of 64 MB;
 - ``tokens random``: ``StoreDataset(tokens, by="tokens")[4096 random indices]``: fully random tokens;
-- ``rows random``: the same over the row store (one gather per batch), for reference.
+- ``rows random``: the same over the row store (one gather per batch), for reference;
+- ``rows + copying buffer``: the row store through the buffer of ``hf arrow + buffer`` (concatenate,
+  then index: two copies of every token, as SAE Lens's mixing buffer does), for reference.
 
 The table gives each reader's median tokens/s and its ratio to ``rows + buffer``, and the write
 rates of extract (rows, tokens) and export. Page cache: every store is read once before the clock.
@@ -90,6 +92,18 @@ def stream(path: Path) -> Callable[[], int]:
     return lambda: sum(len(x) for x in data)
 
 
+def copying(path: Path) -> Callable[[], int]:
+    """The row store through SAE Lens's kind of buffer (``mixed``: concatenate, then index): two copies a token."""
+    data = hookscope.StoreDataset(path, "1", by="tokens")
+    column = data.columns[0]
+
+    def chunks(g: torch.Generator) -> Iterator[torch.Tensor]:
+        for position in torch.randperm(len(data.batches), generator=g).tolist():
+            yield column.items(data.batches[position])
+
+    return lambda: sum(len(x) for x in mixed(chunks(torch.Generator().manual_seed(0))))
+
+
 def random(path: Path) -> Callable[[], int]:
     data = hookscope.StoreDataset(path, "1", by="tokens")
     g = torch.Generator().manual_seed(0)
@@ -123,7 +137,8 @@ def report(root: Path, size_mb: int, rounds: int) -> None:
         "export datasets": timed(lambda: hookscope.export(root / "rows", root / "hf", format="datasets", select="1")),
     }
     readers = {"hf arrow + buffer": hf_buffer(root / "hf"), "rows + buffer": stream(root / "rows"),
-               "tokens random": random(root / "tokens"), "rows random": random(root / "rows")}  # fmt: skip
+               "tokens random": random(root / "tokens"), "rows random": random(root / "rows"),
+               "rows + copying buffer": copying(root / "rows")}  # fmt: skip
     times: dict[str, list[float]] = {name: [] for name in readers}
     for read in readers.values():
         read()  # the page cache, and any first-use mapping

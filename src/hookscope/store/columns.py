@@ -84,34 +84,52 @@ def _sites(run: Run, select: str | Sequence[str] | None) -> list[str]:
 
 
 def _column(run: Run, site: str, kind: str, key: str | None, by: str, verify: bool) -> Column:
-    rows = [e for e in map(_entry, run.manifest.get("tensors", [])) if (e.site, e.kind, e.call) == (site, kind, 0)]
-    rows = [e for e in rows if run.manifest["shards"][e.shard]["file"] not in run.damaged]
-    key = key if key is not None else (rows[0].key if rows else "")
-    rows = [e for e in rows if e.key == key]
-    if not rows:
-        raise StoreError(f"the store {run.path} holds no {kind} at key {key!r} of {site!r}; pass kind= and key= "
-                         "as run.describe() lists them")  # fmt: skip
-    headers = _headers(run, {e.shard for e in rows})
+    rows = _rows(run, site, kind, key)
     tokens = run.config.get("layout") == "tokens"
     if tokens and by == "rows":
         raise OptionError(f"{run.path} is token-major (extract(..., layout='tokens')): it holds tokens, not rows; "
                           "pass by='tokens'")  # fmt: skip
-    column = Column(run, site, kind, key, {}, verify=verify)
+    headers = _headers(run, {e.shard for e in rows})
+    column = Column(run, site, kind, rows[0].key, {}, verify=verify)
     for entry in rows:
         shard = run.manifest["shards"][entry.shard]
         where = (shard["file"], shard["data_start"], entry.dtype, tuple(entry.shape), tuple(entry.offsets), entry.crc32)
         if tokens:
             for batch, begin, end in headers[entry.shard]["meta"]["spans"][entry.name]:
                 column.places[batch] = ((*where, False), begin, end - begin)
-            continue
-        flat = by == "tokens" and len(entry.shape) == 3
-        count = entry.shape[0] * (entry.shape[1] if flat else 1)
-        column.places[entry.batch] = ((*where, flat), 0, count)
-        mask = read_input(run, headers[entry.shard], "attention_mask", entry.batch, verify) if flat else None
-        if mask is not None and mask.numel() == count:
-            column.masks[entry.batch] = mask.reshape(-1).nonzero().squeeze(1)
-            column.places[entry.batch] = ((*where, flat), 0, len(column.masks[entry.batch]))
+        else:
+            _place(column, entry, where, headers[entry.shard], by)
     return column
+
+
+def _rows(run: Run, site: str, kind: str, key: str | None) -> list[Entry]:
+    """The index rows of ``site``'s ``kind`` at ``key`` (None: its first), first call of each batch, less those
+    in damaged shards."""
+    rows = [e for e in map(_entry, run.manifest.get("tensors", [])) if (e.site, e.kind) == (site, kind)]
+    if any(e.call for e in rows):
+        warnings.warn(f"hookscope.store.columns: {site!r} ran several times per batch in {run.path}; the dataset "
+                      "reads its first call of each batch", StoreWarning, stacklevel=6)  # fmt: skip
+    rows = [e for e in rows if e.call == 0 and run.manifest["shards"][e.shard]["file"] not in run.damaged]
+    key = key if key is not None else (rows[0].key if rows else "")
+    rows = [e for e in rows if e.key == key]
+    if not rows:
+        raise StoreError(f"the store {run.path} holds no {kind} at key {key!r} of {site!r}; pass kind= and key= "
+                         "as run.describe() lists them")  # fmt: skip
+    return rows
+
+
+def _place(column: Column, entry: Entry, where: tuple[Any, ...], header: dict[str, Any], by: str) -> None:
+    """Where a row-layout batch's items lie: its tensor by rows, or flattened to tokens less its padding."""
+    if by == "tokens" and len(entry.shape) not in (2, 3):
+        raise OptionError(f"by='tokens' reads (batch, tokens, features) or (batch, features) values; "
+                          f"{entry.site} {entry.kind} is {tuple(entry.shape)}: pass by='rows'")  # fmt: skip
+    flat = by == "tokens" and len(entry.shape) == 3
+    count = entry.shape[0] * (entry.shape[1] if flat else 1)
+    column.places[entry.batch] = ((*where, flat), 0, count)
+    mask = read_input(column.run, header, "attention_mask", entry.batch, column.verify) if flat else None
+    if mask is not None and mask.numel() == count:
+        column.masks[entry.batch] = mask.reshape(-1).nonzero().squeeze(1)
+        column.places[entry.batch] = ((*where, flat), 0, len(column.masks[entry.batch]))
 
 
 def _entry(row: list[Any]) -> Entry:

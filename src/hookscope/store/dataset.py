@@ -68,9 +68,10 @@ class StoreDataset(Dataset[Item]):
         return int(self.starts[-1])
 
     def __getitem__(self, index: int | Sequence[int] | Tensor) -> Item:
-        if isinstance(index, int):
-            return _one(self.gather(torch.tensor([index])), squeeze=True)
-        return _one(self.gather(torch.as_tensor(index, dtype=torch.long)), squeeze=False)
+        asked = torch.as_tensor(index, dtype=torch.long)
+        if asked.dim() == 0:  # one item (an int, a numpy or 0-d tensor index)
+            return _one(self.gather(asked.reshape(1)), squeeze=True)
+        return _one(self.gather(asked), squeeze=False)
 
     def gather(self, index: Tensor) -> list[Tensor]:
         """Items ``index`` (a 1-D long tensor) of every column, one gather per array they lie in."""
