@@ -58,7 +58,7 @@ def test_extract_writes_every_batch_and_info_describes_it(capsys, tmp_path: Path
             assert torch.equal(stored.batch(index)[site].output, cap[site].output)
     code, printed, _ = run(capsys, "info", str(out))
     assert code == 0
-    assert "hookscope store (format 1), complete" in printed
+    assert "hookscope store (format 2), complete" in printed
     assert "model     LeNet (hookscope.zoo.lenet), 61,706 parameters, weights sha256" in printed
     assert f"hookscope {hookscope.__version__}, torch {torch.__version__}" in printed
     assert "run       extract: select ['conv*', 'fc3'], kinds input, output" in printed

@@ -158,6 +158,7 @@ class _Job:
 
     def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
         folder = self.root / SHARDS
+        limit = limit * 2 // 3 if self.layout == "tokens" else limit  # joining a shard copies it (token_layout)
         writer = ShardWriter(folder, self.token, rank=self.world.rank, limit=limit, shard_size=shard_size,
                              flush_every=self.flush_every,
                              join=join_tokens if self.layout == "tokens" else join_rows)  # fmt: skip

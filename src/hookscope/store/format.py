@@ -8,7 +8,7 @@ A store is a folder::
       stats.safetensors                       statistics-only stores: the merged RunningStats
       stats/r0-1a2b3c4d-000003.safetensors    while a statistics run is going: each rank's latest checkpoint
 
-The manifest (``"format": "hookscope.store"``, ``"version": 1``) holds ``status`` (``running``
+The manifest (``"format": "hookscope.store"``, ``"version": 2``, docs/store-format.md) holds ``status`` (``running``
 until the run finishes, then ``complete``), ``provenance`` (hookscope, torch and Python versions,
 the model's class, parameter count and the SHA-256 of its state dict), ``config`` (selectors as
 text, kinds, the reduction's name, statistics mode, processes), ``sites`` (name, type, kinds,

@@ -7,7 +7,9 @@ features)`` value keeps one token per row), and the writer joins the batches of 
 array per (site, kind, key, call), ``site/output/out/call0/b3-7`` (``hookscope.store.names``), so
 a random token is one index into a memory-mapped file. The shard's metadata says where each batch
 lies in it: ``"spans": {name: [[batch, begin, end], ...]}``. Shards still hold whole batches, so
-checksums, resume and the bound on what a killed run loses are those of the row layout.
+checksums, resume and the bound on what a killed run loses are those of the row layout. Joining
+copies a shard's batches once more, so the writer gets two thirds of ``max_memory`` (shards of a third
+at most): with the copy, memory stays within ``max_memory`` plus a batch, as in the row layout.
 
 Inputs: a batch that is a dict with ``input_ids`` / ``attention_mask`` (``(batch, tokens)``), or a
 2-D integer tensor (token ids), has them kept beside the activations, listed in the shard's
