@@ -201,3 +201,32 @@ def test_wrong_options_say_what_to_pass(tmp_path: Path) -> None:
         hookscope.StoreDataset(run.path, "blocks.*")
     with pytest.raises(OptionError, match="by must be"):
         hookscope.StoreDataset(run.path, "mlp", by="token")
+
+
+def test_saved_captures_name_their_tensors_too(tmp_path: Path) -> None:
+    model, batch = TinyLM(), token_batches(1)[0]
+    with hookscope.capture(model, ["embed", "mlp"]) as cap:
+        model(**batch)
+    hookscope.save(cap, tmp_path / "cap.hookscope")
+    (shard,) = (tmp_path / "cap.hookscope" / "shards").glob("*.safetensors")
+    with safetensors.safe_open(str(shard), "pt") as f:
+        assert sorted(f.keys()) == ["embed/output/out/call0/b0", "mlp/output/out/call0/b0"]
+        assert torch.equal(f.get_tensor("mlp/output/out/call0/b0"), cap["mlp"].output)
+
+
+def test_the_stream_holds_at_most_max_memory_plus_a_batch(tmp_path: Path, monkeypatch: Any) -> None:
+    from hookscope.store import dataset
+
+    run = _extract(tmp_path, "acts.hookscope")
+    held = []
+    add = dataset._Window.add
+
+    def counted(window: Any, batch: int) -> None:
+        add(window, batch)
+        held.append(window.count * window.per_item)
+
+    monkeypatch.setattr(dataset._Window, "add", counted)
+    batch_bytes = 2 * 5 * 3 * 4  # a batch: 2 rows of 5 tokens of 3 float32
+    stream = hookscope.StoreStream(run.path, "mlp", by="tokens", batch_size=2, max_memory=100)
+    assert len(torch.cat(list(stream))) == len(hookscope.StoreDataset(run.path, "mlp", by="tokens"))
+    assert held and max(held) <= 100 + batch_bytes
