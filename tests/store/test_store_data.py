@@ -68,6 +68,8 @@ def test_the_token_layout_holds_every_token_less_padding(tmp_path: Path) -> None
     by_tokens = hookscope.StoreDataset(tokens.path, "mlp", by="tokens")
     assert len(by_tokens) == len(want) == sum(int(b["attention_mask"].sum()) for b in token_batches())
     assert torch.equal(by_tokens[list(range(len(want)))], want)
+    assert torch.equal(torch.cat([call.output for call in tokens["mlp"].calls]), want)  # load: a call per shard
+    assert "mlp" in tokens.describe()
     assert torch.equal(hookscope.StoreDataset(rows.path, "mlp", by="tokens")[torch.arange(len(want))], want)
     ids = []
     for shard in sorted((tokens.path / "shards").glob("*.safetensors")):
