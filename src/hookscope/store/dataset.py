@@ -132,8 +132,8 @@ class StoreStream(IterableDataset[Item]):
 
 class _Window:
     """The shuffle buffer: the items of the batches read so far and not yet drawn, at most ``limit`` bytes
-    of them, held as (batch, row) pairs over the batches' mapped arrays; drawn items are gathered from
-    those arrays into the minibatch, so each item is copied once."""
+    of them, held as (batch, row) pairs over the batches' mapped arrays (not copies); drawn items are
+    gathered from those arrays into the minibatch (``select``)."""
 
     def __init__(self, found: list[Column], limit: int, generator: torch.Generator, batch_size: int) -> None:
         self.columns, self.generator, self.batch_size = found, generator, batch_size
