@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 from ..errors import DamagedShardError, OutputExistsError, StoreError, StoreWarning
 from ..files import TEMPORARY, write_atomically
+from .schema import check_manifest
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
 FORMAT = "hookscope.store"
@@ -89,19 +90,19 @@ def new_manifest(prov: dict[str, Any], config: dict[str, Any], sites: list[dict[
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
-    """The manifest of the store at ``root``, checked for format and version."""
+    """The manifest of the store at ``root``, every field but its index checked (``schema.check_manifest``)."""
+    path = root / MANIFEST
+    if path.is_symlink():
+        raise StoreError(f"{path} is a symbolic link; a store holds plain files only (copy the file itself)")
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise StoreError(f"cannot read {root / MANIFEST}: {err}") from err
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StoreError(f"{root / MANIFEST} is not a hookscope store manifest")
-    if manifest.get("version", 0) > VERSION:
-        raise StoreError(
-            f"{root} was written by a newer hookscope (store version {manifest['version']}, this one reads "
-            f"{VERSION}); upgrade hookscope"
-        )
-    return manifest
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as err:  # ValueError: not UTF-8
+        raise StoreError(f"cannot read {path}: {one_line(err)}") from err
+    try:
+        manifest = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise StoreError(f"{path} is damaged: it is not JSON ({one_line(err)[:80]}); write the store again") from err
+    return check_manifest(manifest, str(path), VERSION)
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
@@ -121,17 +122,12 @@ def index_parts(root: Path) -> dict[str, Any]:
     tensors: list[list[Any]] = []
     layouts: dict[str, Any] = {}
     damaged: dict[str, str] = {}
-    for path, index in _readable(root, sorted((root / SHARDS).glob("*.safetensors")), damaged):
+    for path, index in _readable(root, _listed(root, SHARDS), damaged):
         meta = index["meta"]
-        number = len(shards)
         shards.append({"file": f"{SHARDS}/{path.name}", "bytes": index["bytes"], "data_start": index["data_start"]})
         batches.update({b["index"]: {**b, "rank": meta.get("rank", 0)} for b in meta.get("batches", [])})
         layouts.update(meta.get("layouts", {}))
-        sums = meta.get("crc32", {})
-        for entry in meta.get("tensors", []):
-            where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
-            row = {"layout": "", **entry, **where, "shard": number, "crc32": sums.get(entry["name"], -1)}
-            tensors.append([row[column] for column in COLUMNS])
+        tensors.extend(rows_of(index, len(shards) - 1))
     tensors.sort(key=lambda row: (row[COLUMNS.index("batch")], row[COLUMNS.index("order")]))
     parts = _stats_parts(root, damaged)
     for meta, _ in parts:
@@ -142,6 +138,29 @@ def index_parts(root: Path) -> dict[str, Any]:
     if (root / STATS).is_file() or parts:
         found["stats"] = {"file": STATS} if not parts else {"parts": [p.relative_to(root).as_posix() for _, p in parts]}
     return found
+
+
+def rows_of(index: dict[str, Any], number: int) -> list[list[Any]]:
+    """The manifest's rows (``COLUMNS``) of the tensors the shard ``number`` holds, from its header (``read_index``)."""
+    sums = index["meta"].get("crc32", {})
+    rows = []
+    for entry in index["meta"].get("tensors", []):
+        where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
+        row = {"layout": "", **entry, **where, "shard": number, "crc32": sums.get(entry["name"], -1)}
+        rows.append([row[column] for column in COLUMNS])
+    return rows
+
+
+def _listed(root: Path, folder: str) -> list[Path]:
+    """The ``.safetensors`` files of ``root/folder``, which must not be a link (a store holds none)."""
+    path = root / folder
+    if path.is_symlink():
+        raise StoreError(f"{path} is a symbolic link; a store holds plain folders and files only, so it is not "
+                         "followed (copy the folder itself into the store)")  # fmt: skip
+    try:
+        return sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    except OSError as err:
+        raise StoreError(f"cannot read {path}: {one_line(err)}") from err
 
 
 def _readable(root: Path, paths: list[Path], damaged: dict[str, str]) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -157,10 +176,8 @@ def _readable(root: Path, paths: list[Path], damaged: dict[str, str]) -> Iterato
 
 def _stats_parts(root: Path, damaged: dict[str, str]) -> list[tuple[dict[str, Any], Path]]:
     """The newest readable checkpoint of every (rank, run) under ``stats/``, in the order of their first batch."""
-    folder = root / STATS_PARTS
     newest: dict[str, tuple[dict[str, Any], Path]] = {}
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    for path, index in _readable(root, files, damaged):
+    for path, index in _readable(root, _listed(root, STATS_PARTS), damaged):
         newest[path.name.rsplit("-", 1)[0]] = (index["meta"], path)  # r0-1a2b3c4d-000012: the newest sorts last
     parts = list(newest.values())
     return sorted(parts, key=lambda part: min((b["index"] for b in part[0].get("batches", [])), default=-1))
