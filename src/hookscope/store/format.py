@@ -41,7 +41,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
 from ..errors import DamagedShardError, OutputExistsError, StoreError, StoreWarning
-from ..files import TEMPORARY, write_atomically
+from ..files import TEMPORARY, sync_folder, write_atomically
+from . import lock
 from .schema import check_manifest
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
@@ -185,28 +186,61 @@ def _stats_parts(root: Path, damaged: dict[str, str]) -> list[tuple[dict[str, An
 
 # -- the life of an extracted store -------------------------------------------------------------
 def open_for_extract(root: Path, header: dict[str, Any], *, resume: bool, force: bool) -> None:
-    """Make the store ``root`` with the manifest ``header``, or reopen it to be continued (``resume``)."""
+    """Make the store ``root`` with the manifest ``header``, or reopen it to be continued (``resume``); either
+    way this process holds its lock (``hookscope.store.lock``) until ``finish`` (or ``release``)."""
     if resume and (root / MANIFEST).is_file():
-        old = read_manifest(root)
-        _check_same(root, old, header)
-        if old.get("status") == "complete" and (root / STATS).is_file():  # its merged statistics become a part
-            (root / STATS_PARTS).mkdir(exist_ok=True)
-            os.replace(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
-        elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
-            (root / STATS).unlink()
-        remove_leftovers(root)
-        set_aside(root, index_parts(root)["damaged"])
-        write_manifest(root, new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", [])))
+        lock.hold(root)
+        try:
+            _reopen(root, header)
+        except BaseException:
+            lock.release(root)
+            raise
         return
     if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
         if not force:
             raise OutputExistsError(
                 f"{root} already exists; pass resume=True to continue it or force=True to replace it"
             )
-        shutil.rmtree(root) if root.is_dir() else root.unlink()
-    make_folder(root / SHARDS, root)
-    (root / STATS_PARTS).mkdir(exist_ok=True)
-    write_manifest(root, header)
+        if not root.is_dir():
+            root.unlink()
+    make_folder(root, root, exist_ok=True)
+    lock.hold(root)
+    try:
+        for old in (p for p in root.iterdir() if p.name != lock.LOCK):  # force: what was there goes
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        make_folder(root / SHARDS, root)
+        (root / STATS_PARTS).mkdir()
+        sync_folder(root)
+        write_manifest(root, header)
+    except OSError as err:
+        lock.release(root)
+        raise cannot_write(err, root, root) from err
+    except BaseException:
+        lock.release(root)
+        raise
+
+
+def _reopen(root: Path, header: dict[str, Any]) -> None:
+    """Continue the store ``root``: same settings, leftovers of a killed run cleared, damaged shards set aside."""
+    old = read_manifest(root)
+    _check_same(root, old, header)
+    try:
+        if old.get("status") == "complete" and (root / STATS).is_file():  # its merged statistics become a part
+            (root / STATS_PARTS).mkdir(exist_ok=True)
+            os.replace(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
+            sync_folder(root / STATS_PARTS)
+        elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
+            (root / STATS).unlink()
+        remove_leftovers(root)
+        set_aside(root, index_parts(root)["damaged"])
+    except OSError as err:
+        raise cannot_write(err, root, root) from err
+    write_manifest(root, new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", [])))
+
+
+def release(root: Path) -> None:
+    """Let go of the store's lock (a run that ends without ``finish``: an error, Ctrl-C)."""
+    lock.release(root)
 
 
 def done_batches(root: Path) -> set[int]:
@@ -215,15 +249,19 @@ def done_batches(root: Path) -> set[int]:
 
 
 def finish(root: Path) -> None:
-    """Index every shard and merge every statistics part into the final manifest, marked complete."""
-    manifest = {**read_manifest(root), **index_parts(root), "status": "complete"}
-    if "stats" in manifest:
-        table = read_stats(MappedShards(root), manifest["stats"])
-        write_stats(root / STATS, table, {"batches": manifest["batches"]})
-        manifest["stats"] = {"file": STATS}
-    write_manifest(root, manifest)
-    shutil.rmtree(root / STATS_PARTS, ignore_errors=True)
-    remove_leftovers(root)
+    """Index every shard and merge every statistics part into the final manifest, marked complete; let go
+    of the lock."""
+    try:
+        manifest = {**read_manifest(root), **index_parts(root), "status": "complete"}
+        if "stats" in manifest:
+            table = read_stats(MappedShards(root), manifest["stats"])
+            write_stats(root / STATS, table, {"batches": manifest["batches"]})
+            manifest["stats"] = {"file": STATS}
+        write_manifest(root, manifest)
+        shutil.rmtree(root / STATS_PARTS, ignore_errors=True)
+        remove_leftovers(root)
+    finally:
+        lock.release(root)
 
 
 def set_aside(root: Path, damaged: dict[str, str]) -> None:
@@ -233,6 +271,8 @@ def set_aside(root: Path, damaged: dict[str, str]) -> None:
     (root / DAMAGED).mkdir(exist_ok=True)
     for relative in damaged:
         os.replace(root / relative, root / DAMAGED / PurePosixPath(relative).name)
+    for folder in {root / DAMAGED, root, *(root / PurePosixPath(r).parent for r in damaged)}:
+        sync_folder(folder)
     listed = "; ".join(f"{name} ({why})" for name, why in damaged.items())
     warnings.warn(f"{root}: moved {len(damaged)} damaged file(s) to {DAMAGED}/, their batches are extracted again: "
                   f"{listed}", StoreWarning, stacklevel=4)  # fmt: skip
@@ -245,10 +285,14 @@ def remove_leftovers(root: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def make_folder(path: Path, target: Path) -> Path:
-    """``mkdir`` with a one-line ``StoreError`` naming the store that could not be written."""
+def make_folder(path: Path, target: Path, *, exist_ok: bool = False) -> Path:
+    """``mkdir`` (with its parents), each new folder's name synced to disk; a one-line ``StoreError`` naming
+    the store that could not be written."""
+    made = [p for p in (path, *path.parents) if not p.exists()][::-1]
     try:
-        path.mkdir(parents=True)
+        path.mkdir(parents=True, exist_ok=exist_ok)
+        for folder in made:
+            sync_folder(folder.parent)
     except OSError as err:
         raise cannot_write(err, path.parent, target) from err
     return path

@@ -98,7 +98,7 @@ def check_index(manifest: Mapping[str, Any], file: str) -> dict[str, str]:
             kept.append(row)
             continue
         number = row[6] if isinstance(row, list) and len(row) > 6 else None
-        if not (_is_int(number) and 0 <= number < len(shards)):
+        if not (isinstance(number, int) and _is_int(number) and 0 <= number < len(shards)):
             raise StoreError(f"{file} is damaged: tensors[{i}] {problem}; it cannot be read")
         damaged.setdefault(shards[number]["file"], f"the manifest's row tensors[{i}] {problem}")
     rows[:] = kept
