@@ -34,9 +34,10 @@ class Index:
         self._vouched: set[int] = set()
 
     def entries(self) -> Iterator[Entry]:
-        """Every row of the index, less those in damaged shards."""
+        """Every row of the index, less those of the batches a damaged shard held part of."""
         rows = (Entry(*row) for row in self.manifest.get("tensors", []))
-        return (e for e in rows if self.files[e.shard] not in self.damaged) if self.damaged else rows
+        lost = self.lost()
+        return (e for e in rows if e.batch not in lost) if lost else rows
 
     def by_site(self) -> dict[str, dict[int, list[Entry]]]:
         """site -> batch -> its entries."""

@@ -78,7 +78,8 @@ def check_index(manifest: Mapping[str, Any], file: str) -> dict[str, str]:
     (file -> why) that a bad row names: they are left out, the row dropped. Anything else is a ``StoreError``."""
     try:
         shards = _each(manifest.get("shards", []), "shards", _check_shard_entry)
-        _each(manifest.get("batches", []), "batches", _check_batch)
+        listed = [b["index"] for b in _each(manifest.get("batches", []), "batches", _check_batch)]
+        _need(len(set(listed)) == len(listed), "batches", "a list of distinct batches", listed)
         layouts = _dict(manifest.get("layouts", {}), "layouts")
         for name, layout in layouts.items():
             check_layout(layout, f"layouts[{name!r}]")
@@ -90,10 +91,11 @@ def check_index(manifest: Mapping[str, Any], file: str) -> dict[str, str]:
         raise StoreError(f"{file} is damaged: {wrong}; it cannot be read (a store is written whole: "
                          "write it again, or restore it)") from None  # fmt: skip
     sites = {s["name"] for s in manifest.get("sites", [])}
+    batches = set(listed)
     damaged: dict[str, str] = {}
     kept = []
     for i, row in enumerate(rows):
-        problem = _row_problem(row, len(columns), shards, layouts, sites)
+        problem = _row_problem(row, len(columns), shards, layouts, sites, batches)
         if problem is None:
             kept.append(row)
             continue
@@ -106,10 +108,11 @@ def check_index(manifest: Mapping[str, Any], file: str) -> dict[str, str]:
 
 
 def _row_problem(row: object, width: int, shards: list[dict[str, Any]], layouts: Mapping[str, Any],
-                 sites: set[str]) -> str | None:  # fmt: skip
+                 sites: set[str], batches: set[int]) -> str | None:  # fmt: skip
     """What is wrong with a row of the ``tensors`` table (``check_row``), or None."""
     try:
         check_row(row, width, shards, layouts, sites)
+        _need(row[3] in batches, "(batch)", "a batch the manifest lists", row[3])  # type: ignore[index]
     except _Wrong as wrong:
         return str(wrong)
     return None
@@ -164,8 +167,8 @@ def _check_sites(sites: object) -> set[str]:
         name = _str(site.get("name"), f"{where}.name")
         _need(name not in names, f"{where}.name", "a name no other site has", name)
         names.add(name)
-        _str(site.get("type", "?"), f"{where}.type")
-        _strs(site.get("kinds", []), f"{where}.kinds")
+        _str(site.get("type"), f"{where}.type")
+        _strs(site.get("kinds"), f"{where}.kinds")
         _strs(site.get("params", []), f"{where}.params")
         _str_map(site.get("missing", {}), f"{where}.missing")
         _need(site.get("channels") is None or _is_int(site["channels"]), f"{where}.channels", "an integer or null",
@@ -219,13 +222,14 @@ def _check_shard_entry(shard: object, where: str) -> dict[str, Any]:
     return shard
 
 
-def _check_batch(batch: object, where: str) -> None:
+def _check_batch(batch: object, where: str) -> dict[str, Any]:
     batch = _dict(batch, where)
     _int(batch.get("index"), f"{where}.index")
     _need(batch.get("rows") is None or (_is_int(batch["rows"]) and batch["rows"] >= 0), f"{where}.rows",
           "an integer >= 0 or null", batch.get("rows"))  # fmt: skip
     if "rank" in batch:
         _int(batch["rank"], f"{where}.rank")
+    return batch
 
 
 def check_layout(data: object, where: str, depth: int = 0) -> None:
@@ -310,8 +314,9 @@ def _check_meta(meta: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
     """The ``"hookscope"`` metadata: rank, batches, tensors (each naming a tensor of the shard), layouts, checksums."""
     if "rank" in meta:
         _int(meta["rank"], "rank")
-    _each(meta.get("batches", []), "batches", _check_batch)
-    _each(meta.get("tensors", []), "tensors", lambda entry, where: _check_entry(entry, where, tensors))
+    listed = [b["index"] for b in _each(meta.get("batches", []), "batches", _check_batch)]
+    _need(len(set(listed)) == len(listed), "batches", "a list of distinct batches", listed)
+    _each(meta.get("tensors", []), "tensors", lambda entry, where: _check_entry(entry, where, tensors, set(listed)))
     for name, layout in _dict(meta.get("layouts", {}), "layouts").items():
         check_layout(layout, f"layouts[{name!r}]")
     for name, value in _dict(meta.get("crc32", {}), "crc32").items():
@@ -322,7 +327,7 @@ def _check_meta(meta: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
     _strs(meta.get("columns", []), "columns")
 
 
-def _check_entry(entry: object, where: str, tensors: Mapping[str, Any]) -> None:
+def _check_entry(entry: object, where: str, tensors: Mapping[str, Any], batches: set[int]) -> None:
     entry = _dict(entry, where)
     for name in ("site", "kind", "key", "name"):
         _need(name in entry, f"{where}.{name}", "present", "nothing")
@@ -332,6 +337,7 @@ def _check_entry(entry: object, where: str, tensors: Mapping[str, Any]) -> None:
     for name, low in (("batch", 0), ("call", 0), ("order", -1)):
         _need(name in entry, f"{where}.{name}", "present", "nothing")
         _int(entry[name], f"{where}.{name}", low)
+    _need(entry["batch"] in batches, f"{where}.batch", "a batch the shard lists", entry["batch"])
     _need(isinstance(entry.get("layout", ""), str), f"{where}.layout", "text", entry.get("layout"))
     _need(not set(entry) - {"site", "kind", "key", "name", "batch", "call", "order", "layout"}, where,
           "an entry of site, kind, key, name, batch, call, order, layout", sorted(entry))  # fmt: skip
