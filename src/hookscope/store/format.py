@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
@@ -53,6 +55,8 @@ SHARDS = "shards"  # folder of tensor shards
 STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
 STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
 DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
+_END = "\n}\n"  # how the text of a manifest ends
+_CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')
 RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss")  # what a resumed run must repeat
 
 
@@ -103,14 +107,21 @@ def read_manifest(root: Path) -> dict[str, Any]:
         manifest = json.loads(text)
     except (ValueError, RecursionError) as err:
         raise StoreError(f"{path} is damaged: it is not JSON ({one_line(err)[:80]}); write the store again") from err
-    return check_manifest(manifest, str(path), VERSION)
+    checked = check_manifest(manifest, str(path), VERSION)
+    found = _CRC.search(text)
+    checked["vouched"] = bool(found and zlib.crc32(text[: found.start()].encode()) == int(found.group(1)))
+    checked.pop("manifest_crc32", None)
+    return checked
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    """Write ``manifest.json`` atomically: one line per top-level key, one per row of a top-level list."""
+    """Write ``manifest.json`` atomically: one line per top-level key, one per row of a top-level list, and
+    last the CRC-32 of the text before it (``"manifest_crc32"``: ``read_manifest`` says whether it holds)."""
     path = root / MANIFEST
+    body = _dumps({k: v for k, v in manifest.items() if k not in ("manifest_crc32", "vouched")})[: -len(_END)]
+    text = f'{body},\n "manifest_crc32": {zlib.crc32(body.encode())}{_END}'
     try:
-        write_atomically(path, lambda tmp: tmp.write_text(_dumps(manifest), encoding="utf-8"))
+        write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as err:
         raise StoreError(f"cannot write {path}: {one_line(err)}") from err
 

@@ -2,17 +2,19 @@
 
 ``Index(root, manifest)`` holds the manifest's ``tensors`` rows (``hookscope.store.format.Entry``)
 and the shards left out (``damaged``: file -> why), with the batches each one cost (``lost``).
-Rows were checked field by field when the store was opened (``hookscope.store.schema``); a shard is
-also checked against its own header the first time one of its tensors is read (``vouch``): the
-header must be one (its own checksum included) and describe exactly the rows the manifest gives
-it, so a manifest edited after it was written cannot hand out a tensor under another name, shape
-or checksum. A shard that fails is left out, its batches with it; the rest reads as usual.
+Rows were checked field by field when the store was opened (``hookscope.store.schema``). They are
+vouched for by the manifest's own CRC-32 (``"manifest_crc32"``, its last line) or, in an interrupted
+store, read from the shards' checked headers. When neither holds (an older store, or a manifest
+edited after it was written), each shard is checked against its own header the first time one of
+its tensors is read (``vouch``): the header must be one (its own checksum included) and describe
+exactly the rows the manifest gives it, so a manifest cannot hand out a tensor under another name,
+shape or checksum. A shard that fails is left out, its batches with it; the rest reads as usual.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,9 @@ from .shards import inside, read_index
 class Index:
     """The rows of a store's manifest, less those of damaged shards (see the module docstring)."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, root: Path, manifest: dict[str, Any], *, trusted: bool) -> None:
         self.root, self.manifest = root, manifest
+        self.trusted = trusted  # rows vouched for already: by the manifest's CRC-32, or read from the shards
         self.files = [shard["file"] for shard in manifest.get("shards", [])]  # shard number -> file
         self.damaged: dict[str, str] = {}  # shard file -> what is wrong with it; its tensors are left out
         self._sites: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
@@ -71,7 +74,7 @@ class Index:
 
     def vouch(self, number: int) -> None:
         """Check shard ``number`` against its own header once: a ``DamagedShardError`` when they differ."""
-        if number in self._vouched:
+        if self.trusted or number in self._vouched:
             return
         file, shard = self.files[number], self.manifest["shards"][number]
         try:
@@ -81,14 +84,19 @@ class Index:
         if (index["bytes"], index["data_start"]) != (shard["bytes"], shard["data_start"]):
             raise DamagedShardError(file, "the manifest gives it another size or data start than its header")
         width = len(self.manifest.get("tensor_columns", COLUMNS))
-        held = sorted(json.dumps(row) for row in self.manifest.get("tensors", []) if row[6] == number)
-        told = sorted(json.dumps(row[:width]) for row in rows_of(index, number))
+        held = Counter(_frozen(row) for row in self.manifest.get("tensors", []) if row[6] == number)
+        told = Counter(_frozen(row[:width]) for row in rows_of(index, number))
         if held != told:
             raise DamagedShardError(file, "the manifest's rows for it differ from what its header says it holds")
         layouts = self.manifest.get("layouts", {})
         if any(layouts.get(name) != layout for name, layout in index["meta"].get("layouts", {}).items()):
             raise DamagedShardError(file, "the manifest's layouts differ from those its header holds")
         self._vouched.add(number)
+
+
+def _frozen(row: list[Any]) -> tuple[Any, ...]:
+    """A row as a hashable tuple (its shape and offsets as tuples)."""
+    return tuple(tuple(v) if type(v) is list else v for v in row)
 
 
 def wrong_sizes(root: Path, shards: list[dict[str, Any]]) -> dict[str, str]:

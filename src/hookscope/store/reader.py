@@ -85,7 +85,7 @@ class Run(Mapping[str, Record], Shows):
         self.config: dict[str, Any] = manifest.get("config", {})
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
-        self._index = Index(root, manifest)
+        self._index = Index(root, manifest, trusted=bool(manifest.get("vouched")) or not self.complete)
         self.damaged = self._index.damaged  # shard file -> what is wrong with it; its tensors are left out
         self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
