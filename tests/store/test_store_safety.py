@@ -160,6 +160,18 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_and_a_finished_run_leaves_
     (store.path / LOCK).write_text(json.dumps({"pid": 1, "host": "another-machine", "since": 0}))
     with pytest.raises(StoreError, match=rf"process 1 on host another-machine .*remove {store.path / LOCK}"):
         small_extract(store.path, resume=True)
+    (store.path / LOCK).unlink()
+
+    def fails_at_batch_two(model: torch.nn.Module, batch: torch.Tensor) -> Any:
+        fails_at_batch_two.calls += 1  # type: ignore[attr-defined]
+        if fails_at_batch_two.calls == 3:  # type: ignore[attr-defined]
+            raise RuntimeError("the data went away")
+        return model(batch)
+
+    fails_at_batch_two.calls = 0  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="the data went away"):
+        small_extract(store.path, force=True, forward=fails_at_batch_two)
+    assert (store.path / "manifest.json").exists() and not (store.path / LOCK).exists()  # kept, and unlocked
 
 
 # -- nothing left behind -------------------------------------------------------------------------
@@ -254,3 +266,11 @@ def test_every_rename_a_store_depends_on_is_followed_by_a_sync_of_its_folder(
     for i in renames:
         folder = events[i][1]
         assert any(what == "sync" and path == folder for what, path in events[i + 1 :]), (i, folder)
+
+
+def test_a_manifest_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    hookscope.save(small_capture(), tmp_path / "s")
+    (tmp_path / "s" / "manifest.json").rename(tmp_path / "manifest.json")
+    (tmp_path / "s" / "manifest.json").symlink_to(tmp_path / "manifest.json")
+    with pytest.raises(StoreError, match="manifest.json is a symbolic link"):
+        load(tmp_path / "s")
