@@ -272,5 +272,5 @@ def test_a_manifest_that_is_a_link_is_refused(tmp_path: Path) -> None:
     hookscope.save(small_capture(), tmp_path / "s")
     (tmp_path / "s" / "manifest.json").rename(tmp_path / "manifest.json")
     (tmp_path / "s" / "manifest.json").symlink_to(tmp_path / "manifest.json")
-    with pytest.raises(StoreError, match="manifest.json is a symbolic link"):
+    with pytest.raises(StoreError, match=r"manifest\.json is a symbolic link"):
         load(tmp_path / "s")
