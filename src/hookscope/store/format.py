@@ -7,6 +7,7 @@ A store is a folder::
       shards/r0-1a2b3c4d-000000.safetensors   whole batches: rank 0, run 1a2b3c4d, shard 0
       stats.safetensors                       statistics-only stores: the merged RunningStats
       stats/r0-1a2b3c4d-000003.safetensors    while a statistics run is going: each rank's latest checkpoint
+      .lock                                   while a run writes it: its process and host (``hookscope.store.lock``)
 
 The manifest (``"format": "hookscope.store"``, ``"version": 1``) holds ``status`` (``running``
 until the run finishes, then ``complete``), ``provenance`` (hookscope, torch and Python versions,
@@ -18,7 +19,8 @@ a million tensors stay a quick read. ``layouts`` holds each distinct structure a
 (a tuple, a dict, a ``ModelOutput``: ``hookscope.core.layout``), once, by id; a row's ``layout``
 names it, so a store rebuilds ``.output`` as the capture did (a row of a plain tensor names none).
 Tensors stored under several names (aliases) are written once and listed under each name.
-Nothing is pickled: opening a store runs no code.
+Nothing is pickled: opening a store runs no code, and every field is checked before it is used
+(``hookscope.store.schema``); the manifest's last line is the CRC-32 of the text before it.
 
 Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
 tensors (``hookscope.store.shards``). So a store whose run was killed, its manifest still marked

@@ -9,8 +9,9 @@ A store written by ``extract`` holds many batches: ``run[site].calls`` holds eve
 every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` the records of
 batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
 
-A damaged shard (missing, truncated, its header or a tensor's bytes failing their CRC-32) is left
-out: ``load`` checks every shard's size, and each tensor's checksum is checked the first time it is
+Every field of the manifest is checked before use (``hookscope.store.schema``), and the index of
+tensors is vouched for (``hookscope.store.index``). A damaged shard (missing, a link, truncated, its
+header, its rows or a tensor's bytes failing their checks) is left out: ``load`` checks every shard's size, and each tensor's checksum is checked the first time it is
 read (``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
 ``run.batches`` with one ``StoreWarning`` naming the shard, ``run.damaged`` lists it, and
 ``run.batch(b)`` of such a batch raises ``DamagedShardError``; every other batch reads as usual.
