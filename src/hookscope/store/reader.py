@@ -10,9 +10,10 @@ every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` th
 batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
 
 Every field of the manifest is checked before use (``hookscope.store.schema``), and the index of
-tensors is vouched for (``hookscope.store.index``). A damaged shard (missing, a link, truncated, its
-header, its rows or a tensor's bytes failing their checks) is left out: ``load`` checks every shard's size, and each tensor's checksum is checked the first time it is
-read (``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
+tensors is vouched for (``hookscope.store.index``). A damaged shard (missing, a link, truncated,
+its header, its rows or a tensor's bytes failing their checks) is left out: ``load`` checks every
+shard's size, and each tensor's checksum is checked the first time it is read
+(``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
 ``run.batches`` with one ``StoreWarning`` naming the shard, ``run.damaged`` lists it, and
 ``run.batch(b)`` of such a batch raises ``DamagedShardError``; every other batch reads as usual.
 """

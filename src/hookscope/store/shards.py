@@ -38,7 +38,7 @@ from ..errors import DamagedShardError, StoreError
 from ..files import write_atomically
 from ..optional import require
 from ..stats.streaming import RunningStats, merge_tables
-from .schema import check_shard, index_checksum
+from .header import check_shard, index_checksum
 
 _NAMES = (
     "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 bool float8_e4m3fn float8_e5m2 uint16 uint32 uint64"
