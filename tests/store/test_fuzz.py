@@ -1,13 +1,14 @@
 """Nothing read from a damaged store escapes as anything but a hookscope error, or as a value no checksum vouched for.
 
-A seeded loop mutates copies of real small stores (a saved capture, an extracted store complete
-and interrupted, a watch store): an edit of one field of the manifest or of a shard's header (a
-value replaced by another type, a number out of range, a key renamed or removed, a list item
-dropped or doubled, nesting past any limit), one damaged byte anywhere, or a truncated file. Then
-every read is made: ``load``, every record of every site and batch, the statistics, the histories,
-``hookscope info``, and a resume of the extracted stores. Each must return or raise a
-``HookscopeError``; every tensor returned must equal, bit for bit, what the unmodified store gave
-under the same (site, kind, key, batch, call): the oracle.
+A seeded loop mutates copies of real small stores (saved captures, plain and with nested
+outputs, an extracted store complete and interrupted, a statistics store, a watch store): an
+edit of one field of the manifest or of a shard's header (a value replaced by another type, a
+number out of range, a key renamed or removed, a list item dropped or doubled, nesting past any
+limit), one damaged byte anywhere, or a truncated file. Then every read is made: ``load``, every
+record of every site and batch, the statistics, the histories, ``hookscope info``, and a resume
+of the extracted stores. Each must return or raise a ``HookscopeError``; every tensor returned
+must equal, bit for bit, what the unmodified store gave under the same (site, kind, key, batch,
+call): the oracle.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from hookscope.store.extract import extract
 from tests.jobs import images, small_net
 
 Values = dict[tuple[Any, ...], torch.Tensor]
-CASES = 240  # in CI; the slow run makes FUZZ_SLOW
+CASES = 300  # in CI; the slow run makes FUZZ_SLOW
 FUZZ_SLOW = 3000
 JUNK: list[Any] = [None, -1, 0, 2**40, "catch", "", 1.5, True, [], {}, [0, -3], ["x"], {"t": 1}, "../x"]
 
@@ -52,11 +53,26 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Va
     with hookscope.capture(model, ["0", "2"], kinds=("input", "output")) as cap:
         model(next(images(1, 6)))
     hookscope.save(cap, root / "saved")
+    torch.manual_seed(0)
+    structured = nn.Sequential(nn.LSTM(3, 4, batch_first=True), Pair())  # a nested tuple, then a dict
+    with hookscope.capture(structured, ["0", "1"]) as cap:
+        structured(torch.randn(2, 5, 3))
+    hookscope.save(cap, root / "structured")
+    extract(small_net(), images(3, 6), out=root / "stats", select=["0", "2"], stats_only=True, per_channel=True,
+            progress=False)  # fmt: skip
     small_extract(root / "extracted")
     shutil.copytree(root / "extracted", root / "killed")
     as_if_killed(root / "killed")
     watch_store(root / "watched")
-    return {name: (root / name, read_everything(root / name)) for name in ("saved", "extracted", "killed", "watched")}
+    names = ("saved", "structured", "extracted", "killed", "watched", "stats")
+    return {name: (root / name, read_everything(root / name)) for name in names}
+
+
+class Pair(nn.Module):
+    """Takes an LSTM's (output, (h, c)); returns a dict holding a tensor, a tuple and a plain number."""
+
+    def forward(self, out: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Any]:
+        return {"out": out[0] * 2, "state": (out[1][0], 3)}
 
 
 def watch_store(out: Path) -> None:
@@ -150,7 +166,9 @@ def shard_edit(path: Path, how: str, rng: random.Random) -> str:
         header = json.loads(text)
     elif how == "meta" and "hookscope" in header.get("__metadata__", {}):
         meta = json.loads(header["__metadata__"]["hookscope"])
-        meta.pop("index_crc32", None) if rng.random() < 0.3 else None  # a shard as written before it existed
+        if rng.random() < 0.3:  # a shard as written before its index had a checksum: its names are not vouched for
+            meta.pop("index_crc32", None)
+            how = "unvouched meta"
         header["__metadata__"]["hookscope"] = dumps(edit(meta, rng))
     else:
         header = edit(header, rng)
@@ -193,10 +211,15 @@ def dumps(document: Any) -> str:
 
 # -- the oracle ------------------------------------------------------------------------------------
 def check_reads(path: Path, reference: Values, what: str) -> None:
-    """Every read raises a HookscopeError or gives the reference's values (``what`` names the damage)."""
+    """Every read raises a HookscopeError or gives the reference's values (``what`` names the damage).
+
+    A shard edited as if written before its index had a checksum ("unvouched") may hand out vouched
+    bytes under edited names (nothing can tell), so there only the first half holds."""
     try:
         got = read_everything(path)
     except HookscopeError:
+        return
+    if "unvouched" in what:
         return
     for key, tensor in got.items():
         assert key in reference, f"{what}: a value the store never held: {key}"

@@ -11,10 +11,14 @@ Also here: the layouts' JSON (``check_layout``), a tensor's bytes against its dt
 from __future__ import annotations
 
 import json
+import keyword
 import math
+import re
 from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import Any
+
+import torch
 
 from ..errors import StoreError
 
@@ -49,17 +53,39 @@ def check_layout(data: object, where: str, depth: int = 0) -> None:
     need(depth <= MAX_LAYOUT_DEPTH, where, f"nested at most {MAX_LAYOUT_DEPTH} deep", "deeper")
     data = an_object(data, where)
     if "n" in data:
-        text(data["n"], f"{where}.n")
-        need(data.get("c") is None or isinstance(data["c"], str), f"{where}.c", "text", data.get("c"))
-        for i, name in enumerate(a_list(data.get("k", []), f"{where}.k")):
-            _check_value(name, f"{where}.k[{i}]", depth + 1)
-        for i, child in enumerate(a_list(data.get("i", []), f"{where}.i")):
-            check_layout(child, f"{where}.i[{i}]", depth + 1)
+        _check_node(data, where, depth)
     elif "t" in data or "not_kept" in data:
         for name in ("t", "not_kept", "why"):
             need(data.get(name) is None or isinstance(data[name], str), f"{where}.{name}", "text", data.get(name))
     else:
         _check_value(data, where, depth)
+
+
+def _check_node(data: dict[str, Any], where: str, depth: int) -> None:
+    """A container: its form, class, names and children, as ``hookscope.core.tree.rebuild`` needs them."""
+    form = text(data["n"], f"{where}.n")
+    cls = data.get("c")
+    need(cls is None or (isinstance(cls, str) and not _type_name(cls)[:1].isdigit()), f"{where}.c",
+         "a class as module:qualname", cls)  # fmt: skip
+    names = a_list(data.get("k", []), f"{where}.k")
+    children = a_list(data.get("i", []), f"{where}.i")
+    for i, name in enumerate(names):
+        _check_value(name, f"{where}.k[{i}]", depth + 1)
+    for i, child in enumerate(children):
+        check_layout(child, f"{where}.i[{i}]", depth + 1)
+    if form == "arguments":
+        need(len(children) == 2, f"{where}.i", "two children (args, kwargs)", len(children))
+    if form in ("dict", "namedtuple", "dataclass", "model_output"):
+        need(len(names) == len(children), f"{where}.k", f"one name per child ({len(children)})", len(names))
+    if form in ("dataclass", "model_output"):
+        fields = [n.get("v") for n in names]
+        need(all(isinstance(f, str) and f.isidentifier() and not keyword.iskeyword(f) for f in fields)
+             and len(set(fields)) == len(fields), f"{where}.k", "distinct field names", fields)  # fmt: skip
+
+
+def _type_name(cls: str) -> str:
+    """The name ``hookscope.core.tree`` gives a class it cannot find (it must not start with a digit)."""
+    return re.sub(r"\W", "_", cls.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
 
 
 def _check_value(data: object, where: str, depth: int) -> None:
@@ -74,7 +100,7 @@ def _check_value(data: object, where: str, depth: int) -> None:
         "dtype": lambda v: isinstance(v, str),
         "device": lambda v: isinstance(v, str) and _is_device(v),
         "size": lambda v: isinstance(v, list) and all(is_int(n) and n >= 0 for n in v),
-        "complex": lambda v: isinstance(v, list) and len(v) == 2 and all(is_number(n) for n in v),
+        "complex": lambda v: isinstance(v, list) and len(v) == 2 and all(type(n) in (int, float) for n in v),
         "bytes": lambda v: isinstance(v, str) and _is_hex(v),
         "ellipsis": lambda v: v is True,
         "tuple": lambda v: isinstance(v, list),
@@ -154,8 +180,11 @@ def _is_hex(text: str) -> bool:
 
 
 def _is_device(text: str) -> bool:
-    kind, _, number = text.partition(":")
-    return kind.isidentifier() and (not number or number.isdigit())
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 def whole(value: object, where: str, low: int = 0, high: int | None = None) -> int:

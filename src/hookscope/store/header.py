@@ -139,8 +139,11 @@ def _check_entry(entry: object, where: str, tensors: Mapping[str, Any], batches:
 
 def _check_label(label: object, where: str, tensors: Mapping[str, Any]) -> None:
     label = an_object(label, where)
+    keys = ("site", "kind", "key", "prefix", "channel_dim", "shape", "dtype")
+    need(sorted(label) == sorted(keys), where, f"an object of {', '.join(keys)}", sorted(label))
     for name in ("site", "kind", "key", "prefix"):
         text(label.get(name), f"{where}.{name}")
+    need(label["kind"] in kinds.names(), f"{where}.kind", f"one of {', '.join(kinds.names())}", label["kind"])
     need(label.get("channel_dim") is None or is_int(label["channel_dim"]), f"{where}.channel_dim",
           "an integer or null", label.get("channel_dim"))  # fmt: skip
     wholes(label.get("shape", []), f"{where}.shape")
