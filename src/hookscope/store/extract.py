@@ -134,8 +134,10 @@ def extract(
         kept = len(store_format.done_batches(root))
         interrupt.add_note(f"hookscope.extract was interrupted; the store {root} keeps the {kept} batches finished "
                            "before it: rerun with resume=True to continue it")  # fmt: skip
+        store_format.release(root)
         raise
     except Exception as err:
+        store_format.release(root)
         _discard_if_empty(root, world, err, resume=resume)
         raise
     world.barrier()

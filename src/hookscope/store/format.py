@@ -7,6 +7,7 @@ A store is a folder::
       shards/r0-1a2b3c4d-000000.safetensors   whole batches: rank 0, run 1a2b3c4d, shard 0
       stats.safetensors                       statistics-only stores: the merged RunningStats
       stats/r0-1a2b3c4d-000003.safetensors    while a statistics run is going: each rank's latest checkpoint
+      .lock                                   while a run writes it: its process and host (``hookscope.store.lock``)
 
 The manifest (``"format": "hookscope.store"``, ``"version": 2``, docs/store-format.md) holds ``status`` (``running``
 until the run finishes, then ``complete``), ``provenance`` (hookscope, torch and Python versions,
@@ -18,7 +19,8 @@ a million tensors stay a quick read. ``layouts`` holds each distinct structure a
 (a tuple, a dict, a ``ModelOutput``: ``hookscope.core.layout``), once, by id; a row's ``layout``
 names it, so a store rebuilds ``.output`` as the capture did (a row of a plain tensor names none).
 Tensors stored under several names (aliases) are written once and listed under each name.
-Nothing is pickled: opening a store runs no code.
+Nothing is pickled: opening a store runs no code, and every field is checked before it is used
+(``hookscope.store.schema``); the manifest's last line is the CRC-32 of the text before it.
 
 Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
 tensors (``hookscope.store.shards``). So a store whose run was killed, its manifest still marked
@@ -34,14 +36,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
 from ..errors import DamagedShardError, OutputExistsError, StoreError, StoreWarning
-from ..files import TEMPORARY, write_atomically
+from ..files import TEMPORARY, sync_folder, write_atomically
+from . import lock
+from .schema import check_manifest
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
 FORMAT = "hookscope.store"
@@ -51,8 +57,9 @@ SHARDS = "shards"  # folder of tensor shards
 STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
 STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
 DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
-# what a resumed run must repeat
-RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")
+_END = "\n}\n"  # how the text of a manifest ends
+_CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')
+RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")  # what a resumed run must repeat
 
 
 class Entry(NamedTuple):
@@ -90,26 +97,33 @@ def new_manifest(prov: dict[str, Any], config: dict[str, Any], sites: list[dict[
 
 
 def read_manifest(root: Path) -> dict[str, Any]:
-    """The manifest of the store at ``root``, checked for format and version."""
+    """The manifest of the store at ``root``, every field but its index checked (``schema.check_manifest``)."""
+    path = root / MANIFEST
+    if path.is_symlink():
+        raise StoreError(f"{path} is a symbolic link; a store holds plain files only (copy the file itself)")
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise StoreError(f"cannot read {root / MANIFEST}: {err}") from err
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StoreError(f"{root / MANIFEST} is not a hookscope store manifest")
-    if manifest.get("version", 0) > VERSION:
-        raise StoreError(
-            f"{root} was written by a newer hookscope (store version {manifest['version']}, this one reads "
-            f"{VERSION}); upgrade hookscope"
-        )
-    return manifest
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as err:  # ValueError: not UTF-8
+        raise StoreError(f"cannot read {path}: {one_line(err)}") from err
+    try:
+        manifest = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise StoreError(f"{path} is damaged: it is not JSON ({one_line(err)[:80]}); write the store again") from err
+    checked = check_manifest(manifest, str(path), VERSION)
+    found = _CRC.search(text)
+    checked["vouched"] = bool(found and zlib.crc32(text[: found.start()].encode()) == int(found.group(1)))
+    checked.pop("manifest_crc32", None)
+    return checked
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    """Write ``manifest.json`` atomically: one line per top-level key, one per row of a top-level list."""
+    """Write ``manifest.json`` atomically: one line per top-level key, one per row of a top-level list, and
+    last the CRC-32 of the text before it (``"manifest_crc32"``: ``read_manifest`` says whether it holds)."""
     path = root / MANIFEST
+    body = _dumps({k: v for k, v in manifest.items() if k not in ("manifest_crc32", "vouched")})[: -len(_END)]
+    text = f'{body},\n "manifest_crc32": {zlib.crc32(body.encode())}{_END}'
     try:
-        write_atomically(path, lambda tmp: tmp.write_text(_dumps(manifest), encoding="utf-8"))
+        write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError as err:
         raise StoreError(f"cannot write {path}: {one_line(err)}") from err
 
@@ -122,17 +136,12 @@ def index_parts(root: Path) -> dict[str, Any]:
     tensors: list[list[Any]] = []
     layouts: dict[str, Any] = {}
     damaged: dict[str, str] = {}
-    for path, index in _readable(root, sorted((root / SHARDS).glob("*.safetensors")), damaged):
+    for path, index in _readable(root, _listed(root, SHARDS), damaged):
         meta = index["meta"]
-        number = len(shards)
         shards.append({"file": f"{SHARDS}/{path.name}", "bytes": index["bytes"], "data_start": index["data_start"]})
         batches.update({b["index"]: {**b, "rank": meta.get("rank", 0)} for b in meta.get("batches", [])})
         layouts.update(meta.get("layouts", {}))
-        sums = meta.get("crc32", {})
-        for entry in meta.get("tensors", []):
-            where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
-            row = {"layout": "", **entry, **where, "shard": number, "crc32": sums.get(entry["name"], -1)}
-            tensors.append([row[column] for column in COLUMNS])
+        tensors.extend(rows_of(index, len(shards) - 1))
     tensors.sort(key=lambda row: (row[COLUMNS.index("batch")], row[COLUMNS.index("order")]))
     parts = _stats_parts(root, damaged)
     for meta, _ in parts:
@@ -143,6 +152,29 @@ def index_parts(root: Path) -> dict[str, Any]:
     if (root / STATS).is_file() or parts:
         found["stats"] = {"file": STATS} if not parts else {"parts": [p.relative_to(root).as_posix() for _, p in parts]}
     return found
+
+
+def rows_of(index: dict[str, Any], number: int) -> list[list[Any]]:
+    """The manifest's rows (``COLUMNS``) of the tensors the shard ``number`` holds, from its header (``read_index``)."""
+    sums = index["meta"].get("crc32", {})
+    rows = []
+    for entry in index["meta"].get("tensors", []):
+        where = dict(zip(("dtype", "shape", "offsets"), index["tensors"][entry["name"]], strict=True))
+        row = {"layout": "", **entry, **where, "shard": number, "crc32": sums.get(entry["name"], -1)}
+        rows.append([row[column] for column in COLUMNS])
+    return rows
+
+
+def _listed(root: Path, folder: str) -> list[Path]:
+    """The ``.safetensors`` files of ``root/folder``, which must not be a link (a store holds none)."""
+    path = root / folder
+    if path.is_symlink():
+        raise StoreError(f"{path} is a symbolic link; a store holds plain folders and files only, so it is not "
+                         "followed (copy the folder itself into the store)")  # fmt: skip
+    try:
+        return sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    except OSError as err:
+        raise StoreError(f"cannot read {path}: {one_line(err)}") from err
 
 
 def _readable(root: Path, paths: list[Path], damaged: dict[str, str]) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -158,10 +190,8 @@ def _readable(root: Path, paths: list[Path], damaged: dict[str, str]) -> Iterato
 
 def _stats_parts(root: Path, damaged: dict[str, str]) -> list[tuple[dict[str, Any], Path]]:
     """The newest readable checkpoint of every (rank, run) under ``stats/``, in the order of their first batch."""
-    folder = root / STATS_PARTS
     newest: dict[str, tuple[dict[str, Any], Path]] = {}
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    for path, index in _readable(root, files, damaged):
+    for path, index in _readable(root, _listed(root, STATS_PARTS), damaged):
         newest[path.name.rsplit("-", 1)[0]] = (index["meta"], path)  # r0-1a2b3c4d-000012: the newest sorts last
     parts = list(newest.values())
     return sorted(parts, key=lambda part: min((b["index"] for b in part[0].get("batches", [])), default=-1))
@@ -169,28 +199,61 @@ def _stats_parts(root: Path, damaged: dict[str, str]) -> list[tuple[dict[str, An
 
 # -- the life of an extracted store -------------------------------------------------------------
 def open_for_extract(root: Path, header: dict[str, Any], *, resume: bool, force: bool) -> None:
-    """Make the store ``root`` with the manifest ``header``, or reopen it to be continued (``resume``)."""
+    """Make the store ``root`` with the manifest ``header``, or reopen it to be continued (``resume``); either
+    way this process holds its lock (``hookscope.store.lock``) until ``finish`` (or ``release``)."""
     if resume and (root / MANIFEST).is_file():
-        old = read_manifest(root)
-        _check_same(root, old, header)
-        if old.get("status") == "complete" and (root / STATS).is_file():  # its merged statistics become a part
-            (root / STATS_PARTS).mkdir(exist_ok=True)
-            os.replace(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
-        elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
-            (root / STATS).unlink()
-        remove_leftovers(root)
-        set_aside(root, index_parts(root)["damaged"])
-        write_manifest(root, new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", [])))
+        lock.hold(root)
+        try:
+            _reopen(root, header)
+        except BaseException:
+            lock.release(root)
+            raise
         return
     if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
         if not force:
             raise OutputExistsError(
                 f"{root} already exists; pass resume=True to continue it or force=True to replace it"
             )
-        shutil.rmtree(root) if root.is_dir() else root.unlink()
-    make_folder(root / SHARDS, root)
-    (root / STATS_PARTS).mkdir(exist_ok=True)
-    write_manifest(root, header)
+        if not root.is_dir():
+            root.unlink()
+    make_folder(root, root, exist_ok=True)
+    lock.hold(root)
+    try:
+        for old in (p for p in root.iterdir() if p.name != lock.LOCK):  # force: what was there goes
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        make_folder(root / SHARDS, root)
+        (root / STATS_PARTS).mkdir()
+        sync_folder(root)
+        write_manifest(root, header)
+    except OSError as err:
+        lock.release(root)
+        raise cannot_write(err, root, root) from err
+    except BaseException:
+        lock.release(root)
+        raise
+
+
+def _reopen(root: Path, header: dict[str, Any]) -> None:
+    """Continue the store ``root``: same settings, leftovers of a killed run cleared, damaged shards set aside."""
+    old = read_manifest(root)
+    _check_same(root, old, header)
+    try:
+        if old.get("status") == "complete" and (root / STATS).is_file():  # its merged statistics become a part
+            (root / STATS_PARTS).mkdir(exist_ok=True)
+            os.replace(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
+            sync_folder(root / STATS_PARTS)
+        elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
+            (root / STATS).unlink()
+        remove_leftovers(root)
+        set_aside(root, index_parts(root)["damaged"])
+    except OSError as err:
+        raise cannot_write(err, root, root) from err
+    write_manifest(root, new_manifest(old.get("provenance", {}), old.get("config", {}), old.get("sites", [])))
+
+
+def release(root: Path) -> None:
+    """Let go of the store's lock (a run that ends without ``finish``: an error, Ctrl-C)."""
+    lock.release(root)
 
 
 def done_batches(root: Path) -> set[int]:
@@ -199,15 +262,19 @@ def done_batches(root: Path) -> set[int]:
 
 
 def finish(root: Path) -> None:
-    """Index every shard and merge every statistics part into the final manifest, marked complete."""
-    manifest = {**read_manifest(root), **index_parts(root), "status": "complete"}
-    if "stats" in manifest:
-        table = read_stats(MappedShards(root), manifest["stats"])
-        write_stats(root / STATS, table, {"batches": manifest["batches"]})
-        manifest["stats"] = {"file": STATS}
-    write_manifest(root, manifest)
-    shutil.rmtree(root / STATS_PARTS, ignore_errors=True)
-    remove_leftovers(root)
+    """Index every shard and merge every statistics part into the final manifest, marked complete; let go
+    of the lock."""
+    try:
+        manifest = {**read_manifest(root), **index_parts(root), "status": "complete"}
+        if "stats" in manifest:
+            table = read_stats(MappedShards(root), manifest["stats"])
+            write_stats(root / STATS, table, {"batches": manifest["batches"]})
+            manifest["stats"] = {"file": STATS}
+        write_manifest(root, manifest)
+        shutil.rmtree(root / STATS_PARTS, ignore_errors=True)
+        remove_leftovers(root)
+    finally:
+        lock.release(root)
 
 
 def set_aside(root: Path, damaged: dict[str, str]) -> None:
@@ -217,6 +284,8 @@ def set_aside(root: Path, damaged: dict[str, str]) -> None:
     (root / DAMAGED).mkdir(exist_ok=True)
     for relative in damaged:
         os.replace(root / relative, root / DAMAGED / PurePosixPath(relative).name)
+    for folder in {root / DAMAGED, root, *(root / PurePosixPath(r).parent for r in damaged)}:
+        sync_folder(folder)
     listed = "; ".join(f"{name} ({why})" for name, why in damaged.items())
     warnings.warn(f"{root}: moved {len(damaged)} damaged file(s) to {DAMAGED}/, their batches are extracted again: "
                   f"{listed}", StoreWarning, stacklevel=4)  # fmt: skip
@@ -229,10 +298,14 @@ def remove_leftovers(root: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def make_folder(path: Path, target: Path) -> Path:
-    """``mkdir`` with a one-line ``StoreError`` naming the store that could not be written."""
+def make_folder(path: Path, target: Path, *, exist_ok: bool = False) -> Path:
+    """``mkdir`` (with its parents), each new folder's name synced to disk; a one-line ``StoreError`` naming
+    the store that could not be written."""
+    made = [p for p in (path, *path.parents) if not p.exists()][::-1]
     try:
-        path.mkdir(parents=True)
+        path.mkdir(parents=True, exist_ok=exist_ok)
+        for folder in made:
+            sync_folder(folder.parent)
     except OSError as err:
         raise cannot_write(err, path.parent, target) from err
     return path

@@ -9,9 +9,11 @@ A store written by ``extract`` holds many batches: ``run[site].calls`` holds eve
 every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` the records of
 batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
 
-A damaged shard (missing, truncated, its header or a tensor's bytes failing their CRC-32) is left
-out: ``load`` checks every shard's size, and each tensor's checksum is checked the first time it is
-read (``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
+Every field of the manifest is checked before use (``hookscope.store.schema``), and the index of
+tensors is vouched for (``hookscope.store.index``). A damaged shard (missing, a link, truncated,
+its header, its rows or a tensor's bytes failing their checks) is left out: ``load`` checks every
+shard's size, and each tensor's checksum is checked the first time it is read
+(``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
 ``run.batches`` with one ``StoreWarning`` naming the shard, ``run.damaged`` lists it, and
 ``run.batch(b)`` of such a batch raises ``DamagedShardError``; every other batch reads as usual.
 """
@@ -19,7 +21,6 @@ read (``load(path, verify=False)`` maps tensors without reading them). The batch
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +33,15 @@ from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
 from ..display import Shows, table_of
-from ..errors import DamagedShardError, NotCapturedError, StoreError, StoreWarning
+from ..errors import DamagedShardError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
 from ..text import closest, columns, format_size
 from . import series
 from .format import MANIFEST, Entry, index_parts, read_manifest
+from .index import Index, ranges, wrong_sizes
+from .schema import check_index
 from .series import Alert, History
-from .shards import MappedShards, inside, read_stats
+from .shards import MappedShards, read_stats
 
 T = TypeVar("T")
 
@@ -69,8 +72,9 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
         raise StoreError(f"{root} {what}; make one with hookscope.save(cap, path) or hookscope.extract(...)")
     manifest = read_manifest(root)
     if manifest.get("status") != "complete":
-        manifest = {**manifest, **index_parts(root)}
-    return Run(root, manifest, verify=verify)
+        return Run(root, {**manifest, **index_parts(root)}, verify=verify)
+    bad = check_index(manifest, str(manifest_path))
+    return Run(root, {**manifest, "damaged": {**manifest.get("damaged", {}), **bad}}, verify=verify)
 
 
 class Run(Mapping[str, Record], Shows):
@@ -83,16 +87,14 @@ class Run(Mapping[str, Record], Shows):
         self.config: dict[str, Any] = manifest.get("config", {})
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
-        self._index: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
+        self._index = Index(root, manifest, trusted=bool(manifest.get("vouched")) or not self.complete)
+        self.damaged = self._index.damaged  # shard file -> what is wrong with it; its tensors are left out
         self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
         self._tensors: dict[tuple[int, str], Tensor] = {}
         self._stats: dict[Label, RunningStats] | None = None
         self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
-        self._files = [shard["file"] for shard in manifest.get("shards", [])]  # shard number -> file
-        self.damaged: dict[str, str] = {}  # shard file -> what is wrong with it; its tensors are left out
-        self._lost: dict[int, str] | None = None  # batch -> the damaged shard that held it, on first use
-        found = {**manifest.get("damaged", {}), **_wrong_sizes(root, manifest.get("shards", []))}
+        found = {**manifest.get("damaged", {}), **wrong_sizes(root, manifest.get("shards", []))}
         for file, why in found.items():
             self._leave_out(file, why)
 
@@ -119,13 +121,12 @@ class Run(Mapping[str, Record], Shows):
     @property
     def batches(self) -> list[int]:
         """The indices of the batches the store holds (less those of damaged shards), in order."""
-        lost = self._lost_batches()
-        return [b["index"] for b in self.manifest.get("batches", []) if b["index"] not in lost]
+        return self._index.batches()
 
     @property
     def rows(self) -> int | None:
         """Rows (samples) over the batches it holds; None when unknown (a saved capture)."""
-        lost = self._lost_batches()
+        lost = self._index.lost()
         rows = [b.get("rows") for b in self.manifest.get("batches", []) if b["index"] not in lost]
         return None if None in rows else sum(r for r in rows if r is not None)
 
@@ -138,11 +139,11 @@ class Run(Mapping[str, Record], Shows):
 
     def _check_batch(self, index: int) -> None:
         """Raise when batch ``index`` is not in the store, or was in a damaged shard."""
-        file = self._lost_batches().get(index)
+        file = self._index.lost().get(index)
         if file is not None:
             raise DamagedShardError(file, self.damaged[file], f"; batch {index} was in it, the others read as usual")
         if index not in self.batches:
-            raise NotCapturedError(f"batch {index} is not in {self.path}; it holds {_ranges(self.batches)}")
+            raise NotCapturedError(f"batch {index} is not in {self.path}; it holds {ranges(self.batches)}")
 
     def stats(self, site: str, kind: Kind = "output", key: str | None = None) -> RunningStats:
         """The statistics of ``site``'s ``kind`` at ``key`` (the first key without one), over the run."""
@@ -178,7 +179,7 @@ class Run(Mapping[str, Record], Shows):
         first: dict[Label, Entry] = {}
         counts: dict[Label, list[int]] = {}
         seen: set[tuple[int, str]] = set()
-        for entry in self._entries():
+        for entry in self._index.entries():
             label = (entry.site, entry.kind, entry.key)
             first.setdefault(label, entry)
             count = counts.setdefault(label, [0, 0])
@@ -240,7 +241,7 @@ class Run(Mapping[str, Record], Shows):
         )
         record.param_grads = {name: [] for name in info.get("params", [])}
         calls: dict[tuple[int, int], Call] = {}
-        by_batch = self._indexed().get(site, {})
+        by_batch = self._index.by_site().get(site, {})
         for entry in (e for b in ([batch] if batch is not None else by_batch) for e in by_batch.get(b, [])):
             tensor = self._tensor(entry)
             if not kinds.per_call(entry.kind):
@@ -250,7 +251,7 @@ class Run(Mapping[str, Record], Shows):
             call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
             if entry.layout:
                 call.set_layout((entry.kind,), self._layout(entry.layout))
-        lost = self._lost_batches()
+        lost = self._index.lost()
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
@@ -267,25 +268,6 @@ class Run(Mapping[str, Record], Shows):
             self._layouts[name] = from_json(data)
         return self._layouts[name]
 
-    def _entries(self) -> Iterator[Entry]:
-        """Every row of the index, less those in damaged shards."""
-        rows = (Entry(*row) for row in self.manifest.get("tensors", []))
-        return (e for e in rows if self._files[e.shard] not in self.damaged) if self.damaged else rows
-
-    def _indexed(self) -> dict[str, dict[int, list[Entry]]]:
-        if self._index is None:
-            self._index = {}
-            for entry in self._entries():
-                self._index.setdefault(entry.site, {}).setdefault(entry.batch, []).append(entry)
-        return self._index
-
-    def _lost_batches(self) -> dict[int, str]:
-        """The batches with a tensor in a damaged shard, and that shard."""
-        if self._lost is None:
-            rows = (Entry(*row) for row in self.manifest.get("tensors", [])) if self.damaged else iter(())
-            self._lost = {e.batch: self._files[e.shard] for e in rows if self._files[e.shard] in self.damaged}
-        return self._lost
-
     def _intact(self, build: Callable[[], T]) -> T:
         """``build()``, again without a shard each time one turns out damaged while it reads."""
         while True:
@@ -297,36 +279,20 @@ class Run(Mapping[str, Record], Shows):
                 self._leave_out(err.shard, err.why)
 
     def _leave_out(self, file: str, why: str) -> None:
-        """Take the damaged shard ``file`` out of the index, and say which batches went with it (tensors
-        read from other shards stay valid; records are built again without it)."""
-        self.damaged[file] = why
-        self._index, self._lost = None, None
+        """Take the damaged shard ``file`` out of the index (tensors read from other shards stay valid;
+        records are built again without it)."""
         self._records.clear()
-        lost = sorted(b for b, f in self._lost_batches().items() if f == file)
-        gone = f"{_ranges(lost)} left out" if lost else "nothing of the index was in it"
-        warnings.warn(f"{self.path}: shard {file} is damaged ({why}); {gone}, the other {len(self.batches)} "
-                      "batches read as usual (an extracted store: resume=True extracts them again)",
-                      StoreWarning, stacklevel=4)  # fmt: skip
+        self._index.leave_out(file, why)
 
     def _tensor(self, entry: Entry) -> Tensor:
         where = (entry.shard, entry.name)
         if where not in self._tensors:
+            self._index.vouch(entry.shard)
             shard = self.manifest["shards"][entry.shard]
             self._tensors[where] = self._mapped.tensor(
                 shard["file"], shard["data_start"], entry.dtype, entry.shape, entry.offsets, entry.crc32
             )
         return self._tensors[where]
-
-
-def _wrong_sizes(root: Path, shards: list[dict[str, Any]]) -> dict[str, str]:
-    """The shards whose file is missing or not the size the index says (truncated, or written over)."""
-    wrong = {}
-    for shard in shards:
-        path = inside(root, shard["file"])
-        size = path.stat().st_size if path.is_file() else None
-        if size != shard["bytes"]:
-            wrong[shard["file"]] = "missing" if size is None else f"{size} bytes where the index says {shard['bytes']}"
-    return wrong
 
 
 def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
@@ -338,17 +304,6 @@ def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
 def _unknown(site: str, names: list[str], root: Path) -> str:
     hint = closest(site, names)
     return f"{site!r} is not a site of the store {root} ({len(names)} sites{hint}); list them with list(run)"
-
-
-def _ranges(indices: list[int]) -> str:
-    """``no batch``, ``batch 3``, ``batches 3..7`` (consecutive) or ``12 batches, 3..40``."""
-    if not indices:
-        return "no batch"
-    if len(indices) == 1:
-        return f"batch {indices[0]}"
-    if indices[-1] - indices[0] == len(indices) - 1:
-        return f"batches {indices[0]}..{indices[-1]}"
-    return f"{len(indices)} batches, {indices[0]}..{indices[-1]}"
 
 
 def _contents_rows(run: Run) -> list[Sequence[str]]:

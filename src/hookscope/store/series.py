@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from .. import display
-from ..errors import NotCapturedError
+from ..errors import DamagedShardError, NotCapturedError, StoreError
+from ..files import staged_folder
 from ..text import closest, columns, format_size
-from .format import write_manifest
-from .shards import MappedShards, read_index, write_shard
+from .format import cannot_write, write_manifest
+from .shards import MappedShards, inside, read_index, write_shard
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -122,9 +123,26 @@ def is_watch(manifest: Mapping[str, Any]) -> bool:
 
 
 def write_watch(
+    root: Path,
+    manifest: dict[str, Any],
+    histories: Mapping[str, History],
+    alerts: Sequence[Alert],
+    *,
+    whole: bool = False,
+) -> None:
+    """Write the series file, then the manifest that names it (each atomically). ``whole``: the store's first
+    write, made in a staged folder renamed to ``root`` when both are written, so a first write that fails
+    leaves nothing (and an old store replaced under ``force`` stays until then)."""
+    if not whole:
+        _write_both(root, manifest, histories, alerts)
+        return
+    with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
+        _write_both(staging, manifest, histories, alerts)
+
+
+def _write_both(
     root: Path, manifest: dict[str, Any], histories: Mapping[str, History], alerts: Sequence[Alert]
 ) -> None:
-    """Write the series file, then the manifest that names it (each atomically)."""
     tensors = {name: h.rows.contiguous() for name, h in histories.items()}
     write_shard(root / SERIES, tensors, {"columns": list(COLUMNS)})
     steps = sorted({s for h in histories.values() for s in h.steps})
@@ -133,16 +151,23 @@ def write_watch(
 
 
 def read_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> dict[str, History]:
-    """Every site's history, in the manifest's site order (tensors memory-mapped)."""
+    """Every site's history, in the manifest's site order (tensors memory-mapped, each a float64
+    ``(steps, len(COLUMNS))`` table, or the series file is damaged)."""
     series = manifest.get("series")
     if not series:
         return {}
-    index = read_index(root / series["file"])
+    try:
+        index = read_index(inside(root, series["file"]))
+    except DamagedShardError as err:
+        raise DamagedShardError(series["file"], err.why, "; the store's time series cannot be read") from err
     types = {s["name"]: s.get("type", "?") for s in manifest.get("sites", [])}
     crc = index["meta"].get("crc32", {})
     out = {}
     for name in [s for s in types if s in index["tensors"]]:
         dtype, shape, offsets = index["tensors"][name]
+        if dtype != "float64" or len(shape) != 2 or shape[1] != len(COLUMNS):
+            raise DamagedShardError(series["file"], f"the series of {name!r} is {dtype} {shape}, not float64 "
+                                    f"(steps, {len(COLUMNS)})")  # fmt: skip
         rows = mapped.tensor(series["file"], index["data_start"], dtype, shape, offsets, crc.get(name, -1))
         out[name] = History(name, types[name], rows)
     return out
@@ -171,7 +196,10 @@ def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[s
     prov, config = manifest.get("provenance", {}), manifest.get("config", {})
     alerts = read_alerts(manifest)
     steps = sorted({s for h in histories.values() for s in h.steps})
-    size = format_size(sum(p.stat().st_size for p in path.iterdir() if p.is_file()))
+    try:
+        size = format_size(sum(p.stat().st_size for p in path.iterdir() if p.is_file()))
+    except OSError as err:
+        raise StoreError(f"cannot read {path}: {err.strerror or err}") from err
     state = "complete" if manifest.get("status") == "complete" else "interrupted (the run did not reach its end)"
     head = [
         f"{path}: hookscope watch store (format {manifest.get('version')}), {state}",

@@ -38,6 +38,7 @@ from ..errors import DamagedShardError, StoreError
 from ..files import write_atomically
 from ..optional import require
 from ..stats.streaming import RunningStats, merge_tables
+from .header import check_shard, index_checksum
 
 _NAMES = (
     "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 bool float8_e4m3fn float8_e5m2 uint16 uint32 uint64"
@@ -62,9 +63,12 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
     owned = _owning(tensors)
     sums = {name: checksum(t.untyped_storage(), int(t.storage_offset()) * t.element_size(), t.nbytes)
             for name, t in owned.items()}  # fmt: skip
+    described = json.loads(json.dumps({**meta, "crc32": sums}))  # as a reader will see it
+    shapes = {name: (dtype_name(t.dtype), list(t.shape), None) for name, t in owned.items()}
+    described["index_crc32"] = index_checksum(shapes, described)
 
     def write(tmp: Path) -> None:  # write_atomically gives it the umask's mode (safetensors makes it 0600)
-        save_file(owned, str(tmp), metadata={META_KEY: json.dumps({**meta, "crc32": sums})})
+        save_file(owned, str(tmp), metadata={META_KEY: json.dumps(described)})
 
     try:
         write_atomically(path, write)
@@ -76,38 +80,42 @@ def write_shard(path: Path, tensors: Mapping[str, Tensor], meta: Mapping[str, An
 def read_index(path: Path) -> dict[str, Any]:
     """A shard's header: ``{"bytes", "data_start", "meta", "tensors": {name: (dtype, shape, [begin, end])}}``.
 
-    Raises ``DamagedShardError`` for a file that is missing, truncated or whose header is not one.
+    Raises ``DamagedShardError`` for a file that is missing, a link, truncated, or whose header is not
+    one (every field is checked: ``hookscope.store.schema``).
     """
     try:
+        refuse_link(path, str(path))
         size = path.stat().st_size
         with open(path, "rb") as f:
             (length,) = struct.unpack("<Q", f.read(8))
             if length > min(size - 8, 1 << 30):
                 raise ValueError(f"not a safetensors file: a header of {length} bytes in a file of {size}")
-            header = json.loads(f.read(length))
-        meta = json.loads(header.pop("__metadata__", {}).get(META_KEY, "{}"))
-        ends = [8 + length + info["data_offsets"][1] for info in header.values()]
-    except (OSError, ValueError, struct.error, AttributeError, KeyError, TypeError, IndexError) as err:
+            raw = f.read(length)
+    except FileNotFoundError as err:
+        raise DamagedShardError(str(path), "missing") from err
+    except (OSError, ValueError, struct.error) as err:
         raise DamagedShardError(str(path), one_line(err)) from err
-    if max(ends, default=0) > size:
-        raise DamagedShardError(str(path), f"truncated ({size} bytes, {max(ends)} needed)")
-    safetensors_names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-                         "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-                         "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U16": "uint16", "U32": "uint32",
-                         "U64": "uint64"}  # fmt: skip
-    tensors = {
-        name: (safetensors_names.get(info["dtype"], info["dtype"]), info["shape"], info["data_offsets"])
-        for name, info in header.items()
-    }
-    return {"bytes": size, "data_start": 8 + length, "meta": meta, "tensors": tensors}
+    return check_shard(raw, size, str(path))
 
 
 def inside(root: Path, relative: str) -> Path:
-    """``root / relative``, refusing names that would leave the store (absolute, ``..``)."""
+    """``root / relative``, refusing names that would leave the store (absolute, ``..``) and links in it."""
     parts = PurePosixPath(relative).parts
     if not parts or PurePosixPath(relative).is_absolute() or ".." in parts:
         raise StoreError(f"{root} names a file outside the store ({relative!r}); it is not a valid store")
-    return root.joinpath(*parts)
+    path = root
+    for part in parts:
+        path = path / part
+        refuse_link(path, relative)
+    return path
+
+
+def refuse_link(path: Path, name: str) -> None:
+    """A ``DamagedShardError`` for a symbolic link: a store holds plain files, and a link is never followed
+    (it could lead anywhere outside the store)."""
+    if path.is_symlink():
+        raise DamagedShardError(name, "it is a symbolic link, which a store never holds; it was not followed "
+                                "(copy the file itself into the store)")  # fmt: skip
 
 
 class MappedShards:
@@ -144,10 +152,13 @@ class MappedShards:
     def _storage(self, file: str, needed: int) -> torch.UntypedStorage:
         if file not in self._storages:
             path = inside(self.root, file)
-            size = path.stat().st_size if path.is_file() else -1
-            if size <= 0:
-                raise DamagedShardError(file, "missing" if size < 0 else "empty")
-            mapped = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
+            try:
+                size = path.stat().st_size if path.is_file() else -1
+                if size <= 0:
+                    raise DamagedShardError(file, "missing" if size < 0 else "empty")
+                mapped = torch.UntypedStorage.from_file(str(path), shared=False, nbytes=size)
+            except (OSError, RuntimeError) as err:  # unreadable (permissions), or mmap refused
+                raise DamagedShardError(file, f"it cannot be read: {one_line(err)}") from err
             self._storages[file] = cast(torch.UntypedStorage, mapped)
         storage = self._storages[file]
         if storage.nbytes() < needed:
@@ -172,16 +183,19 @@ def write_stats(path: Path, table: Mapping[Label, RunningStats], meta: Mapping[s
 def read_table(mapped: MappedShards, relative: str) -> dict[Label, RunningStats]:
     """The statistics table of the file ``relative`` (inside the store), as ``write_stats`` wrote it."""
     index = read_index(inside(mapped.root, relative))
+    sums = index["meta"].get("crc32", {})
     table = {}
-    for label in index["meta"].get("labels", []):
+    for label in index["meta"].get("labels", []):  # each names its tensors' prefix (checked by schema)
         prefix = label["prefix"] + "."
-        sums = index["meta"].get("crc32", {})
         named = {}
         for name in (n for n in index["tensors"] if n.startswith(prefix)):
             dtype, shape, offsets = index["tensors"][name]
             crc = sums.get(name, -1)
             named[name.removeprefix(prefix)] = mapped.tensor(relative, index["data_start"], dtype, shape, offsets, crc)
-        stats = RunningStats.from_tensors(named, channel_dim=label["channel_dim"])
+        try:
+            stats = RunningStats.from_tensors(named, channel_dim=label["channel_dim"])
+        except (IndexError, RuntimeError, ValueError) as err:
+            raise DamagedShardError(relative, f"the statistics of {label['site']} do not fit: {one_line(err)}") from err
         stats.shape, stats.dtype = tuple(label["shape"]), label["dtype"]
         table[(label["site"], label["kind"], label["key"])] = stats
     return table
@@ -227,4 +241,11 @@ def one_line(err: BaseException) -> str:
 def read_stats(mapped: MappedShards, section: Mapping[str, Any]) -> dict[Label, RunningStats]:
     """The merged table of a store's ``stats`` section (one file, or the parts of an interrupted run)."""
     files = section["parts"] if "parts" in section else [section["file"]]
-    return merge_tables([read_table(mapped, f) for f in files])
+    tables = [read_table(mapped, f) for f in files]
+    try:
+        return merge_tables(tables)
+    except (RuntimeError, ValueError) as err:  # parts whose shapes differ: one was written over
+        raise StoreError(
+            f"{mapped.root}: the statistics parts {', '.join(files)} do not merge ({one_line(err)}); "
+            "remove the damaged part and resume the run"
+        ) from err

@@ -8,14 +8,13 @@ again on each flush and at exit (``write``, through ``store.series.write_watch``
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from ..errors import OutputExistsError, StoreError
+from ..errors import OutputExistsError
 from ..store.format import new_manifest
 from ..store.save import provenance
 from ..store.series import Alert, History, write_watch
@@ -36,18 +35,15 @@ class WatchStore:
             raise OutputExistsError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
 
     def open(self, model: nn.Module, config: dict[str, Any], sites: list[dict[str, Any]]) -> None:
-        """Create the store (replacing an old one under ``force``) with its manifest."""
-        if self.out.exists():
-            shutil.rmtree(self.out) if self.out.is_dir() else self.out.unlink()
-        try:
-            self.out.mkdir(parents=True)
-        except OSError as err:
-            raise StoreError(f"cannot write the store {self.out}: {err.strerror or err}") from err
+        """Make the manifest; the store itself is made whole by the first ``write`` (which replaces an old
+        one under ``force``), so a watch whose first write fails leaves nothing behind."""
+        if self.out.exists() and not self.out.is_dir():
+            self.out.unlink()
         self.manifest = new_manifest(provenance(model), config, sites)
 
     def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any]) -> None:
         """Write the manifest (its config updated with ``extra``), histories and alerts."""
         config = {**self.manifest["config"], **extra}
         manifest = {**self.manifest, "status": status, "config": config}
-        write_watch(self.out, manifest, histories, alerts)
+        write_watch(self.out, manifest, histories, alerts, whole=self.written == -float("inf"))
         self.written = time.monotonic()
