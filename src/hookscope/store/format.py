@@ -59,7 +59,8 @@ STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run i
 DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
 _END = "\n}\n"  # how the text of a manifest ends
 _CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')
-RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")  # what a resumed run must repeat
+# what a resumed run must repeat
+RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")
 
 
 class Entry(NamedTuple):
