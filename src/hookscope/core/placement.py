@@ -98,6 +98,18 @@ def tensor_parallel(module: nn.Module) -> Tensor | None:
     return None
 
 
+def shard_note(name: str, module: nn.Module, output: Tensor, rank: int) -> str | None:
+    """What a hook sees of a tensor-parallel shard's output, and how to gather it; None for any other module."""
+    weight = tensor_parallel(module)
+    if weight is None:
+        return None
+    return (
+        f"{name!r} is a tensor-parallel shard (its weight is a {describe(weight)}): its output on rank {rank} is "
+        f"a {describe(output)}, this rank's piece; to see the whole activation, have parallelize_module return "
+        "DTensors (ColwiseParallel(use_local_output=False)) and gather one with .full_tensor()"
+    )
+
+
 def _fsdp(module: nn.Module) -> bool:
     if not torch.distributed.is_available():
         return False

@@ -43,7 +43,7 @@ from .. import display
 from ..core.block import Block
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
-from ..core.placement import describe, local, refuse_zero3, tensor_parallel
+from ..core.placement import local, refuse_zero3, shard_note
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import CaptureWarning, NotCapturedError, OptionError
 from ..store.series import COLUMNS, SOURCE, Alert, History
@@ -135,7 +135,7 @@ class Watch(Block, display.Shows):
         self._board: Board | None = None
         self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
         self._rank_rows = RankRows({}, 1)  # each rank's own rows, under torchrun
-        self._sharded: dict[str, bool] = {}  # site -> is it a tensor-parallel shard (named once in a warning)
+        self._sharded: set[str] = set()  # sites already looked at for a tensor-parallel shard
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
@@ -222,29 +222,17 @@ class Watch(Block, display.Shows):
             x = next((t for t in _tensors(output) if t.is_floating_point()), None)
             if x is None:
                 return
-            self._name_shard(name, module, x)
+            if name not in self._sharded:  # once per site: is its output a tensor-parallel piece
+                self._sharded.add(name)
+                if note := shard_note(name, module, x, self._ranks.rank):
+                    warnings.warn(f"hookscope.train.watch: {note}; its statistics are merged over the ranks",
+                                  CaptureWarning, stacklevel=2)  # fmt: skip
             gathered = self._gathered[name]
             gathered.add_output(local(x), unit_dim(module, x), keep=keep)
             if x.requires_grad:
                 self._hooks.on_grad(x, lambda grad: gathered.add_grad_output(grad, keep=keep))
 
         return hook
-
-    def _name_shard(self, name: str, module: nn.Module, x: Tensor) -> None:
-        """Warn once when a site is a tensor-parallel shard whose output here is this rank's piece."""
-        if name in self._sharded:
-            return
-        weight = tensor_parallel(module)
-        self._sharded[name] = weight is not None
-        if weight is not None:
-            warnings.warn(
-                f"hookscope.train.watch: {name!r} is a tensor-parallel shard (its weight is a {describe(weight)}); "
-                f"its output on rank {self._ranks.rank} is a {describe(x)}, and its statistics are merged over the "
-                "ranks; to see the whole activation, have parallelize_module return DTensors "
-                "(ColwiseParallel(use_local_output=False)) and gather one with .full_tensor()",
-                CaptureWarning,
-                stacklevel=2,
-            )
 
     def _pre(self, optimizer: Optimizer) -> None:
         if self._gathered is None:
