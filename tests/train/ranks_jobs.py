@@ -89,6 +89,28 @@ def parallel(setup: str, out: Path) -> None:
     (out / f"{setup}-rank{rank}.json").write_text(json.dumps({"rows": histories, "alerts": alerts, "warned": named}))
 
 
+def captured(out: Path) -> None:
+    """A capture of a tensor-parallel model (its warning) and of FSDP2's gradients, saved by each rank."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh, rank = init_device_mesh("cpu", (2,)), dist.get_rank()
+    tp = parallelize_module(mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with hookscope.capture(tp, ["0", "2"]) as cap:
+            tp(batch(0))
+        sharded = mlp()
+        fully_shard(sharded, mesh=mesh)
+        with hookscope.capture(sharded, "0", kinds=("output", "param_grad")) as grads:
+            sharded(batch(0)[rank * 4 : rank * 4 + 4]).square().mean().backward()
+        hookscope.save(grads, out / f"grads-rank{rank}.hookscope")
+    notes = [str(c.message) for c in caught if issubclass(c.category, hookscope.HookscopeWarning)]
+    shapes = {"0": list(cap["0"].output.shape), "2": list(cap["2"].output.shape)}
+    (out / f"capture-rank{rank}.json").write_text(json.dumps({"warned": notes, "shapes": shapes}))
+
+
 def guarded(case: str, out: Path) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -140,6 +162,9 @@ def main(argv: list[str]) -> None:
             for setup in SETUPS:
                 parallel(setup, out)
                 dist.barrier()
+        if what in ("capture", "all"):
+            captured(out)
+            dist.barrier()
         if what in ("guard", "all"):
             for case in CASES:
                 guarded(case, out)

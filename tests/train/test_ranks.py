@@ -22,7 +22,7 @@ from hookscope.train.lockstep import first
 from hookscope.train.measures import activation_moments
 from hookscope.train.ranks import merge
 from tests.test_distributed import ROOT, TORCHRUN, job_env
-from tests.train.ranks_jobs import SETUPS, reference
+from tests.train.ranks_jobs import SETUPS, batch, mlp, reference
 
 needs_torchrun = pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
 
@@ -97,6 +97,24 @@ def test_nan_guard_stops_every_rank_at_the_same_step(ran: Path) -> None:
     assert "rank 1 found:" in raised[0]["message"] or case != "shard"
     shard = json.loads((tmp_path / "shard-rank0.json").read_text())["message"]
     assert "rank 1 found:" in shard and "its own parameters are already non-finite (weight)" in shard
+
+
+@needs_torchrun
+def test_captures_of_dtensors_are_named_and_saved_as_pieces(ran: Path) -> None:
+    """A tensor-parallel capture warns about its column-parallel piece; FSDP2's gradients save as each rank's shard."""
+    seen = [json.loads((ran / f"capture-rank{r}.json").read_text()) for r in (0, 1)]
+    for rank, got in enumerate(seen):
+        capture_notes = [w for w in got["warned"] if w.startswith("hookscope.capture")]
+        assert len(capture_notes) == 1 and "'0' is a tensor-parallel shard" in capture_notes[0]
+        assert f"its output on rank {rank} is this rank's piece" in capture_notes[0]
+        assert any(w.startswith("hookscope.store.save: 2 captured tensors are DTensors") for w in got["warned"])
+        assert got["shapes"] == {"0": [8, 8], "2": [8, 16]}  # half the columns of '0'; '2' whole (all-reduced)
+    model = mlp()  # the oracle: one process, the whole batch
+    model(batch(0)).square().mean().backward()
+    assert model[0].weight.grad is not None
+    pieces = [hookscope.load(ran / f"grads-rank{r}.hookscope")["0"].param_grad["weight"] for r in (0, 1)]
+    assert [tuple(p.shape) for p in pieces] == [(8, 6), (8, 6)]
+    torch.testing.assert_close(torch.cat(pieces), model[0].weight.grad, rtol=1e-5, atol=1e-7)
 
 
 def test_merging_ranks_gives_the_statistics_of_the_whole() -> None:

@@ -37,6 +37,12 @@ def dtensor_type() -> type | None:
     return DTensor
 
 
+def this_rank() -> int:
+    """This process's rank under torchrun (0 without a process group)."""
+    joined = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_rank() if joined else 0
+
+
 def is_dtensor(t: object) -> bool:
     kind = dtensor_type()
     return kind is not None and isinstance(t, kind)
@@ -98,16 +104,25 @@ def tensor_parallel(module: nn.Module) -> Tensor | None:
     return None
 
 
-def shard_note(name: str, module: nn.Module, output: Tensor, rank: int) -> str | None:
+def shard_note(name: str, module: nn.Module, output: Tensor | None, rank: int) -> str | None:
     """What a hook sees of a tensor-parallel shard's output, and how to gather it; None for any other module."""
     weight = tensor_parallel(module)
     if weight is None:
         return None
+    seen = f"a {describe(output)}, this rank's piece" if output is not None else "this rank's piece"
     return (
         f"{name!r} is a tensor-parallel shard (its weight is a {describe(weight)}): its output on rank {rank} is "
-        f"a {describe(output)}, this rank's piece; to see the whole activation, have parallelize_module return "
-        "DTensors (ColwiseParallel(use_local_output=False)) and gather one with .full_tensor()"
+        f"{seen}; to see the whole activation, have parallelize_module return DTensors "
+        "(ColwiseParallel(use_local_output=False)) and gather one with .full_tensor()"
     )
+
+
+def shard_notes(model: nn.Module | None, sites: list[tuple[str, nn.Module]], rank: int) -> list[str]:
+    """``shard_note`` of every tensor-parallel site, before any call (none under FSDP2, whose weights
+    are ``Shard(0)`` DTensors between its passes but whole in them)."""
+    if model is None or any(_fsdp(m) for m in model.modules()):
+        return []
+    return [note for name, module in sites if (note := shard_note(name, module, None, rank))]
 
 
 def _fsdp(module: nn.Module) -> bool:
