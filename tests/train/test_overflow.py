@@ -13,6 +13,7 @@ import hookscope
 from hookscope.cli import main
 from hookscope.stats.norms import square_sum
 from hookscope.train.measures import activation_moments, activation_row
+from hookscope.viz.curves import curves_png, log_scale, sparkline_png
 from hookscope.zoo.lenet import digits
 
 
@@ -59,3 +60,11 @@ def test_lr_50_gives_huge_finite_weights_and_no_non_finite_alert(tmp_path: Path)
     assert math.isclose(last["weight_norm"], weight, rel_tol=1e-6)
     assert main(["report", "--from", str(tmp_path / "run.hookscope"), "--out", str(tmp_path / "page")]) == 0
     assert "First non-finite value" not in (tmp_path / "page" / "index.html").read_text()
+
+
+def test_a_zero_gradient_is_drawn_at_zero_on_a_log_chart() -> None:
+    assert log_scale([0.0, 1e-3, 0.1, math.nan]) == ("symlog", {"linthresh": 1e-3})  # zero kept, at zero
+    assert log_scale([1e-3, 0.1]) == ("log", {}) and log_scale([0.0, math.nan]) is None
+    series = {"fc1": ([0, 1, 2], [0.5, 0.0, 0.25]), "fc2": ([0, 1, 2], [1e-4, 1e-3, 0.0])}
+    assert curves_png(series, title="grad_norm (log)", log=True).startswith(b"\x89PNG")  # no warning either
+    assert sparkline_png([0.5, 0.0, 0.25], log=True).startswith(b"\x89PNG")
