@@ -146,7 +146,7 @@ class Guard(Block):
         self._warned: set[tuple[str, str, str]] = set()
         self.findings: list[NonFiniteError] = []
         self.skipped_steps = 0
-        self._lockstep = Lockstep()  # under torchrun: every rank raises at the same check point
+        self._lockstep = Lockstep(stepped=bool(optimizers))  # under torchrun: every rank raises at one check point
 
     def __repr__(self) -> str:
         return f"<Guard of {type(self.model).__name__}: {len(self._modules)} modules, {self.mode}, {self._state}>"

@@ -22,10 +22,14 @@ PHASES = ("forward", "backward", "optimizer")
 
 
 class Lockstep:
-    """The held finding of this rank (``rank`` of ``size``); a world of one raises at once."""
+    """The held finding of this rank (``rank`` of ``size``); a world of one raises at once.
 
-    def __init__(self) -> None:
-        joined = dist.is_available() and dist.is_initialized()
+    ``stepped``: whether the guard has optimizers. Without one there is no step at which every rank
+    is sure to arrive (a guard may be open on one rank only, for an evaluation): it raises at once.
+    """
+
+    def __init__(self, *, stepped: bool) -> None:
+        joined = stepped and dist.is_available() and dist.is_initialized()
         self.rank, self.size = (dist.get_rank(), dist.get_world_size()) if joined else (0, 1)
         self.held: NonFiniteError | None = None
 
