@@ -1,6 +1,6 @@
 """Training runs that the distributed tests launch under ``torchrun --nproc-per-node 2`` (gloo, CPU).
 
-``python -m tests.train.ranks_jobs watch OUT``  the same 3-layer MLP under DDP, FSDP2 and tensor
+``python -m tests.train.ranks_jobs watch OUT``  the same 3-layer MLP under DDP, FSDP2, 2x1 HSDP and tensor
                                                  parallelism, watched every step; each rank writes
                                                  OUT/<setup>-rank<r>.json (its merged rows, alerts)
                                                  and DDP a store OUT/ddp.hookscope
@@ -30,7 +30,7 @@ from torch import Tensor, nn
 import hookscope
 from hookscope.errors import CaptureWarning, NonFiniteError
 
-STEPS, BATCH, SETUPS, CASES = 3, 8, ("ddp", "fsdp", "tp"), ("batch", "shard", "step")
+STEPS, BATCH, SETUPS, CASES = 3, 8, ("ddp", "fsdp", "hsdp", "tp"), ("batch", "shard", "step")
 
 
 def mlp() -> nn.Sequential:
@@ -73,7 +73,9 @@ def parallel(setup: str, out: Path) -> None:
     if setup == "ddp":
         model = nn.parallel.DistributedDataParallel(model)
         options = {"out": out / "ddp.hookscope"}
-    elif setup == "fsdp":
+    elif setup in ("fsdp", "hsdp"):  # HSDP: replicated over a mesh dim of 2, sharded over one of 1
+        if setup == "hsdp":
+            mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
         for layer in model[::2]:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)

@@ -55,7 +55,7 @@ def test_watch_under_ddp_fsdp2_and_tensor_parallel_logs_the_numbers_of_one_proce
     for setup in SETUPS:
         ranks = [json.loads((tmp_path / f"{setup}-rank{r}.json").read_text()) for r in (0, 1)]
         assert ranks[0]["rows"] == ranks[1]["rows"] and ranks[0]["alerts"] == ranks[1]["alerts"]  # the same rows
-        scale = 1.0 if setup == "tp" else 2.0  # each DDP / FSDP2 rank's mean loss is over half the batch
+        scale = 1.0 if setup == "tp" else 2.0  # each DDP / FSDP2 / HSDP rank's mean loss is over half the batch
         for name, rows in alone.items():
             for c, column in enumerate(COLUMNS):
                 got, want = [r[c] for r in ranks[0]["rows"][name]], [r[c] for r in rows]

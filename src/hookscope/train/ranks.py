@@ -57,8 +57,12 @@ class Ranks:
         chosen = list(tensors)
         if not chosen:
             return None
-        device = local(chosen[0]).device
-        parts = [row_norms(local(t)).to(device, F64).square().sum() / replicas(t, self.size) for t in chosen]
+        pieces = [local(t) for t in chosen]
+        device = pieces[0].device
+        parts = [
+            row_norms(p).to(device, F64).square().sum() / replicas(t, self.size)
+            for p, t in zip(pieces, chosen, strict=True)
+        ]
         return torch.stack(parts).sum()
 
     def gather(self, table: Tensor) -> list[Tensor]:
