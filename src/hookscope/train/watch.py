@@ -145,7 +145,7 @@ class Watch(Block, display.Shows):
             self._store.check()  # before anything is touched, on every rank
             self._ranks.barrier()  # then rank 0 creates it: no rank sees it half made
         self._clock.install(handles)
-        self._board = Board(self._board_dir) if self._board_dir is not None else None
+        self._board = Board(self._board_dir) if self._board_dir is not None and not self._ranks.rank else None
         self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
         if self._store is not None:
             self._open_store()  # last: a failed entry writes no store
