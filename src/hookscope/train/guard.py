@@ -42,6 +42,10 @@ in ``guard.skipped_steps``, not reported.
 The step is the optimizer's step count (``hookscope.train.steps.StepClock``; a skipped step is
 not counted), or the caller's ``guard.step()`` calls; with neither, the forward passes of the
 model under grad mode. Evaluation passes under ``torch.no_grad()`` are checked, not counted.
+
+Under torchrun a guard with optimizers raises on every rank at once (``train.lockstep``): a
+finding is held until the step's check point, where the ranks agree on the first one. DTensors
+are checked on their local pieces, with no collective (``finite``).
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ logged step computes its statistics where the tensors are and brings them to the
 it ends. Forward passes under ``torch.no_grad()`` (evaluation) are ignored. Watching changes
 nothing of the training: no value, no flag, no random number. A ``torch.compile``d model runs its
 compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``).
+
+Under torchrun (DDP, FSDP2, tensor parallelism: ``train.ranks``) every rank must open the watch:
+DTensors are measured on their local pieces, a logged step gathers every rank's sums in one
+collective and every rank logs the merged, global rows; rank 0 writes ``out`` and TensorBoard.
 """
 
 from __future__ import annotations
