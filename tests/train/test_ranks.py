@@ -77,6 +77,8 @@ def test_watch_under_ddp_fsdp2_and_tensor_parallel_logs_the_numbers_of_one_proce
         halves = zip(own[0][name]["dead"], own[1][name]["dead"], strict=True)
         assert history["dead"] == pytest.approx([(a + b) / 2 for a, b in halves])  # the mean of the ranks' own
     assert own[0]["0"]["act_mean"] != own[1]["0"]["act_mean"]  # each rank its own half of the batch
+    page = hookscope.build_training_report(run)
+    assert page.ranks == 2 and "<b>2</b> ranks, statistics merged over them" in hookscope.render_html(page)
     assert main(["info", str(tmp_path / "ddp.hookscope")]) == 0
     assert "ranks     2 under torchrun: statistics merged over the ranks" in capsys.readouterr().out
 
