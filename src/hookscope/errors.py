@@ -146,7 +146,8 @@ class NonFiniteError(HookscopeError, FloatingPointError):
     parameter), ``kind`` (``output``, ``grad_input``, ``input``, ``grad_output``, ``param``,
     ``param_grad``), ``key`` (``out[0]``, ``args[0]``, ``weight``), ``value`` (``nan``, ``inf``,
     ``-inf``...), ``count`` and ``numel`` (non-finite elements, of how many; None when the tensor
-    was gone before it could be counted) and ``input_absmax`` (max |x| of what the producer received).
+    was gone before it could be counted), ``input_absmax`` (max |x| of what the producer received)
+    and, under torchrun, ``rank`` (the rank that found it: every rank raises the same finding).
     """
 
     def __init__(
@@ -163,9 +164,11 @@ class NonFiniteError(HookscopeError, FloatingPointError):
         count: int | None = None,
         numel: int | None = None,
         input_absmax: float | None = None,
+        rank: int | None = None,
     ) -> None:
         super().__init__(message)
         self.step, self.phase, self.module, self.call = step, phase, module, call
+        self.rank = rank
         self.kind, self.key, self.value = kind, key, value
         self.count, self.numel, self.input_absmax = count, numel, input_absmax
 

@@ -35,6 +35,7 @@ from .compiled import Eagerly, eager_keyed
 from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
 from .hooks import HandleGroup
 from .kinds import Kind, at, choose, misspelled, names
+from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
@@ -140,6 +141,8 @@ class Capture(Block, Mapping[str, Record], Shows):
 
     # -- lifecycle (core.block: entered once, hooks removed before the diagnosis) ------------------
     def _install(self, handles: HandleGroup) -> None:
+        for note in shard_notes(self.model, self._modules, this_rank()):  # outputs that are pieces (core.placement)
+            warnings.warn(f"hookscope.capture: {note}", CaptureWarning, stacklevel=4)
         for name, module in self._modules:
             self._hook(self._records[name], module)
 

@@ -73,6 +73,7 @@ class TrainingReport(Shows):
     charts: tuple[Chart, ...]
     layers: tuple[LayerRow, ...]
     left_out: int  # layers beyond max_layers, not drawn in the curves
+    ranks: int = 1  # a watch under torchrun: the ranks its rows are merged over
 
     def __repr__(self) -> str:
         return (
@@ -111,6 +112,7 @@ def build_training_report(run: Run, *, title: str | None = None, max_layers: int
         charts=_charts(shown, (band[0], band[1]), first),
         layers=tuple(_row(h) for h in histories.values()),
         left_out=len(histories) - len(shown),
+        ranks=int(config.get("world_size", 1)),
     )
 
 

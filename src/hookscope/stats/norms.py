@@ -7,6 +7,13 @@ float32 along the whole tensor and drifts with its length: 7e-5 relative on a 2M
 (one vectorised reduction), and their squares are added in float64: exact to about 1e-7 relative
 (each row's float32 rounding) whatever the length, at the cost of one ``vector_norm``, with no copy
 of the tensor.
+
+A float32 row norm overflows to inf once the row's squares pass 3.4e38 (elements near 1e19), and
+a finite tensor must give a finite norm: the rows whose float32 norm is inf are taken again in
+float64 (``_widened``), where no finite float32 tensor can overflow. Finding them reads one flag
+from the device per tensor; the float64 pass (40 times the cost of the float32 one on the CPU)
+runs only for the overflowed rows. NaN stays NaN, and an inf element gives inf: "non-finite"
+means the tensor held a NaN or an infinity, never that its norm was large.
 """
 
 from __future__ import annotations
@@ -40,13 +47,28 @@ def squared_norm(tensors: Iterable[Tensor]) -> Tensor | None:
 
 def row_norms(t: Tensor) -> Tensor:
     """2-norms of ``t``'s elements in rows of ``ROW`` (the last row shorter), a float32 or float64
-    vector (half precision and integers are widened to float32 first)."""
+    vector (half precision and integers are widened to float32 first); finite for a finite ``t``."""
     flat = t.detach().reshape(-1)
     if flat.dtype not in (torch.float32, F64):
         flat = flat.float()
     whole = flat.numel() - flat.numel() % ROW
     tail: Tensor = torch.linalg.vector_norm(flat[whole:]).reshape(1)
-    if not whole:
+    if whole:
+        rows: Tensor = torch.linalg.vector_norm(flat[:whole].view(-1, ROW), dim=1)
+        tail = torch.cat([rows, tail])
+    overflowed = torch.isinf(tail)
+    if flat.dtype == F64 or not bool(overflowed.any()):  # float64 overflows only past 1e154: not widened
         return tail
-    rows: Tensor = torch.linalg.vector_norm(flat[:whole].view(-1, ROW), dim=1)
-    return torch.cat([rows, tail])
+    return _widened(flat, tail, overflowed)
+
+
+def _widened(flat: Tensor, norms: Tensor, overflowed: Tensor) -> Tensor:
+    """``norms`` in float64, the ``overflowed`` rows of ``flat`` taken again in float64 (inf only if they hold one)."""
+    out, chosen = norms.to(F64), overflowed.nonzero().flatten()
+    count = flat.numel() // ROW  # full rows; the row at index ``count`` is the shorter tail
+    body = chosen[chosen < count]
+    if body.numel():
+        out[body] = torch.linalg.vector_norm(flat[: count * ROW].view(-1, ROW)[body], dim=1, dtype=F64)
+    if bool(overflowed[count]):
+        out[count] = torch.linalg.vector_norm(flat[count * ROW :], dtype=F64)
+    return out

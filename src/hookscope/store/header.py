@@ -107,7 +107,8 @@ def _check_meta(meta: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
     texts(meta.get("columns", []), "columns")
 
 
-ENTRY_FIELDS = frozenset({"site", "kind", "key", "name", "batch", "call", "order", "layout"})
+# ``placement``: a DTensor stored as this rank's piece names its placement (store/save.py)
+ENTRY_FIELDS = frozenset({"site", "kind", "key", "name", "batch", "call", "order", "layout", "placement"})
 
 
 def _entry_fits(entry: object, tensors: Mapping[str, Any], batches: set[int], known: frozenset[str]) -> bool:
@@ -118,7 +119,8 @@ def _entry_fits(entry: object, tensors: Mapping[str, Any], batches: set[int], kn
     batch, call, order = entry.get("batch"), entry.get("call"), entry.get("order")
     return (type(site) is str and type(kind) is str and kind in known and type(key) is str and type(name) is str
             and name in tensors and type(batch) is int and batch in batches and type(call) is int and call >= 0
-            and type(order) is int and order >= -1 and type(entry.get("layout", "")) is str)  # fmt: skip
+            and type(order) is int and order >= -1 and type(entry.get("layout", "")) is str
+            and type(entry.get("placement", "")) is str)  # fmt: skip
 
 
 def _check_entry(entry: object, where: str, tensors: Mapping[str, Any], batches: set[int]) -> None:
@@ -132,9 +134,9 @@ def _check_entry(entry: object, where: str, tensors: Mapping[str, Any], batches:
         need(name in entry, f"{where}.{name}", "present", "nothing")
         whole(entry[name], f"{where}.{name}", low)
     need(entry["batch"] in batches, f"{where}.batch", "a batch the shard lists", entry["batch"])
-    need(isinstance(entry.get("layout", ""), str), f"{where}.layout", "text", entry.get("layout"))
-    need(not set(entry) - {"site", "kind", "key", "name", "batch", "call", "order", "layout"}, where,
-          "an entry of site, kind, key, name, batch, call, order, layout", sorted(entry))  # fmt: skip
+    for name in ("layout", "placement"):
+        need(isinstance(entry.get(name, ""), str), f"{where}.{name}", "text", entry.get(name))
+    need(not set(entry) - ENTRY_FIELDS, where, f"an entry of {', '.join(sorted(ENTRY_FIELDS))}", sorted(entry))
 
 
 def _check_label(label: object, where: str, tensors: Mapping[str, Any]) -> None:

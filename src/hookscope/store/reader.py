@@ -169,6 +169,10 @@ class Run(Mapping[str, Record], Shows):
         """Every watched module's ``History``, in model order (empty for a store not written by ``watch``)."""
         return series.read_histories(self.path, self.manifest, self._mapped)
 
+    def rank_histories(self) -> list[dict[str, History]]:
+        """Each rank's own histories of a watch under torchrun, in rank order (empty for one process)."""
+        return series.read_rank_histories(self.path, self.manifest, self._mapped)
+
     @property
     def alerts(self) -> list[Alert]:
         """The alerts ``hookscope.watch`` raised, in the order it raised them (empty for other stores)."""

@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import os
 import platform
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,11 @@ from torch import Tensor, nn
 from .._version import __version__
 from ..core.compiled import unwrap
 from ..core.layout import layout_id, to_json
+from ..core.placement import describe, is_dtensor, local, this_rank
 from ..core.records import Call, Record
 from ..core.tree import Layout
 from ..deprecation import renamed
-from ..errors import OutputExistsError
+from ..errors import OutputExistsError, StoreWarning
 from ..files import staged_folder
 from ..text import parse_size
 from .format import SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
@@ -51,6 +53,7 @@ def save(
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
         listed, tensors, table = entries(cap)
         listed, tensors = by_entry(listed, tensors)
+        _name_pieces(listed)
         (staging / SHARDS).mkdir()
         for n, group in enumerate(_groups(listed, tensors, limit)):
             names = {e["name"] for e in group}
@@ -60,6 +63,20 @@ def save(
         calls = [_call_meta(record.name, call) for record in cap.values() for call in record.calls]
         write_manifest(staging, {**header, **index_parts(staging), "status": "complete", "calls": calls})
     return load(root)
+
+
+def _name_pieces(listed: list[dict[str, Any]]) -> None:
+    """Warn that DTensors (FSDP2 gradients, tensor-parallel outputs) are stored as this rank's pieces."""
+    pieces = [e for e in listed if "placement" in e]
+    if pieces:
+        e = pieces[0]
+        warnings.warn(
+            f"hookscope.store.save: {len(pieces)} captured tensors are DTensors (first: {e['site']!r} {e['kind']} "
+            f"{e['key']}, a {e['placement']}); stored as rank {this_rank()}'s local pieces, each entry naming its "
+            "placement; to store whole tensors, gather them with .full_tensor() on every rank before saving",
+            StoreWarning,
+            stacklevel=3,
+        )
 
 
 def sites(cap: Mapping[str, Record]) -> list[dict[str, Any]]:
@@ -95,10 +112,10 @@ def provenance(model: nn.Module | None) -> dict[str, Any]:
 
 
 def weights_hash(model: nn.Module) -> str:
-    """SHA-256 of the state dict: every name, dtype, shape and byte, in order."""
+    """SHA-256 of the state dict: every name, dtype, shape and byte, in order (of a DTensor: this rank's piece)."""
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
-        data = tensor.detach().cpu().contiguous()
+        data = local(tensor).cpu().contiguous()  # a DTensor's data_ptr is no address of its values
         digest.update(f"{name} {data.dtype} {tuple(data.shape)}\n".encode())
         if data.numel():  # the bytes where they are, without a copy; `data` stays alive meanwhile
             digest.update((ctypes.c_char * data.nbytes).from_address(data.data_ptr()))
@@ -122,9 +139,11 @@ def entries(
         for index, order, kind, key, tensor, layout in held:
             dtype_name(tensor.dtype)
             name = names.setdefault(id(tensor), f"{prefix}{len(names)}")
-            tensors[name] = tensor
+            tensors[name] = local(tensor)  # a DTensor: this rank's piece, its placement in the entry
             found.append({"site": record.name, "kind": kind, "key": key, "batch": batch, "call": index,
                           "order": order, "name": name, "layout": layout})  # fmt: skip
+            if is_dtensor(tensor):
+                found[-1]["placement"] = describe(tensor)
     return found, tensors, dict(ids.values())
 
 

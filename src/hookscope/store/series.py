@@ -129,30 +129,40 @@ def write_watch(
     alerts: Sequence[Alert],
     *,
     whole: bool = False,
+    ranks: Sequence[Mapping[str, History]] = (),
 ) -> None:
     """Write the series file, then the manifest that names it (each atomically). ``whole``: the store's first
     write, made in a staged folder renamed to ``root`` when both are written, so a first write that fails
-    leaves nothing (and an old store replaced under ``force`` stays until then)."""
+    leaves nothing (and an old store replaced under ``force`` stays until then). ``ranks``: each rank's own
+    histories under torchrun, stored as ``rank{r}/{site}`` beside the merged ones."""
     if not whole:
-        _write_both(root, manifest, histories, alerts)
+        _write_both(root, manifest, histories, alerts, ranks)
         return
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
-        _write_both(staging, manifest, histories, alerts)
+        _write_both(staging, manifest, histories, alerts, ranks)
 
 
 def _write_both(
-    root: Path, manifest: dict[str, Any], histories: Mapping[str, History], alerts: Sequence[Alert]
+    root: Path,
+    manifest: dict[str, Any],
+    histories: Mapping[str, History],
+    alerts: Sequence[Alert],
+    ranks: Sequence[Mapping[str, History]],
 ) -> None:
     tensors = {name: h.rows.contiguous() for name, h in histories.items()}
+    tensors.update({f"rank{r}/{n}": h.rows.contiguous() for r, hs in enumerate(ranks) for n, h in hs.items()})
     write_shard(root / SERIES, tensors, {"columns": list(COLUMNS)})
     steps = sorted({s for h in histories.values() for s in h.steps})
-    series = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps)}
+    series = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps), "ranks": len(ranks)}
     write_manifest(root, {**manifest, "series": series, "alerts": [_alert_json(a) for a in alerts]})
 
 
-def read_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> dict[str, History]:
+def read_histories(
+    root: Path, manifest: Mapping[str, Any], mapped: MappedShards, *, prefix: str = ""
+) -> dict[str, History]:
     """Every site's history, in the manifest's site order (tensors memory-mapped, each a float64
-    ``(steps, len(COLUMNS))`` table, or the series file is damaged)."""
+    ``(steps, len(COLUMNS))`` table, or the series file is damaged); ``prefix`` ``"rank1/"`` reads rank 1's
+    own rows of a watch under torchrun."""
     series = manifest.get("series")
     if not series:
         return {}
@@ -163,12 +173,12 @@ def read_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards
     types = {s["name"]: s.get("type", "?") for s in manifest.get("sites", [])}
     crc = index["meta"].get("crc32", {})
     out = {}
-    for name in [s for s in types if s in index["tensors"]]:
-        dtype, shape, offsets = index["tensors"][name]
+    for name in [s for s in types if prefix + s in index["tensors"]]:
+        dtype, shape, offsets = index["tensors"][prefix + name]
         if dtype != "float64" or len(shape) != 2 or shape[1] != len(COLUMNS):
-            raise DamagedShardError(series["file"], f"the series of {name!r} is {dtype} {shape}, not float64 "
-                                    f"(steps, {len(COLUMNS)})")  # fmt: skip
-        rows = mapped.tensor(series["file"], index["data_start"], dtype, shape, offsets, crc.get(name, -1))
+            raise DamagedShardError(series["file"], f"the series of {prefix + name!r} is {dtype} {shape}, not "
+                                    f"float64 (steps, {len(COLUMNS)})")  # fmt: skip
+        rows = mapped.tensor(series["file"], index["data_start"], dtype, shape, offsets, crc.get(prefix + name, -1))
         out[name] = History(name, types[name], rows)
     return out
 
@@ -209,6 +219,7 @@ def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[s
         f"{prov.get('created')}",
         f"run       watch every {config.get('every')} steps: {config.get('steps', 0):,} steps, {len(steps)} logged "
         f"({_span(steps)}), select {config.get('select') or 'every leaf with parameters, and activations'}",
+        *_ranks_line(config, manifest.get("series") or {}),
         f"alerts    {len(alerts)}" + "".join(f"\n          {a}" for a in alerts[:10]),
         f"size      {size}",
         "",
@@ -217,6 +228,21 @@ def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[s
     rows = [["site", "type", "steps", *(f"last {c}" for c in shown)]]
     rows += [[n, h.type, str(len(h)), *(_cell(h.last().get(c)) for c in shown)] for n, h in histories.items()]
     return "\n".join(head + columns(rows, right={2, 3, 4, 5, 6}))
+
+
+def _ranks_line(config: Mapping[str, Any], series: Mapping[str, Any]) -> list[str]:
+    """Under torchrun: how many ranks, and that the rows are merged over them (each rank's kept too)."""
+    size = int(config.get("world_size", 1))
+    if size <= 1:
+        return []
+    kept = "; each rank's own rows are kept as rank<r>/<site>" if series.get("ranks") else ""
+    return [f"ranks     {size} under torchrun: statistics merged over the ranks{kept}"]
+
+
+def read_rank_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> list[dict[str, History]]:
+    """Each rank's own histories (a watch under torchrun), in rank order; empty for one process."""
+    ranks = int((manifest.get("series") or {}).get("ranks", 0))
+    return [read_histories(root, manifest, mapped, prefix=f"rank{r}/") for r in range(ranks)]
 
 
 def _alert_json(alert: Alert) -> dict[str, Any]:

@@ -5,6 +5,7 @@ Per module and logged step: every statistic as a scalar (``{module}/{column}``, 
 (``{module}/grad_output``), parameter gradients (``{module}/grad/{param}``) and weights
 (``{module}/weight/{param}``). The histograms need copies of those tensors on the host, so a
 logged step costs more with TensorBoard than without it; the steps in between cost the same.
+Under torchrun rank 0 writes it: the scalars are the merged ones, the histograms its own pieces.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
+from ..core.placement import local
 from ..optional import require
 from .collect import Gathered
 
@@ -35,8 +37,9 @@ class Board:
         pictures.update({f"grad/{p}": g for p, g in gathered.grads.items()})
         pictures.update({f"weight/{p}": w.detach() for p, w in params.items()})
         for what, tensor in pictures.items():
-            if tensor is not None and tensor.numel() and bool(tensor.isfinite().all()):
-                self._writer.add_histogram(f"{name}/{what}", tensor.detach().float().cpu(), step)
+            piece = None if tensor is None else local(tensor)  # of a DTensor: this rank's piece, no collective
+            if piece is not None and piece.numel() and bool(piece.isfinite().all()):
+                self._writer.add_histogram(f"{name}/{what}", piece.float().cpu(), step)
 
     def close(self) -> None:
         self._writer.close()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..core.placement import local
 from ..stats.norms import square_sum
 from .measures import ACT, F64, activation_moments, activation_row, combine
 
@@ -47,7 +48,7 @@ class Gathered:
             self.last_output = x.detach().clone()
 
     def add_grad_output(self, grad: Tensor, *, keep: bool) -> None:
-        part = square_sum(grad)
+        part = square_sum(local(grad))  # a DTensor's piece: ``train.ranks`` adds the ranks' sums
         self.grad_output_sq = part if self.grad_output_sq is None else self.grad_output_sq + part
         if keep:
             self.last_grad_output = grad.detach().clone()

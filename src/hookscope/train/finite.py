@@ -15,6 +15,9 @@ ReLU6, Hardtanh), a bounded function (Sigmoid, Tanh), a max, a copy (padding wit
 Flatten). Fed finite inputs, their output is finite without reading it. Of those, the pointwise
 ones whose slope is at most 1 in size (``pointwise``: ReLU6, Tanh...) also send back a finite
 gradient for a finite one, when their input was finite.
+
+A DTensor (FSDP2, tensor parallelism) is read on this rank's piece (``core.placement.local``):
+its reductions would be collectives that only the ranks reading it would join.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..core.placement import local
+
 FINITE, INF, NAN = 0, 1, 2
 
 
 def checkable(tensor: Tensor) -> bool:
     """A floating or complex tensor with elements: the only kind that can hold NaN or inf."""
-    return (tensor.is_floating_point() or tensor.is_complex()) and tensor.numel() > 0
+    return (tensor.is_floating_point() or tensor.is_complex()) and local(tensor).numel() > 0
 
 
 # the modules whose output is finite whenever their inputs are (exact types: a subclass may compute more)
@@ -63,7 +68,7 @@ def pointwise(module: nn.Module) -> bool:
 
 def extremes(tensor: Tensor) -> Tensor:
     """``[min, max]`` of ``tensor`` (a complex tensor: of its real and imaginary parts), on its device."""
-    values = tensor.detach()
+    values = local(tensor)
     if values.is_complex():
         values = torch.view_as_real(values)
     return torch.stack(torch.aminmax(values))  # (2,)
@@ -103,7 +108,7 @@ class Count:
 
 def count(tensor: Tensor) -> Count:
     """The exact count (a few passes over ``tensor``: made once, for the producer only)."""
-    values = tensor.detach()
+    values = local(tensor)
     if values.is_complex():
         values = torch.view_as_real(values)
     finite = torch.isfinite(values)

@@ -42,6 +42,10 @@ in ``guard.skipped_steps``, not reported.
 The step is the optimizer's step count (``hookscope.train.steps.StepClock``; a skipped step is
 not counted), or the caller's ``guard.step()`` calls; with neither, the forward passes of the
 model under grad mode. Evaluation passes under ``torch.no_grad()`` are checked, not counted.
+
+Under torchrun a guard with optimizers raises on every rank at once (``train.lockstep``): a
+finding is held until the step's check point, where the ranks agree on the first one. DTensors
+are checked on their local pieces, with no collective (``finite``).
 """
 
 from __future__ import annotations
@@ -59,11 +63,13 @@ from torch.optim import Optimizer
 from ..core.block import Block
 from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
+from ..core.placement import refuse_zero3
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
 from ..errors import NonFiniteError, NonFiniteWarning, OptionError
 from . import finite, params
 from .gradients import Gradients
+from .lockstep import Lockstep
 from .producer import Check, Finding, Judge, Site, error, worst
 from .readings import Readings
 from .steps import StepClock, optimizers_of
@@ -117,6 +123,7 @@ class Guard(Block):
             raise OptionError(f"sync must be 'call' or 'pass' (or None: by device), got {sync!r}")
         if scaler is not None and not callable(getattr(scaler, "is_enabled", None)):
             raise OptionError(f"scaler= takes a torch.amp.GradScaler, got {type(scaler).__name__}")
+        refuse_zero3(model, "nan_guard")
         self.model, self.mode = model, mode
         self.sync: Sync = sync or _default_sync(model)
         self._modules = select_modules(model, _every if select is None else select)
@@ -143,6 +150,7 @@ class Guard(Block):
         self._warned: set[tuple[str, str, str]] = set()
         self.findings: list[NonFiniteError] = []
         self.skipped_steps = 0
+        self._lockstep = Lockstep(stepped=bool(optimizers))  # under torchrun: every rank raises at one check point
 
     def __repr__(self) -> str:
         return f"<Guard of {type(self.model).__name__}: {len(self._modules)} modules, {self.mode}, {self._state}>"
@@ -178,6 +186,7 @@ class Guard(Block):
             self._read()
             self._settle_held()
             self._held.clear()  # the loop ended between a backward pass and its step: nothing was applied
+            self._agree()
 
     # -- forward -----------------------------------------------------------------------------
     def _before(
@@ -279,7 +288,7 @@ class Guard(Block):
     def _hint(self, finding: Finding) -> str:
         if finding.kind == "output":
             module = self._by_name[finding.site.name]
-            bad = [n for n, p in module.named_parameters() if finite.checkable(p) and not bool(p.isfinite().all())]
+            bad = [n for n, p in module.named_parameters() if finite.checkable(p) and _held(p)]
             if bad:
                 return f"; its own parameters are already non-finite ({', '.join(bad)}): made before this step"
         if finding.phase != "backward" or self._scaler is not None or finding.check.reading.dtype != torch.float16:
@@ -288,6 +297,8 @@ class Guard(Block):
 
     def _report(self, err: NonFiniteError) -> None:
         if self.mode == "raise":
+            if self._lockstep.hold(err):
+                return  # under torchrun: raised by every rank at the step's check point (``_agree``)
             self.findings.append(err)
             raise err
         where = (err.phase, err.module, err.kind)
@@ -316,11 +327,26 @@ class Guard(Block):
         if bad is not None and not self._judge.tainted:
             self._judge.found.add("backward")
             self._report(params.gradient_error(bad[0], bad[1], optimizer, self.step_index, ""))
+        self._agree()
 
     def _post_step(self, optimizer: Optimizer) -> None:
         err = self._step_checks[id(optimizer)].after(optimizer, self.step_index)
         if err is not None:
             self._report(err)
+        self._agree()
+
+    def _agree(self) -> None:
+        """Under torchrun, raise what any rank found (``train.lockstep``); nothing in a world of one."""
+        err = self._lockstep.agree()
+        if err is not None:
+            self.findings.append(err)
+            raise err
+
+
+def _held(param: Tensor) -> bool:
+    """Does ``param`` (this rank's piece of it) hold a NaN or an infinity."""
+    low, high = finite.extremes(param).tolist()
+    return finite.level(low, high) > finite.FINITE
 
 
 def _default_sync(model: nn.Module) -> Sync:

@@ -39,11 +39,20 @@ def activation_moments(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     |x|; and per unit the sum of sign(|x|), its count of nonzeros (exact below 2^24 elements a unit
     in float32; ``count_nonzero`` costs 5 times as much). A NaN makes its unit's count NaN: the
     zero fraction is then NaN, which the non-finite alert names. The float64 results combine
-    exactly over calls (``combine``).
+    exactly over calls (``combine``). Sums of float32 values above ~1e19 overflow: then (one flag
+    read from the device tells) the moments are taken again in float64, so finite values give
+    finite moments.
     """
     x = x.detach()
     if x.dtype not in (torch.float32, F64):
         x = x.float()
+    moments, alive = _moments(x, dim)
+    if x.dtype != F64 and not bool(moments.isfinite().all()):  # overflowed in float32, or a NaN / inf in x
+        moments = _moments(x.to(F64), dim)[0]  # finite unless x holds a NaN or an inf
+    return moments, alive
+
+
+def _moments(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     n = x.numel()
     mean = x.sum() / n
     m2 = (x - mean).square().sum()  # a sum: torch's float32 2-norm is 1000x less exact here

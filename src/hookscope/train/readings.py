@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.placement import local
 from . import finite
 
 
@@ -81,7 +82,7 @@ SUMMED = (torch.float32, torch.float64)  # a sum cannot overflow from their usua
 
 def _now(tensor: Tensor, reading: Reading) -> int:
     """Read ``tensor`` into ``reading`` at once (a sum first where it can be); its level."""
-    if tensor.dtype in SUMMED and math.isfinite(tensor.detach().sum().item()):
+    if tensor.dtype in SUMMED and math.isfinite(local(tensor).sum().item()):
         return finite.FINITE  # finite: the common case, from the cheapest reduction
     low, high = finite.extremes(tensor).tolist()
     reading.resolve(low, high)

@@ -23,6 +23,10 @@ logged step computes its statistics where the tensors are and brings them to the
 it ends. Forward passes under ``torch.no_grad()`` (evaluation) are ignored. Watching changes
 nothing of the training: no value, no flag, no random number. A ``torch.compile``d model runs its
 compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``).
+
+Under torchrun (DDP, FSDP2, tensor parallelism: ``train.ranks``) every rank must open the watch:
+DTensors are measured on their local pieces, a logged step gathers every rank's sums in one
+collective and every rank logs the merged, global rows; rank 0 writes ``out`` and TensorBoard.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import collections
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -42,15 +47,16 @@ from .. import display
 from ..core.block import Block
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
+from ..core.placement import local, refuse_zero3, shard_note
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import NotCapturedError, OptionError
-from ..stats.norms import squared_norm
+from ..errors import CaptureWarning, NotCapturedError, OptionError
 from ..store.series import COLUMNS, SOURCE, Alert, History
 from ..text import closest
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
+from .ranks import RankRows, Ranks, merge
 from .steps import StepClock, optimizers_of
 from .view import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
@@ -110,6 +116,7 @@ class Watch(Block, display.Shows):
                  out: str | os.PathLike[str] | None, tensorboard: str | os.PathLike[str] | None,
                  thresholds: Thresholds, force: bool, flush_every: float) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
+        refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
         self.sites = default_sites(model) if select is None else select_modules(model, select)
         self.alerts: list[Alert] = []
@@ -130,13 +137,19 @@ class Watch(Block, display.Shows):
         self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
         self._board: Board | None = None
+        self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
+        self._rank_rows = RankRows({}, 1)  # each rank's own rows, under torchrun
+        self._sharded: set[str] = set()  # sites already looked at for a tensor-parallel shard
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
+        self._ranks = Ranks.current()
+        self._rank_rows = RankRows({n: type(m).__name__ for n, m in self.sites}, self._ranks.size)
         if self._store is not None:
-            self._store.check()  # before anything is touched
+            self._store.check()  # before anything is touched, on every rank
+            self._ranks.barrier()  # then rank 0 creates it: no rank sees it half made
         self._clock.install(handles)
-        self._board = Board(self._board_dir) if self._board_dir is not None else None
+        self._board = Board(self._board_dir) if self._board_dir is not None and not self._ranks.rank else None
         self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
         if self._store is not None:
             self._open_store()  # last: a failed entry writes no store
@@ -213,8 +226,13 @@ class Watch(Block, display.Shows):
             x = next((t for t in _tensors(output) if t.is_floating_point()), None)
             if x is None:
                 return
+            if name not in self._sharded:  # once per site: is its output a tensor-parallel piece
+                self._sharded.add(name)
+                if note := shard_note(name, module, x, self._ranks.rank):
+                    warnings.warn(f"hookscope.train.watch: {note}; its statistics are merged over the ranks",
+                                  CaptureWarning, stacklevel=2)  # fmt: skip
             gathered = self._gathered[name]
-            gathered.add_output(x, unit_dim(module, x), keep=keep)
+            gathered.add_output(local(x), unit_dim(module, x), keep=keep)
             if x.requires_grad:
                 self._hooks.on_grad(x, lambda grad: gathered.add_grad_output(grad, keep=keep))
 
@@ -241,7 +259,7 @@ class Watch(Block, display.Shows):
                 weights.append(before)
         for site, (updates, weights) in by_site.items():
             g = self._gathered[site]
-            delta, old = squared_norm(updates), squared_norm(weights)
+            delta, old = self._ranks.share(updates), self._ranks.share(weights)
             assert delta is not None  # both lists hold a tensor
             assert old is not None
             g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta
@@ -258,7 +276,7 @@ class Watch(Block, display.Shows):
                 for n, p in _named(site, self.sites)
                 if p.grad is not None and (chosen is None or id(p) in chosen)
             ]
-            part = squared_norm(p.grad for _, p in named if p.grad is not None)
+            part = self._ranks.share(p.grad for _, p in named if p.grad is not None)
             if part is None:
                 continue
             g.grad_sq = part if g.grad_sq is None else g.grad_sq + part
@@ -280,8 +298,10 @@ class Watch(Block, display.Shows):
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
         device = _device(self.model)
         vectors = [self._vector(name, g, device) for name, g in gathered.items()]
-        table = torch.stack(vectors).cpu().tolist() if vectors else []  # the one sync of the step
-        for (name, g), slots in zip(gathered.items(), table, strict=True):
+        tables = [t.cpu().tolist() for t in self._ranks.gather(torch.stack(vectors))] if vectors else []  # the sync
+        self._rank_rows.add(step, list(gathered), tables)
+        merged = [merge([t[i] for t in tables]) for i in range(len(vectors))]
+        for (name, g), slots in zip(gathered.items(), merged, strict=True):
             row = host_row(step, slots)
             self._rows[name].append([row[c] for c in COLUMNS])
             new = self._detector.check(step, name, row, measured(g, bool(self._params[name])))
@@ -298,12 +318,14 @@ class Watch(Block, display.Shows):
                 window.clear()
             window.append(g.alive)
         dead = dead_fraction(self._alive[name]) if g.alive is not None else None
-        weight_sq = squared_norm(self._params[name])
+        weight_sq = self._ranks.share(self._params[name])
         return g.values(weight_sq, dead, device)
 
     # -- the store --------------------------------------------------------------------------
     def _open_store(self) -> None:
         assert self._store is not None
+        if self._ranks.rank:
+            return  # rank 0 writes the store, with every rank's rows (each rank has them all)
         sites = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
                  for n, m in self.sites]  # fmt: skip
         config = {
@@ -311,13 +333,17 @@ class Watch(Block, display.Shows):
             "every": self.every,
             "select": selector_text(self._select),
             "thresholds": {**vars(self.thresholds), "update_ratio": list(self.thresholds.update_ratio)},
+            "world_size": self._ranks.size,
         }
         self._store.open(self.model, config, sites)
         self._write(status="running", ended="")
 
     def _write(self, *, status: str, ended: str) -> None:
         assert self._store is not None
-        self._store.write(self.histories(), self.alerts, status=status, extra={"steps": self.steps, "ended": ended})
+        if self._ranks.rank:
+            return
+        extra = {"steps": self.steps, "ended": ended}
+        self._store.write(self.histories(), self.alerts, status=status, extra=extra, ranks=self._rank_rows.histories())
 
 
 def _tensors(value: Any) -> Iterable[Tensor]:

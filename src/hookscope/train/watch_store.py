@@ -2,13 +2,15 @@
 
 ``WatchStore(out, force=...)`` checks the path before anything is touched (``check``), creates the
 store with its manifest when the block is entered (``open``) and writes the histories and alerts
-again on each flush and at exit (``write``, through ``store.series.write_watch``).
+again on each flush and at exit (``write``, through ``store.series.write_watch``). Under torchrun
+rank 0 alone writes it (``train.ranks``: it holds every rank's rows), after every rank checked it.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,11 @@ class WatchStore:
             self.out.unlink()
         self.manifest = new_manifest(provenance(model), config, sites)
 
-    def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any]) -> None:
-        """Write the manifest (its config updated with ``extra``), histories and alerts."""
+    def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any],
+              ranks: Sequence[Mapping[str, History]] = ()) -> None:  # fmt: skip
+        """Write the manifest (its config updated with ``extra``), histories and alerts; under torchrun
+        (``ranks``: each rank's own histories, in rank order) those too, beside the merged ones."""
         config = {**self.manifest["config"], **extra}
         manifest = {**self.manifest, "status": status, "config": config}
-        write_watch(self.out, manifest, histories, alerts, whole=self.written == -float("inf"))
+        write_watch(self.out, manifest, histories, alerts, whole=self.written == -float("inf"), ranks=ranks)
         self.written = time.monotonic()

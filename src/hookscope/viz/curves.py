@@ -25,21 +25,22 @@ Series = Mapping[str, tuple[Sequence[int], Sequence[float]]]  # layer -> (steps,
 def curves_png(series: Series, *, title: str, log: bool = False, band: tuple[float, float] | None = None,
                marks: Sequence[tuple[str, int]] = (), width: float = 6.4) -> bytes:  # fmt: skip
     """One line per layer over the steps (colours follow the layers' order), ``band`` shaded as healthy,
-    ``marks`` ``(layer, step)`` drawn as red crosses; a log axis leaves out values <= 0."""
+    ``marks`` ``(layer, step)`` drawn as red crosses; a log axis leaves out negative values and draws
+    zeros (a gradient that is exactly zero) at zero, on a linear stretch below the smallest value."""
     fig = _figure(width, 3.2)
     ax = fig.add_subplot()
     cmap = require("matplotlib").colormaps["viridis"]
     names = list(series)
     for i, name in enumerate(names):
         steps, values = series[name]
-        shown = [v if math.isfinite(v) and (v > 0 or not log) else math.nan for v in values]
+        shown = [v if math.isfinite(v) and (v >= 0 or not log) else math.nan for v in values]
         ax.plot(steps, shown, color=cmap(i / max(len(names) - 1, 1)), linewidth=1.4, label=shorten(name))
         for layer, step in marks:
             if layer == name and step in steps:
                 y = next((v for v in shown if math.isfinite(v)), 1.0)
                 ax.plot([step], [y], "x", color="#d62728", markersize=10, markeredgewidth=2.5)
-    if log and any(v > 0 for _, vs in series.values() for v in vs if math.isfinite(v)):
-        ax.set_yscale("log")
+    if log:
+        _log_axis(ax, [v for _, vs in series.values() for v in vs])
     if band is not None:
         ax.axhspan(band[0], band[1], color="#2ca02c", alpha=0.10, linewidth=0)
     ax.set_title(title, fontsize=10, loc="left")
@@ -77,12 +78,29 @@ def sparkline_png(values: Sequence[float], *, log: bool = False, width: float = 
     """A small line of ``values`` with no axes, for a table cell."""
     fig = _figure(width, height, layout=None)
     ax = fig.add_axes((0, 0, 1, 1))
-    shown = [v if math.isfinite(v) and (v > 0 or not log) else math.nan for v in values]
+    shown = [v if math.isfinite(v) and (v >= 0 or not log) else math.nan for v in values]
     ax.plot(range(len(shown)), shown, color="#4f46e5", linewidth=1.2)
-    if log and any(math.isfinite(v) for v in shown):
-        ax.set_yscale("log")
+    if log:
+        _log_axis(ax, shown)
     ax.axis("off")
     return _png(fig)
+
+
+def log_scale(values: Sequence[float]) -> tuple[str, dict[str, float]] | None:
+    """The y scale of a log chart of ``values``: ``log``, or ``symlog`` (linear below the smallest
+    positive value) when some are exactly zero, so that a zero gradient is drawn at zero, not left out."""
+    positive = [v for v in values if math.isfinite(v) and v > 0]
+    if not positive:
+        return None
+    if any(v == 0 for v in values):
+        return "symlog", {"linthresh": min(positive)}
+    return "log", {}
+
+
+def _log_axis(ax: Any, values: Sequence[float]) -> None:
+    scale = log_scale(values)
+    if scale is not None:
+        ax.set_yscale(scale[0], **scale[1])
 
 
 def _figure(width: float, height: float, layout: str | None = "constrained") -> Figure:
