@@ -20,6 +20,7 @@ can read them: ``refuse_zero3`` refuses such a model.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import torch
@@ -29,12 +30,14 @@ from ..errors import OptionError
 
 
 def dtensor_type() -> type | None:
-    """``torch.distributed.tensor.DTensor``, or None where torch is built without distributed support."""
-    if not torch.distributed.is_available():
-        return None
-    from torch.distributed.tensor import DTensor
+    """``torch.distributed.tensor.DTensor`` once something imported it (no DTensor exists before), else None.
 
-    return DTensor
+    Never imported here: ``torch.distributed.tensor`` costs tens of MiB of memory and a second of import
+    time that a process without DTensors would pay on its first capture.
+    """
+    module = sys.modules.get("torch.distributed.tensor")
+    kind = getattr(module, "DTensor", None)
+    return kind if isinstance(kind, type) else None
 
 
 def this_rank() -> int:
@@ -126,11 +129,9 @@ def shard_notes(model: nn.Module | None, sites: list[tuple[str, nn.Module]], ran
 
 
 def _fsdp(module: nn.Module) -> bool:
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(module, FSDPModule)
+    """An FSDP2 module; ``torch.distributed.fsdp`` is never imported here (no module is one before it is)."""
+    kind = getattr(sys.modules.get("torch.distributed.fsdp"), "FSDPModule", None)
+    return isinstance(kind, type) and isinstance(module, kind)
 
 
 def refuse_zero3(model: nn.Module, caller: str) -> None:

@@ -139,7 +139,9 @@ def entries(
         for index, order, kind, key, tensor, layout in held:
             dtype_name(tensor.dtype)
             name = names.setdefault(id(tensor), f"{prefix}{len(names)}")
-            tensors[name] = local(tensor)  # a DTensor: this rank's piece, its placement in the entry
+            # a DTensor: this rank's piece, its placement in the entry; any other tensor itself (no new view
+            # object: core.pool reuses a copy's storage only when nothing else refers to it)
+            tensors[name] = local(tensor) if is_dtensor(tensor) else tensor
             found.append({"site": record.name, "kind": kind, "key": key, "batch": batch, "call": index,
                           "order": order, "name": name, "layout": layout})  # fmt: skip
             if is_dtensor(tensor):
