@@ -32,9 +32,10 @@ from ..text import closest
 from ..tokens import channel_count
 from .block import Block
 from .compiled import Eagerly, eager_keyed
-from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
+from .diagnosis import AWAITS_RECOMPUTE, NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
 from .hooks import HandleGroup
 from .kinds import Kind, at, choose, misspelled, names
+from .phase import CallPhase, Regions, call_phase, stopped
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
@@ -113,6 +114,7 @@ class Capture(Block, Mapping[str, Record], Shows):
         self._params_reached: set[str] = set()
         self._cleared: set[str] = set()  # sites that had calls before a clear()
         self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
+        self._regions: Regions[Call] = Regions()  # checkpointed calls, for their recomputation (core.phase)
 
     # -- the mapping -------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Record:
@@ -175,6 +177,7 @@ class Capture(Block, Mapping[str, Record], Shows):
         self._keeper.forget(dropped)  # copies nothing else holds take the next batch's (core/pool)
         self._grads_seen = False
         self._params_reached.clear()
+        self._regions.clear()
 
     def changed_in_place(self) -> list[str]:
         """``'site' kind key`` of each tensor stored by reference (``clone=False``) that an in-place op
@@ -215,9 +218,17 @@ class Capture(Block, Mapping[str, Record], Shows):
                 record.missing["param_grad"] = NO_TRAINABLE
 
     def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        phase = call_phase()
+        if phase.repeat:  # checkpointing runs the call again: its gradients land on the logical call
+            logical = self._regions.match(phase, record.name)
+            self._open[record.name].append(logical or Call(record.name, -1))
+            if logical is not None and phase.reentrant:
+                self._rewatch(logical, self._input_grads, flatten_call_layout(args, kwargs)[0], "input")
+            return
         call = Call(record.name, len(record.calls))
         record.calls.append(call)
         self._open[record.name].append(call)
+        self._regions.note(phase, record.name, call)
         if not kwargs and len(args) == 1 and type(args[0]) is Tensor:  # one tensor: no layout to keep
             leaves: Leaves = [("args[0]", args[0])]
         else:
@@ -226,15 +237,20 @@ class Capture(Block, Mapping[str, Record], Shows):
         for kind in self._pre:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._input_grads:
-            self._watch(call, kind, leaves, "input")
+            self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        phase = call_phase()
+        if phase.repeat:
+            self._after_repeat(record, phase, output)
+            return
         pending = self._open.get(record.name) if self._before_call else None  # calls a pre-hook opened
         if pending:
             call = pending.pop()
         else:
             call = Call(record.name, len(record.calls))
             record.calls.append(call)
+            self._regions.note(phase, record.name, call)
         call.order = next(self._order)
         if output is None:
             raised = sys.exc_info()[1]
@@ -242,7 +258,7 @@ class Capture(Block, Mapping[str, Record], Shows):
                 call.error = f"{type(raised).__name__}: {raised}"
                 self._raised.setdefault(id(raised), call)  # the innermost selected module is first
                 return
-        if self._param_grads and not torch.is_grad_enabled():
+        if self._param_grads and not torch.is_grad_enabled() and phase.phase != "first_pass":
             call.missing["param_grad"] = NO_GRAD_MODE
         if type(output) is Tensor:  # the common case, without flatten and its loops
             held, keep = call.tensors, self._keeper.keep
@@ -250,14 +266,30 @@ class Capture(Block, Mapping[str, Record], Shows):
                 kept = keep(output, (record.name, kind, "out"))
                 held[kind] = {} if kept is None else {"out": kept}
             for kind in self._output_grads:
-                self._watch(call, kind, [("out", output)], "output")
+                self._watch(call, kind, [("out", output)], "output", phase)
             return
         leaves, layout = flatten_layout(output)
         call.set_layout(self._return_kinds, layout)
         for kind in self._forward:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._output_grads:
-            self._watch(call, kind, leaves, "output")
+            self._watch(call, kind, leaves, "output", phase)
+
+    def _after_repeat(self, record: Record, phase: CallPhase, output: Any) -> None:
+        """A recomputation's forward hook: nothing kept twice; its gradients go to the logical call."""
+        pending = self._open.get(record.name) if self._before_call else None
+        logical = pending.pop() if pending else self._regions.match(phase, record.name)
+        if logical is None or logical.index < 0 or (output is None and stopped(sys.exc_info()[1])):
+            return  # unmatched, or checkpoint stopped the recomputation once it had what it needed
+        if phase.reentrant:
+            self._rewatch(logical, self._output_grads, flatten_layout(output)[0], "output")
+
+    def _rewatch(self, call: Call, grad_kinds: tuple[Kind, ...], leaves: Leaves, what: str) -> None:
+        """Hook a reentrant recomputation's tensors: its graph is the one gradients flow through."""
+        for kind in grad_kinds:
+            if call.missing.get(kind) == AWAITS_RECOMPUTE:
+                del call.missing[kind]
+            self._watch(call, kind, leaves, what)
 
     def _keep_all(self, leaves: Leaves, site: str, kind: Kind) -> dict[str, Tensor]:
         keep, held = self._keeper.keep, {}
@@ -267,8 +299,11 @@ class Capture(Block, Mapping[str, Record], Shows):
                 held[key] = kept
         return held
 
-    def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str) -> None:
+    def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str, phase: CallPhase | None = None) -> None:
         """Hook the gradient of every tensor in ``leaves`` that will receive one."""
+        if phase is not None and phase.phase == "first_pass":
+            call.missing[kind] = AWAITS_RECOMPUTE  # until the recomputation hooks its tensors (_rewatch)
+            return
         if not torch.is_grad_enabled():
             call.missing[kind] = NO_GRAD_MODE
             return

@@ -19,6 +19,10 @@ from .records import Call, Record
 
 NO_GRAD_MODE = "the forward pass ran under torch.no_grad() or torch.inference_mode(); run it with gradients enabled"
 NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or torch.autograd.grad() before it ends"
+AWAITS_RECOMPUTE = (
+    "it ran in a reentrant torch.utils.checkpoint region, whose gradients come when the backward pass "
+    "recomputes it, and no backward pass did inside the block; call .backward() before the block ends"
+)
 NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
 NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
 IN_TORCHSCRIPT = (
