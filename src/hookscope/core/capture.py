@@ -32,8 +32,19 @@ from ..text import closest
 from ..tokens import channel_count
 from .block import Block
 from .compiled import Eagerly, eager_keyed
-from .diagnosis import AWAITS_RECOMPUTE, NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
+from .diagnosis import (
+    AWAITS_RECOMPUTE,
+    IN_TRANSFORM,
+    IN_TRANSFORM_START,
+    NO_GRAD_MODE,
+    NO_TRAINABLE,
+    annotate,
+    does_not_require_grad,
+    problems,
+    transformed,
+)
 from .hooks import HandleGroup
+from .inference import transform
 from .kinds import Kind, at, choose, misspelled, names
 from .phase import CallPhase, Regions, call_phase, stopped
 from .policy import Keeper, Policy, Reducer
@@ -218,6 +229,9 @@ class Capture(Block, Mapping[str, Record], Shows):
                 record.missing["param_grad"] = NO_TRAINABLE
 
     def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if transform() is not None:
+            self._open[record.name].append(self._untouched(record))
+            return
         phase = call_phase()
         if phase.repeat:  # checkpointing runs the call again: its gradients land on the logical call
             logical = self._regions.match(phase, record.name)
@@ -240,6 +254,13 @@ class Capture(Block, Mapping[str, Record], Shows):
             self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if transform() is not None:
+            pending = self._open.get(record.name) if self._before_call else None
+            if not pending:
+                self._untouched(record)
+            elif pending:
+                pending.pop()
+            return
         phase = call_phase()
         if phase.repeat:
             self._after_repeat(record, phase, output)
@@ -274,6 +295,18 @@ class Capture(Block, Mapping[str, Record], Shows):
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._output_grads:
             self._watch(call, kind, leaves, "output", phase)
+
+    def _untouched(self, record: Record) -> Call:
+        """A call made inside a torch.func transform: counted, nothing kept, the reason filed (core.inference)."""
+        call = Call(record.name, len(record.calls), order=next(self._order))
+        record.calls.append(call)
+        reason = IN_TRANSFORM.format(transform=transform())
+        for kind in self.kinds:
+            if kind != "param_grad":
+                call.missing[kind] = reason
+        if self._param_grads:
+            call.missing["param_grad"] = reason
+        return call
 
     def _after_repeat(self, record: Record, phase: CallPhase, output: Any) -> None:
         """A recomputation's forward hook: nothing kept twice; its gradients go to the logical call."""
@@ -345,7 +378,8 @@ class Capture(Block, Mapping[str, Record], Shows):
             grads_seen=self._grads_seen,
             eager=self._eager is not None and self._eager.note is not None,
         )
-        for line in found:
+        in_transform = transformed(self._records.values(), self.kinds[0])
+        for line in [*in_transform, *(line for line in found if IN_TRANSFORM_START not in line)]:
             warnings.warn(line, CaptureWarning, stacklevel=4)
         modified = self.changed_in_place()
         if modified:

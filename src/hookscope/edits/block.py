@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from ..core.block import Block
 from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
+from ..core.inference import no_grad_context
 from ..core.phase import CallPhase, Regions, call_phase
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
@@ -212,11 +213,7 @@ class Edit(Block):
             return
         tensor = held[key]
         if not torch.is_grad_enabled() or not tensor.requires_grad:
-            why = (
-                "under torch.no_grad() or torch.inference_mode()"
-                if not torch.is_grad_enabled()
-                else "its output does not require grad"
-            )
+            why = f"under {no_grad_context()}" if not torch.is_grad_enabled() else "its output does not require grad"
             tally.problem(f"no gradient can reach it: {why}")
             return
         self._handles.on_grad(tensor, partial(self._on_grad, tally, Where(site, "grad_output", key, index)))
