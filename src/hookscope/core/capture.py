@@ -119,7 +119,8 @@ class Capture(Block, Mapping[str, Record], Shows):
         if reduce is not None and not callable(reduce):
             raise CaptureError(f"reduce must be a function (site, kind, key, tensor) -> tensor or None, got {reduce!r}")
         self._keeper = Keeper(policy, reduce)
-        self._open: dict[str, list[Call]] = {name: [] for name, _ in self._modules}
+        # the calls a pre-hook opened, with their phase (None: inside a torch.func transform)
+        self._open: dict[str, list[tuple[Call | None, CallPhase | None]]] = {name: [] for name, _ in self._modules}
         self._order = itertools.count()
         self._grads_seen = False
         self._params_reached: set[str] = set()
@@ -230,18 +231,18 @@ class Capture(Block, Mapping[str, Record], Shows):
 
     def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if transform() is not None:
-            self._open[record.name].append(self._untouched(record))
+            self._open[record.name].append((self._untouched(record), None))
             return
-        phase = call_phase()
+        phase = call_phase()  # once per call: the forward hook reads it from _open
         if phase.repeat:  # checkpointing runs the call again: its gradients land on the logical call
             logical = self._regions.match(phase, record.name)
-            self._open[record.name].append(logical or Call(record.name, -1))
+            self._open[record.name].append((logical, phase))
             if logical is not None and phase.reentrant:
                 self._rewatch(logical, self._input_grads, flatten_call_layout(args, kwargs)[0], "input")
             return
         call = Call(record.name, len(record.calls))
         record.calls.append(call)
-        self._open[record.name].append(call)
+        self._open[record.name].append((call, phase))
         self._regions.note(phase, record.name, call)
         if not kwargs and len(args) == 1 and type(args[0]) is Tensor:  # one tensor: no layout to keep
             leaves: Leaves = [("args[0]", args[0])]
@@ -254,24 +255,31 @@ class Capture(Block, Mapping[str, Record], Shows):
             self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if transform() is not None:
-            pending = self._open.get(record.name) if self._before_call else None
-            if not pending:
-                self._untouched(record)
-            elif pending:
-                pending.pop()
-            return
-        phase = call_phase()
-        if phase.repeat:
-            self._after_repeat(record, phase, output)
-            return
         pending = self._open.get(record.name) if self._before_call else None  # calls a pre-hook opened
         if pending:
-            call = pending.pop()
+            opened, phase = pending.pop()
+            if phase is None:  # inside a torch.func transform: nothing kept
+                return
+            if phase.repeat:
+                self._after_repeat(opened, phase, output)
+                return
+            call = opened
         else:
+            if transform() is not None:
+                self._untouched(record)
+                return
+            phase = call_phase()
+            if phase.repeat:
+                self._after_repeat(self._regions.match(phase, record.name), phase, output)
+                return
             call = Call(record.name, len(record.calls))
             record.calls.append(call)
             self._regions.note(phase, record.name, call)
+        assert call is not None  # only a recomputation finds no call
+        self._returned(record, call, phase, output)
+
+    def _returned(self, record: Record, call: Call, phase: CallPhase, output: Any) -> None:
+        """What a call returned, kept; its gradients hooked."""
         call.order = next(self._order)
         if output is None:
             raised = sys.exc_info()[1]
@@ -308,11 +316,9 @@ class Capture(Block, Mapping[str, Record], Shows):
             call.missing["param_grad"] = reason
         return call
 
-    def _after_repeat(self, record: Record, phase: CallPhase, output: Any) -> None:
+    def _after_repeat(self, logical: Call | None, phase: CallPhase, output: Any) -> None:
         """A recomputation's forward hook: nothing kept twice; its gradients go to the logical call."""
-        pending = self._open.get(record.name) if self._before_call else None
-        logical = pending.pop() if pending else self._regions.match(phase, record.name)
-        if logical is None or logical.index < 0 or (output is None and stopped(sys.exc_info()[1])):
+        if logical is None or (output is None and stopped(sys.exc_info()[1])):
             return  # unmatched, or checkpoint stopped the recomputation once it had what it needed
         if phase.reentrant:
             self._rewatch(logical, self._output_grads, flatten_layout(output)[0], "output")
