@@ -19,7 +19,9 @@ The signals are torch's: the innermost saved-tensors hook is checkpoint's ``_che
 (non-reentrant forward) or ``_recomputation_hook`` (its recomputation), each holding the region's
 ``_CheckpointFrame``; a call under no_grad or inside a backward pass (``_current_graph_task_id()``
 is not -1) whose stack holds ``CheckpointFunction.forward`` or ``.backward`` runs in a reentrant
-region (its ``ctx``). Any other call, in a backward pass or not, is an ordinary forward call.
+region (its ``ctx``); under no_grad the stack is searched only inside an ``autograd.Function``'s
+forward, where torch has turned forward-mode AD off (a plain no_grad pass costs a few C calls).
+Any other call, in a backward pass or not, is an ordinary forward call.
 """
 
 from __future__ import annotations
@@ -83,11 +85,17 @@ def call_phase() -> CallPhase:
     if task != -1:
         ctx = _reentrant_ctx(_BACKWARD_CODE)
         return FORWARD if ctx is None else CallPhase("recompute", ctx, task, reentrant=True)
-    if not torch.is_grad_enabled():
+    if not torch.is_grad_enabled() and _in_function_forward():
         ctx = _reentrant_ctx(_FORWARD_CODE)
         if ctx is not None:
             return CallPhase("first_pass", ctx, reentrant=True)
     return FORWARD
+
+
+def _in_function_forward() -> bool:
+    """Inside an ``autograd.Function``'s forward (torch turns forward-mode AD off there, and nowhere
+    else but inference_mode): the cheap test before the stack is searched for ``CheckpointFunction``."""
+    return not torch._C._is_fwd_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
 def _closure(func: Any, name: str) -> Any:
