@@ -12,6 +12,11 @@ tensor hooks for the gradients, post-accumulate hooks for ``param``. What could 
 why, is worked out in ``hookscope.core.diagnosis``. Each handler takes every
 asked kind of its point, so a new kind at an existing point needs nothing here. A compiled model
 runs eagerly inside the block, its sites named as the eager model's (``hookscope.core.compiled``).
+
+Each call asks its phase once (``hookscope.core.phase``): activation checkpointing's rerun of a call
+is that same logical call, not a new one (nothing kept twice; a reentrant rerun hooks its tensors,
+whose gradients land on the logical call). A call made inside a ``torch.func`` transform is counted,
+keeps nothing and is named in one warning (``hookscope.core.inference``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ Never silent: at the end of the block, an edit whose selector's modules never ra
 nothing raises ``EditError`` naming the site and the reason (a zero-ablation of a tensor that was
 already zero is not a failure; the report says so). ``strict=False`` warns (``EditWarning``) instead.
 
+Under activation checkpointing an edit follows its call into the recomputation (the same change,
+counted once; ``call=k`` counts logical calls, ``hookscope.core.phase``), so the recomputed
+activations match and torch raises no ``CheckpointError``; a block that ends while a region it
+edited still awaits its backward pass raises ``EditError`` naming checkpointing.
+
 With a capture: hooks run in the order they were registered, so a capture opened inside the
 edit block sees the edited values (and gradients); one opened outside it sees the originals::
 
