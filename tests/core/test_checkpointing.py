@@ -146,3 +146,19 @@ def test_a_module_run_by_a_hook_inside_backward_is_an_ordinary_call() -> None:
     (x * 2).sum().backward()
     handle.remove()
     assert seen == ["forward"]
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_two_backward_passes_sum_on_the_logical_call_as_unchecked(how: str) -> None:
+    def twice(net: Net) -> hookscope.Capture:
+        with hookscope.capture(net, sites(net), kinds=("grad_input", "grad_output")) as cap:
+            loss = net(batch().requires_grad_()).pow(2).sum()
+            loss.backward(retain_graph=True)  # each pass recomputes the region again
+            loss.backward()
+        return cap
+
+    got, ref = twice(net := Net(how)), twice(Net(None))
+    for name in sites(net):
+        for a, b in zip(got[name].calls, ref[plain(name)].calls, strict=True):
+            for kind in ("grad_input", "grad_output"):
+                torch.testing.assert_close(a.get(kind), b.get(kind), rtol=0, atol=1e-12)
