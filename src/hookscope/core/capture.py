@@ -12,6 +12,11 @@ tensor hooks for the gradients, post-accumulate hooks for ``param``. What could 
 why, is worked out in ``hookscope.core.diagnosis``. Each handler takes every
 asked kind of its point, so a new kind at an existing point needs nothing here. A compiled model
 runs eagerly inside the block, its sites named as the eager model's (``hookscope.core.compiled``).
+
+Each call asks its phase once (``hookscope.core.phase``): activation checkpointing's rerun of a call
+is that same logical call, not a new one (nothing kept twice; a reentrant rerun hooks its tensors,
+whose gradients land on the logical call). A call made inside a ``torch.func`` transform is counted,
+keeps nothing and is named in one warning (``hookscope.core.inference``).
 """
 
 from __future__ import annotations
@@ -32,9 +37,21 @@ from ..text import closest
 from ..tokens import channel_count
 from .block import Block
 from .compiled import Eagerly, eager_keyed
-from .diagnosis import NO_GRAD_MODE, NO_TRAINABLE, annotate, does_not_require_grad, problems
+from .diagnosis import (
+    AWAITS_RECOMPUTE,
+    IN_TRANSFORM,
+    IN_TRANSFORM_START,
+    NO_GRAD_MODE,
+    NO_TRAINABLE,
+    annotate,
+    does_not_require_grad,
+    problems,
+    transformed,
+)
 from .hooks import HandleGroup
+from .inference import transform
 from .kinds import Kind, at, choose, misspelled, names
+from .phase import CallPhase, Regions, call_phase, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
@@ -108,12 +125,14 @@ class Capture(Block, Mapping[str, Record], Shows):
         if reduce is not None and not callable(reduce):
             raise CaptureError(f"reduce must be a function (site, kind, key, tensor) -> tensor or None, got {reduce!r}")
         self._keeper = Keeper(policy, reduce)
-        self._open: dict[str, list[Call]] = {name: [] for name, _ in self._modules}
+        # the calls a pre-hook opened, with their phase (None: inside a torch.func transform)
+        self._open: dict[str, list[tuple[Call | None, CallPhase | None]]] = {name: [] for name, _ in self._modules}
         self._order = itertools.count()
         self._grads_seen = False
         self._params_reached: set[str] = set()
         self._cleared: set[str] = set()  # sites that had calls before a clear()
         self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
+        self._regions: Regions[Call] = Regions()  # checkpointed calls, for their recomputation (core.phase)
 
     # -- the mapping -------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Record:
@@ -178,6 +197,7 @@ class Capture(Block, Mapping[str, Record], Shows):
         self._keeper.forget(dropped)  # copies nothing else holds take the next batch's (core/pool)
         self._grads_seen = False
         self._params_reached.clear()
+        self._regions.clear()
 
     def changed_in_place(self) -> list[str]:
         """``'site' kind key`` of each tensor stored by reference (``clone=False``) that an in-place op
@@ -218,9 +238,20 @@ class Capture(Block, Mapping[str, Record], Shows):
                 record.missing["param_grad"] = NO_TRAINABLE
 
     def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if transform() is not None:
+            self._open[record.name].append((self._untouched(record), None))
+            return
+        phase = call_phase()  # once per call: the forward hook reads it from _open
+        if phase.repeat:  # checkpointing runs the call again: its gradients land on the logical call
+            logical = self._regions.match(phase, record.name)
+            self._open[record.name].append((logical, phase))
+            if logical is not None and phase.reentrant:
+                self._rewatch(logical, self._input_grads, flatten_call_layout(args, kwargs)[0], "input")
+            return
         call = Call(record.name, len(record.calls))
         record.calls.append(call)
-        self._open[record.name].append(call)
+        self._open[record.name].append((call, phase))
+        self._regions.note(phase, record.name, call)
         if not kwargs and len(args) == 1 and type(args[0]) is Tensor:  # one tensor: no layout to keep
             leaves: Leaves = [("args[0]", args[0])]
         else:
@@ -229,15 +260,34 @@ class Capture(Block, Mapping[str, Record], Shows):
         for kind in self._pre:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._input_grads:
-            self._watch(call, kind, leaves, "input")
+            self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         pending = self._open.get(record.name) if self._before_call else None  # calls a pre-hook opened
         if pending:
-            call = pending.pop()
+            opened, phase = pending.pop()
+            if phase is None:  # inside a torch.func transform: nothing kept
+                return
+            if phase.repeat:
+                self._after_repeat(opened, phase, output)
+                return
+            call = opened
         else:
+            if transform() is not None:
+                self._untouched(record)
+                return
+            phase = call_phase()
+            if phase.repeat:
+                self._after_repeat(self._regions.match(phase, record.name), phase, output)
+                return
             call = Call(record.name, len(record.calls))
             record.calls.append(call)
+            self._regions.note(phase, record.name, call)
+        assert call is not None  # only a recomputation finds no call
+        self._returned(record, call, phase, output)
+
+    def _returned(self, record: Record, call: Call, phase: CallPhase, output: Any) -> None:
+        """What a call returned, kept; its gradients hooked."""
         call.order = next(self._order)
         if output is None:
             raised = sys.exc_info()[1]
@@ -245,7 +295,7 @@ class Capture(Block, Mapping[str, Record], Shows):
                 call.error = f"{type(raised).__name__}: {raised}"
                 self._raised.setdefault(id(raised), call)  # the innermost selected module is first
                 return
-        if self._param_grads and not torch.is_grad_enabled():
+        if self._param_grads and not torch.is_grad_enabled() and phase.phase != "first_pass":
             call.missing["param_grad"] = NO_GRAD_MODE
         if type(output) is Tensor:  # the common case, without flatten and its loops
             held, keep = call.tensors, self._keeper.keep
@@ -253,14 +303,40 @@ class Capture(Block, Mapping[str, Record], Shows):
                 kept = keep(output, (record.name, kind, "out"))
                 held[kind] = {} if kept is None else {"out": kept}
             for kind in self._output_grads:
-                self._watch(call, kind, [("out", output)], "output")
+                self._watch(call, kind, [("out", output)], "output", phase)
             return
         leaves, layout = flatten_layout(output)
         call.set_layout(self._return_kinds, layout)
         for kind in self._forward:
             call.tensors[kind] = self._keep_all(leaves, record.name, kind)
         for kind in self._output_grads:
-            self._watch(call, kind, leaves, "output")
+            self._watch(call, kind, leaves, "output", phase)
+
+    def _untouched(self, record: Record) -> Call:
+        """A call made inside a torch.func transform: counted, nothing kept, the reason filed (core.inference)."""
+        call = Call(record.name, len(record.calls), order=next(self._order))
+        record.calls.append(call)
+        reason = IN_TRANSFORM.format(transform=transform())
+        for kind in self.kinds:
+            if kind != "param_grad":
+                call.missing[kind] = reason
+        if self._param_grads:
+            call.missing["param_grad"] = reason
+        return call
+
+    def _after_repeat(self, logical: Call | None, phase: CallPhase, output: Any) -> None:
+        """A recomputation's forward hook: nothing kept twice; its gradients go to the logical call."""
+        if logical is None or (output is None and stopped(sys.exc_info()[1])):
+            return  # unmatched, or checkpoint stopped the recomputation once it had what it needed
+        if phase.reentrant:
+            self._rewatch(logical, self._output_grads, flatten_layout(output)[0], "output")
+
+    def _rewatch(self, call: Call, grad_kinds: tuple[Kind, ...], leaves: Leaves, what: str) -> None:
+        """Hook a reentrant recomputation's tensors: its graph is the one gradients flow through."""
+        for kind in grad_kinds:
+            if call.missing.get(kind) == AWAITS_RECOMPUTE:
+                del call.missing[kind]
+            self._watch(call, kind, leaves, what)
 
     def _keep_all(self, leaves: Leaves, site: str, kind: Kind) -> dict[str, Tensor]:
         keep, held = self._keeper.keep, {}
@@ -270,8 +346,11 @@ class Capture(Block, Mapping[str, Record], Shows):
                 held[key] = kept
         return held
 
-    def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str) -> None:
+    def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str, phase: CallPhase | None = None) -> None:
         """Hook the gradient of every tensor in ``leaves`` that will receive one."""
+        if phase is not None and phase.phase == "first_pass":
+            call.missing[kind] = AWAITS_RECOMPUTE  # until the recomputation hooks its tensors (_rewatch)
+            return
         if not torch.is_grad_enabled():
             call.missing[kind] = NO_GRAD_MODE
             return
@@ -313,7 +392,8 @@ class Capture(Block, Mapping[str, Record], Shows):
             grads_seen=self._grads_seen,
             eager=self._eager is not None and self._eager.note is not None,
         )
-        for line in found:
+        in_transform = transformed(self._records.values(), self.kinds[0])
+        for line in [*in_transform, *(line for line in found if IN_TRANSFORM_START not in line)]:
             warnings.warn(line, CaptureWarning, stacklevel=4)
         modified = self.changed_in_place()
         if modified:

@@ -19,6 +19,15 @@ from .records import Call, Record
 
 NO_GRAD_MODE = "the forward pass ran under torch.no_grad() or torch.inference_mode(); run it with gradients enabled"
 NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or torch.autograd.grad() before it ends"
+AWAITS_RECOMPUTE = (
+    "it ran in a reentrant torch.utils.checkpoint region, whose gradients come when the backward pass "
+    "recomputes it, and no backward pass did inside the block; call .backward() before the block ends"
+)
+IN_TRANSFORM_START = "it ran inside a torch.func transform"
+IN_TRANSFORM = (
+    IN_TRANSFORM_START + " ({transform}), whose wrapped tensors a hook cannot copy out; "
+    "call the model outside the transform to capture it (the call itself ran as usual)"
+)
 NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
 NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
 IN_TORCHSCRIPT = (
@@ -75,6 +84,17 @@ def problems(
     return lines
 
 
+def transformed(records: Iterable[Record], kind: Kind) -> list[str]:
+    """The one warning for the calls made inside a torch.func transform (none if there were none);
+    it stands for every kind those calls miss."""
+    sites = [r.name for r in records if any(c.missing.get(kind, "").startswith(IN_TRANSFORM_START) for c in r.calls)]
+    if not sites:
+        return []
+    why = next(c.missing[kind] for r in records if r.name == sites[0] for c in r.calls if kind in c.missing)
+    names = ", ".join(repr(s) for s in sites[:6]) + (f" and {len(sites) - 6} more" if len(sites) > 6 else "")
+    return [f"hookscope: nothing captured for calls of {names}: {why}"]
+
+
 def annotate(exc: BaseException, raised: Mapping[int, Call]) -> None:
     """Name the selected module an escaping exception came from (or the one it was raised from):
     ``raised`` maps ``id(exception)`` to the call it escaped from first."""
@@ -118,8 +138,9 @@ def site_problems(
             reasons = {_grad_problem(call, kind, grads_seen) for call in record.calls} - {None}
             yield from ((kind, r) for r in sorted(r for r in reasons if r is not None))
     if "param_grad" in record.kinds and not params_reached:
-        no_grad = all(call.missing.get("param_grad") == NO_GRAD_MODE for call in record.calls)
-        reason = record.missing.get("param_grad") or (NO_GRAD_MODE if no_grad else no_grad_reason(grads_seen))
+        said = {call.missing.get("param_grad") for call in record.calls}  # no_grad, a torch.func transform
+        common = said.pop() if len(said) == 1 else None
+        reason = record.missing.get("param_grad") or common or no_grad_reason(grads_seen)
         record.missing["param_grad"] = reason
         yield "param_grad", reason
 

@@ -17,7 +17,8 @@ A gradient kind has the same structure, with None where a tensor received no gra
 The flat, keyed access stays: ``call.keys(kind)``, ``call.get(kind, key)`` (the first tensor
 without a key), ``record.values(kind, key)`` and ``record.stack(kind, key)``.
 
-On a ``Record`` the shortcuts are defined only when the site ran exactly once; a site called
+A call is a *logical* call: activation checkpointing's recomputation of it is not another one
+(``hookscope.core.phase``). On a ``Record`` the shortcuts are defined only when the site ran exactly once; a site called
 several times raises ``AmbiguousCallError`` instead of silently picking a call: use ``.calls[k]``,
 ``.values(kind)`` or ``.stack(kind)``. A gradient that reached a tensor in several backward
 passes through the same call is summed, as ``Tensor.grad`` would be.

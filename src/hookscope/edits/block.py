@@ -21,6 +21,11 @@ Never silent: at the end of the block, an edit whose selector's modules never ra
 nothing raises ``EditError`` naming the site and the reason (a zero-ablation of a tensor that was
 already zero is not a failure; the report says so). ``strict=False`` warns (``EditWarning``) instead.
 
+Under activation checkpointing an edit follows its call into the recomputation (the same change,
+counted once; ``call=k`` counts logical calls, ``hookscope.core.phase``), so the recomputed
+activations match and torch raises no ``CheckpointError``; a block that ends while a region it
+edited still awaits its backward pass raises ``EditError`` naming checkpointing.
+
 With a capture: hooks run in the order they were registered, so a capture opened inside the
 edit block sees the edited values (and gradients); one opened outside it sees the originals::
 
@@ -31,6 +36,7 @@ edit block sees the edited values (and gradients); one opened outside it sees th
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,6 +48,8 @@ from torch import Tensor, nn
 from ..core.block import Block
 from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
+from ..core.inference import no_grad_context
+from ..core.phase import CallPhase, Regions, call_phase
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
 from ..errors import EditError, EditWarning
@@ -93,6 +101,8 @@ class Edit(Block):
                     site.tallies[op.kind].append(tally)
                     tallies.append(tally)
             self._entries.append((_described(selector), tallies))
+        self._regions: Regions[int] = Regions()  # checkpointed calls, for their recomputation (core.phase)
+        self._edited: weakref.WeakSet[Any] = weakref.WeakSet()  # checkpoint regions an edit changed
         super().__init__(Eagerly(model, "edit block"))  # a compiled model runs eagerly in the block, so edits fire
 
     def __repr__(self) -> str:
@@ -123,40 +133,65 @@ class Edit(Block):
         return EditReport(rows)
 
     # -- hooks -------------------------------------------------------------------------------
+    def _index(self, site: _Site, kind: str, phase: CallPhase) -> int | None:
+        """The logical call index of this call of ``site`` (a recomputation repeats one; None: unknown)."""
+        if phase.repeat:
+            return self._regions.match(phase, f"{site.name}:{kind}")
+        ran = site.inputs if kind == "input" else site.outputs
+        if kind == "input":
+            site.inputs += 1
+        else:
+            site.outputs += 1
+        self._regions.note(phase, f"{site.name}:{kind}", ran)
+        return ran
+
     def _before(self, site: _Site, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        index, site.inputs = site.inputs, site.inputs + 1
+        phase = call_phase()
+        index = self._index(site, "input", phase)
         tallies = [t for t in site.tallies["input"] if t.op.call in (None, index)]
-        if not tallies:
+        if not tallies or index is None:
             return None
         if not kwargs and len(args) == 1 and type(args[0]) is Tensor:
-            held = self._apply(tallies, [("args[0]", args[0])], site.name, index)
+            held = self._apply(tallies, [("args[0]", args[0])], site.name, index, phase=phase)
             return None if held is None else ((held["args[0]"],), kwargs)
         leaves, layout = flatten_call_layout(args, kwargs)
-        held = self._apply(tallies, leaves, site.name, index, layout)
+        held = self._apply(tallies, leaves, site.name, index, layout, phase=phase)
         if held is None:
             return None
         value = rebuild(layout, held)
         return tuple(value.args), dict(value.kwargs)
 
     def _after(self, site: _Site, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        index, site.outputs = site.outputs, site.outputs + 1
+        phase = call_phase()
+        index = self._index(site, "output", phase)
+        if index is None:
+            return None
         edits = [t for t in site.tallies["output"] if t.op.call in (None, index)]
         grads = [t for t in site.tallies["grad_output"] if t.op.call in (None, index)]
         if not edits and not grads:
             return None
         plain = type(output) is Tensor
         leaves, layout = ([("out", output)], None) if plain else flatten_layout(output)
-        held = self._apply(edits, leaves, site.name, index, layout) if edits else None
-        for tally in grads:
+        held = self._apply(edits, leaves, site.name, index, layout, phase=phase) if edits else None
+        for tally in grads if phase.carries_grad else []:  # reentrant: hooked in its recomputation
             self._watch(tally, held or dict(leaves), site.name, index)
         if held is None:
             return None
         return held["out"] if plain else rebuild(layout, held)  # type: ignore[arg-type]
 
     def _apply(
-        self, tallies: list[Tally], leaves: Leaves, site: str, index: int, layout: Layout | None = None
+        self,
+        tallies: list[Tally],
+        leaves: Leaves,
+        site: str,
+        index: int,
+        layout: Layout | None = None,
+        *,
+        phase: CallPhase,
     ) -> dict[str, Tensor] | None:
-        """The leaves with every edit of ``tallies`` applied in turn; None when none applied."""
+        """The leaves with every edit of ``tallies`` applied in turn; None when none applied.
+
+        A recomputation (``phase.repeat``) gets the same change, not counted a second time."""
         held, touched = dict(leaves), False
         for tally in tallies:
             key = _key(tally, held)
@@ -170,8 +205,11 @@ class Edit(Block):
                 continue
             before = held[key]
             held[key] = tally.op(before, Where(site, tally.op.kind, key, index))
-            tally.add(before, held[key], index, key)
+            if not phase.repeat:
+                tally.add(before, held[key], index, key)
             touched = True
+        if touched and phase.region is not None and not phase.repeat:
+            self._edited.add(phase.region)
         return held if touched else None
 
     def _watch(self, tally: Tally, held: Mapping[str, Tensor], site: str, index: int) -> None:
@@ -180,7 +218,7 @@ class Edit(Block):
             return
         tensor = held[key]
         if not torch.is_grad_enabled() or not tensor.requires_grad:
-            why = "under torch.no_grad()" if not torch.is_grad_enabled() else "its output does not require grad"
+            why = f"under {no_grad_context()}" if not torch.is_grad_enabled() else "its output does not require grad"
             tally.problem(f"no gradient can reach it: {why}")
             return
         self._handles.on_grad(tensor, partial(self._on_grad, tally, Where(site, "grad_output", key, index)))
@@ -193,6 +231,13 @@ class Edit(Block):
     # -- at the end ----------------------------------------------------------------------------
     def _check(self) -> None:
         failures = []
+        waiting = [region for region in self._edited if not self._regions.replayed(region)]
+        if waiting:
+            failures.append(
+                f"the edit block ended while {len(waiting)} torch.utils.checkpoint region(s) it edited still "
+                "await their backward pass, which recomputes them without the edit (torch raises CheckpointError, "
+                "or the gradients are the unedited model's); call .backward() inside the `with` block"
+            )
         for selector, tallies in self._entries:
             sites = [self._sites[name] for name in dict.fromkeys(t.site for t in tallies)]
             if not any(site.inputs or site.outputs for site in sites):

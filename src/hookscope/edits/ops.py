@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..core.inference import version
 from ..core.kinds import TABLE, Kind, names
 from ..errors import EditError
 from ..stats.streaming import RunningStats
@@ -68,12 +69,12 @@ class EditOp:
         return f"edits.{self.name}"
 
     def __call__(self, tensor: Tensor, where: Where) -> Tensor:
-        version = tensor._version
+        before = version(tensor)  # an inference tensor has none: only `edited is tensor` tells then
         edited = self.change(tensor, where)
         if not isinstance(edited, Tensor) or edited.shape != tensor.shape:
             got = tuple(edited.shape) if isinstance(edited, Tensor) else type(edited).__name__
             raise EditError(f"{self!r} at {where} returned {got}, expected a tensor of shape {tuple(tensor.shape)}")
-        if tensor._version != version or edited is tensor:
+        if version(tensor) != before or edited is tensor:
             raise EditError(
                 f"{self!r} at {where} changed the tensor in place; return a new tensor (x * 0, not x.zero_())"
             )

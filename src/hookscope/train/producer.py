@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.inference import version
 from ..core.kinds import gradient_kinds
 from ..errors import NonFiniteError
 from . import finite
@@ -54,7 +55,7 @@ class Check:
     def count(self) -> finite.Count | None:
         """The exact count, if the tensor is still alive and unchanged since it was checked."""
         tensor = self.reading.ref()
-        if tensor is None or tensor._version != self.reading.version:
+        if tensor is None or version(tensor) != self.reading.version:
             return None
         return finite.count(tensor)
 

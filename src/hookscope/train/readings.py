@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..core.inference import INFERENCE, version
 from ..core.placement import local
 from . import finite
 
@@ -71,7 +72,7 @@ class Reading:
         if not math.isnan(self.low):
             return finite.absmax(self.low, self.high)
         tensor = self.ref()
-        if self.level != finite.FINITE or tensor is None or tensor._version != self.version:
+        if self.level != finite.FINITE or tensor is None or version(tensor) != self.version:
             return None if self.level == finite.FINITE else math.nan
         low, high = finite.extremes(tensor).tolist()
         return finite.absmax(low, high)
@@ -100,7 +101,8 @@ class Readings:
     def of(self, tensor: Tensor) -> Reading:
         """The reading of ``tensor`` as it is now: an earlier one if it is unchanged, else a new one."""
         known = self._known.get(id(tensor))
-        if known is not None and known.ref() is tensor and known.version == tensor._version:
+        now = version(tensor)  # an inference tensor tells no change: read it again
+        if known is not None and known.ref() is tensor and known.version == now != INFERENCE:
             known.settle()
             return known
         if self.sync == "call":
@@ -126,7 +128,7 @@ class Readings:
         return reading
 
     def _new(self, tensor: Tensor, extremes: Tensor | None = None) -> Reading:
-        reading = Reading(extremes, weakref.ref(tensor), tensor._version, tensor.dtype)
+        reading = Reading(extremes, weakref.ref(tensor), version(tensor), tensor.dtype)
         self._known[id(tensor)] = reading
         return reading
 

@@ -47,6 +47,7 @@ from .. import display
 from ..core.block import Block
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
+from ..core.phase import call_phase
 from ..core.placement import local, refuse_zero3, shard_note
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import CaptureWarning, NotCapturedError, OptionError
@@ -221,6 +222,8 @@ class Watch(Block, display.Shows):
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if not torch.is_grad_enabled() or self._gathered is None:  # an evaluation pass
+                return
+            if not call_phase().carries_grad:  # checkpointing's rerun of a call already counted (core.phase)
                 return
             self._clock.touch()
             x = next((t for t in _tensors(output) if t.is_floating_point()), None)
