@@ -75,7 +75,7 @@ OPTIONS = {
     # stores
     "verify", "max_memory", "stats_only", "resume", "forward", "shard_size", "flush_every",
     # training
-    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync",
+    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync", "sinks",
     # edits
     "strict",
     # exports: the other tool's format

@@ -168,6 +168,10 @@ class Run(Mapping[str, Record], Shows):
         """Every watched module's ``History``, in model order (empty for a store not written by ``watch``)."""
         return series.read_histories(self.path, self.manifest, self._mapped)
 
+    def scalars(self) -> dict[str, list[tuple[int, float]]]:
+        """The scalars ``w.log`` logged in a watch store, ``{name: [(step, value), ...]}`` (empty if none)."""
+        return series.read_scalars(self.path, self.manifest, self._mapped)
+
     @property
     def alerts(self) -> list[Alert]:
         """The alerts ``hookscope.watch`` raised, in the order it raised them (empty for other stores)."""

@@ -7,6 +7,8 @@ site, a row per logged step::
     exp.hookscope/
       manifest.json        config.source "watch", sites, "series" and "alerts" (one line per alert)
       series.safetensors   one float64 tensor (steps, len(COLUMNS)) per site, named by the site
+      scalars.safetensors  one float64 tensor (n, 2) of (step, value) per scalar of ``w.log`` (loss, lr...),
+                           named by the scalar; manifest "scalars" names it (a store without it has none)
 
 ``write_watch`` writes both, each whole or not at all (``write_atomically``, with the shard's
 CRC-32s); ``read_histories`` and ``read_alerts`` read them back for ``hookscope.load``'s ``Run``
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 SOURCE = "watch"  # config.source of a watch store
 SERIES = "series.safetensors"
+SCALARS = "scalars.safetensors"
 COLUMNS = (
     "step",
     "act_mean",  # mean of the module's output over every call of the step
@@ -122,14 +125,37 @@ def is_watch(manifest: Mapping[str, Any]) -> bool:
 
 
 def write_watch(
-    root: Path, manifest: dict[str, Any], histories: Mapping[str, History], alerts: Sequence[Alert]
+    root: Path,
+    manifest: dict[str, Any],
+    histories: Mapping[str, History],
+    alerts: Sequence[Alert],
+    scalars: Mapping[str, Tensor] | None = None,
 ) -> None:
-    """Write the series file, then the manifest that names it (each atomically)."""
+    """Write the series file (and the scalars' file), then the manifest that names them (each atomically)."""
     tensors = {name: h.rows.contiguous() for name, h in histories.items()}
     write_shard(root / SERIES, tensors, {"columns": list(COLUMNS)})
     steps = sorted({s for h in histories.values() for s in h.steps})
     series = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps)}
-    write_manifest(root, {**manifest, "series": series, "alerts": [_alert_json(a) for a in alerts]})
+    extra = {}
+    if scalars:
+        write_shard(root / SCALARS, {k: v.contiguous() for k, v in scalars.items()}, {"columns": ["step", "value"]})
+        extra = {"scalars": {"file": SCALARS, "names": list(scalars)}}
+    write_manifest(root, {**manifest, "series": series, **extra, "alerts": [_alert_json(a) for a in alerts]})
+
+
+def read_scalars(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> dict[str, list[tuple[int, float]]]:
+    """``{name: [(step, value), ...]}`` of the scalars ``w.log`` logged (empty for a store without any)."""
+    entry = manifest.get("scalars")
+    if not entry:
+        return {}
+    index = read_index(root / entry["file"])
+    crc = index["meta"].get("crc32", {})
+    out = {}
+    for name in entry["names"]:
+        dtype, shape, offsets = index["tensors"][name]
+        rows = mapped.tensor(entry["file"], index["data_start"], dtype, shape, offsets, crc.get(name, -1))
+        out[name] = [(int(step), float(value)) for step, value in rows.tolist()]
+    return out
 
 
 def read_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> dict[str, History]:

@@ -31,7 +31,7 @@ import collections
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,6 +51,9 @@ from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
+from .scalars import Scalars, merged
+from .scaler import LossScale, fused_scale, unscaled
+from .sinks import Sink, close_all, open_sinks, parse
 from .steps import StepClock, optimizers_of
 from .view import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
@@ -72,6 +75,8 @@ def watch(
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     force: bool = False,
     flush_every: float = 30.0,
+    sinks: Sequence[str] | None = None,
+    scaler: Any = None,
 ) -> Watch:
     """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
 
@@ -79,12 +84,17 @@ def watch(
     is first called, count the steps. ``select``: any selector (default: leaves with parameters and
     activation modules). ``out``: a store written when the block ends (and every ``flush_every``
     seconds of logged steps), refused if it exists unless ``force``. ``tensorboard``: a log folder for
-    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights).
+    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights), the same
+    as ``sinks=["tensorboard:DIR"]``. ``sinks``: trackers that get the statistics, the scalars of
+    ``w.log`` and the alerts (``train.sinks``). ``scaler``: the ``torch.amp.GradScaler`` of the loop,
+    for true gradient norms and skipped steps counted as skipped (``train.scaler``).
     """
     if not isinstance(every, int) or every < 1:
         raise OptionError(f"every= is the number of steps between logged steps, at least 1; got {every!r}")
-    return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, tensorboard=tensorboard,
-                 thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every)  # fmt: skip
+    specs = parse(sinks) + ([("tensorboard", os.fspath(tensorboard))] if tensorboard is not None else [])
+    return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
+                 thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
+                 scale=LossScale(scaler))  # fmt: skip
 
 
 def default_sites(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -107,15 +117,18 @@ class Watch(Block, display.Shows):
     noun, remake = "watch", "hookscope.watch(...)"
 
     def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
-                 out: str | os.PathLike[str] | None, tensorboard: str | os.PathLike[str] | None,
-                 thresholds: Thresholds, force: bool, flush_every: float) -> None:  # fmt: skip
+                 out: str | os.PathLike[str] | None, sinks: list[tuple[str, str]],
+                 thresholds: Thresholds, force: bool, flush_every: float, scale: LossScale) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         self.model, self.every, self.thresholds = model, every, thresholds
         self.sites = default_sites(model) if select is None else select_modules(model, select)
         self.alerts: list[Alert] = []
         self._store = None if out is None else WatchStore(out, force=force)
         self.out = None if self._store is None else self._store.out
-        self._select, self._flush_every, self._board_dir = select, flush_every, tensorboard
+        self._select, self._flush_every, self._sink_specs, self._scale = select, flush_every, sinks, scale
+        self.skipped: list[int] = []  # the step index at each step the GradScaler skipped (train.scaler)
+        self._scalars = Scalars()
+        self._sinks: list[Sink] = []
         self._params = {name: list(m.parameters()) for name, m in self.sites}
         self._owner = {id(p): name for name, ps in self._params.items() for p in ps}
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
@@ -129,14 +142,17 @@ class Watch(Block, display.Shows):
         self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
         self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
-        self._board: Board | None = None
+        self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
         if self._store is not None:
             self._store.check()  # before anything is touched
         self._clock.install(handles)
-        self._board = Board(self._board_dir) if self._board_dir is not None else None
+        if self._scale.scaler is not None:
+            handles.on_forward_pre(self.model, self._look)
+        self._sinks = open_sinks(self._sink_specs, name=type(self.model).__name__)
+        self._boards = [s for s in self._sinks if isinstance(s, Board)]
         self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
         if self._store is not None:
             self._open_store()  # last: a failed entry writes no store
@@ -149,8 +165,10 @@ class Watch(Block, display.Shows):
             self._hooks.remove()
             self._step_eager.close()
             self._gathered = None
-            if self._board is not None:
-                self._board.close()
+            try:
+                self._send(self._scalars.settle())
+            finally:
+                close_all(self._sinks)
 
     def _finish(self, exc: BaseException | None) -> None:
         if self._store is not None:
@@ -159,7 +177,17 @@ class Watch(Block, display.Shows):
 
     def step(self) -> int:
         """End the current training step; returns the index of the next. Optional with an optimizer."""
+        if self._clock.manual and self._look_skipped():
+            return self._clock.step_index  # the scaler skipped the step: it is run again
         return self._clock.step()
+
+    def log(self, *, step: int | None = None, **scalars: object) -> None:
+        """Record ``scalars`` (numbers, or tensors of one element, read later) for ``step`` (default: ``w.steps``).
+
+        They are kept beside the statistics (the store's ``scalars``, ``run.scalars()``, the report's
+        loss curve) and sent to the sinks; call it before ``opt.step()`` or pass ``step=``.
+        """
+        self._scalars.add(self._clock.step_index if step is None else step, **scalars)
 
     @property
     def steps(self) -> int:
@@ -203,8 +231,23 @@ class Watch(Block, display.Shows):
         for name, module in self.sites:
             self._hooks.on_forward(module, self._forward_hook(name))
 
+    def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if torch.is_grad_enabled():
+            self._look_skipped()
+
+    def _look_skipped(self) -> bool:
+        """The scaler skipped the last step: count it and drop what a logged step gathered of it."""
+        if not self._scale.look():
+            return False
+        self.skipped.append(self._clock.step_index)
+        self._scalars.add(self._clock.step_index, skipped_steps=len(self.skipped))
+        if self._gathered is not None:
+            self._gathered = {name: Gathered() for name, _ in self.sites}
+            self._before.clear()
+        return True
+
     def _forward_hook(self, name: str) -> Any:
-        keep = self._board is not None
+        keep = bool(self._boards)
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if not torch.is_grad_enabled() or self._gathered is None:  # an evaluation pass
@@ -227,7 +270,7 @@ class Watch(Block, display.Shows):
             site = self._owner.get(id(p))
             if site is not None:
                 self._before[id(p)] = p.detach().clone()
-        self._read_grads(optimizer, self._gathered)
+        self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
 
     def _post(self, optimizer: Optimizer) -> None:
         if self._gathered is None:
@@ -247,7 +290,9 @@ class Watch(Block, display.Shows):
             g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta
             g.before_sq = old if g.before_sq is None else g.before_sq + old
 
-    def _read_grads(self, optimizer: Optimizer | None, gathered: dict[str, Gathered]) -> None:
+    def _read_grads(
+        self, optimizer: Optimizer | None, gathered: dict[str, Gathered], scale: Tensor | None = None
+    ) -> None:
         """The parameter gradients of the sites that ``optimizer`` steps, or (None) of those still without."""
         chosen = None if optimizer is None else {id(p) for group in optimizer.param_groups for p in group["params"]}
         for site, g in gathered.items():
@@ -261,8 +306,9 @@ class Watch(Block, display.Shows):
             part = squared_norm(p.grad for _, p in named if p.grad is not None)
             if part is None:
                 continue
+            part = part if scale is None else part / scale.to(part.device, part.dtype) ** 2
             g.grad_sq = part if g.grad_sq is None else g.grad_sq + part
-            if self._board is not None:
+            if self._boards:
                 g.grads.update({n: p.grad.detach().clone() for n, p in named if p.grad is not None})
 
     def _ended(self, step: int) -> None:
@@ -281,13 +327,19 @@ class Watch(Block, display.Shows):
         device = _device(self.model)
         vectors = [self._vector(name, g, device) for name, g in gathered.items()]
         table = torch.stack(vectors).cpu().tolist() if vectors else []  # the one sync of the step
+        logged: dict[str, float] = {}
+        alerts: list[Alert] = []
         for (name, g), slots in zip(gathered.items(), table, strict=True):
-            row = host_row(step, slots)
+            row = unscaled(host_row(step, slots), self._scale.scale)
             self._rows[name].append([row[c] for c in COLUMNS])
-            new = self._detector.check(step, name, row, measured(g, bool(self._params[name])))
-            self.alerts.extend(new)
-            if self._board is not None:
-                self._board.log(step, name, row, g, dict(_named(name, self.sites)))
+            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])))
+            logged.update({f"{name}/{c}": v for c, v in row.items() if c != "step"})
+            for board in self._boards:
+                board.histograms(step, name, g, dict(_named(name, self.sites)))
+        self.alerts.extend(alerts)
+        if self._scale.scaler is not None:
+            self._scalars.add(step, loss_scale=self._scale.scale)
+        self._send(merged(self._scalars.settle(), {step: logged}), alerts)
         if self._store is not None and time.monotonic() - self._store.written > self._flush_every:
             self._write(status="running", ended="")
 
@@ -300,6 +352,14 @@ class Watch(Block, display.Shows):
         dead = dead_fraction(self._alive[name]) if g.alive is not None else None
         weight_sq = squared_norm(self._params[name])
         return g.values(weight_sq, dead, device)
+
+    def _send(self, table: Mapping[int, Mapping[str, float]], alerts: Sequence[Alert] = ()) -> None:
+        """Scalars by step, then alerts, to every sink."""
+        for sink in self._sinks:
+            for at, values in table.items():
+                sink.scalars(at, values)
+            for alert in alerts:
+                sink.alert(alert)
 
     # -- the store --------------------------------------------------------------------------
     def _open_store(self) -> None:
@@ -317,7 +377,8 @@ class Watch(Block, display.Shows):
 
     def _write(self, *, status: str, ended: str) -> None:
         assert self._store is not None
-        self._store.write(self.histories(), self.alerts, status=status, extra={"steps": self.steps, "ended": ended})
+        extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
+        self._store.write(self.histories(), self.alerts, status=status, extra=extra, scalars=self._scalars.rows())
 
 
 def _tensors(value: Any) -> Iterable[Tensor]:

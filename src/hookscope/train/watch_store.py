@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from ..errors import OutputExistsError, StoreError
 from ..store.format import new_manifest
@@ -45,9 +45,10 @@ class WatchStore:
             raise StoreError(f"cannot write the store {self.out}: {err.strerror or err}") from err
         self.manifest = new_manifest(provenance(model), config, sites)
 
-    def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any]) -> None:
-        """Write the manifest (its config updated with ``extra``), histories and alerts."""
+    def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any],
+              scalars: dict[str, Tensor] | None = None) -> None:  # fmt: skip
+        """Write the manifest (its config updated with ``extra``), histories, alerts and scalars."""
         config = {**self.manifest["config"], **extra}
         manifest = {**self.manifest, "status": status, "config": config}
-        write_watch(self.out, manifest, histories, alerts)
+        write_watch(self.out, manifest, histories, alerts, scalars)
         self.written = time.monotonic()
