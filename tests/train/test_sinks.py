@@ -39,7 +39,7 @@ def _train(tmp: Path, sinks: list[str], *, steps: int = 5, out: Path | None = No
 
 
 def test_log_keeps_scalars_beside_the_statistics_in_the_store(tmp_path: Path) -> None:
-    w, losses = _train(tmp_path, [], out=tmp_path / "run.hookscope")
+    _, losses = _train(tmp_path, [], out=tmp_path / "run.hookscope")
     run = hookscope.load(tmp_path / "run.hookscope")
     assert run.scalars()["loss"] == [(i, pytest.approx(v, rel=1e-6)) for i, v in enumerate(losses)]
     assert run.scalars()["lr"] == [(i, 1e-3) for i in range(5)]
@@ -64,9 +64,11 @@ def test_a_bad_sink_is_refused_before_anything_opens() -> None:
 
 def test_a_missing_tracker_names_its_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "trackio", None)  # import trackio raises ImportError
-    with pytest.raises(hookscope.MissingDependencyError, match="pip install trackio"):
-        with hookscope.watch(nn.Linear(2, 2), sinks=["trackio:x"]):
-            pass
+    with (
+        pytest.raises(hookscope.MissingDependencyError, match="pip install trackio"),
+        hookscope.watch(nn.Linear(2, 2), sinks=["trackio:x"]),
+    ):
+        pass
 
 
 def test_tensorboard_sink_gets_scalars_and_alerts(tmp_path: Path) -> None:
