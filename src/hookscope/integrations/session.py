@@ -76,7 +76,15 @@ class Session:
     def open(self, model: nn.Module, optimizer: Any, *, scaler: Any = None, sinks: Sequence[Any] = ()) -> Watch:
         """Enter ``watch`` (and ``nan_guard``) on ``model``; a session still open is closed first."""
         self.close()
-        o, opt = self.options, None if optimizer is None else unwrap_optimizer(optimizer)
+        o = self.options
+        many = isinstance(optimizer, (list, tuple))
+        opt = (
+            [unwrap_optimizer(x) for x in optimizer]
+            if many
+            else None
+            if optimizer is None
+            else unwrap_optimizer(optimizer)
+        )
         stack = contextlib.ExitStack()
         try:
             w = stack.enter_context(watch(model, opt, every=o.every, select=o.select, out=o.out, force=o.force,

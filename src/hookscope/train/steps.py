@@ -63,6 +63,7 @@ class StepClock:
         self._on_end, self._on_pre, self._on_post = on_end, on_pre_optimizer, on_post_optimizer
         self._stepped: set[int] = set()  # ids of the optimizers that stepped in this step
         self._just_ended = False  # the optimizers ended a step and nothing ran since
+        self.closure = False  # the optimizer stepping now runs a closure (forward and backward) inside step()
 
     def install(self, handles: HandleGroup) -> None:
         """A step pre- and post-hook on each optimizer, in ``handles`` (the block removes them)."""
@@ -83,6 +84,7 @@ class StepClock:
         return self.step_index
 
     def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        self.closure = bool(args and args[0] is not None) or kwargs.get("closure") is not None
         if self._on_pre is not None:
             self._on_pre(optimizer)
 

@@ -270,11 +270,14 @@ class Watch(Block, display.Shows):
             site = self._owner.get(id(p))
             if site is not None:
                 self._before[id(p)] = p.detach().clone()
-        self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
+        if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
+            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
 
     def _post(self, optimizer: Optimizer) -> None:
         if self._gathered is None:
             return
+        if self._clock.closure:
+            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
         by_site: dict[str, tuple[list[Tensor], list[Tensor]]] = {}  # site -> (updates, weights before)
         for p in (p for group in optimizer.param_groups for p in group["params"]):
             before, site = self._before.pop(id(p), None), self._owner.get(id(p))
