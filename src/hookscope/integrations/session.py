@@ -7,13 +7,12 @@
     ...                                                  # the framework trains
     session.close()                                      # at the end of training, or when it raised
 
-``unwrap_optimizer`` takes a framework's optimizer wrapper (Accelerate's ``AcceleratedOptimizer``
-and Lightning's ``LightningOptimizer`` hold the torch optimizer as ``.optimizer`` or
-``._optimizer``) down to the ``torch.optim.Optimizer`` whose step hooks count the steps; such a
-wrapper steps its optimizer once per optimizer step, not per micro-batch, so gradient accumulation
-counts optimizer steps. An optimizer without step hooks is an ``OptionError`` naming how to count
-steps by hand. A forward pass that raises closes the session (a root forward hook that is always
-called), so no hook stays on the model after a failed run.
+``train.steps.unwrap_optimizer`` takes a framework's optimizer wrapper (Accelerate's
+``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``) down to the ``torch.optim.Optimizer``
+whose step hooks count the steps; such a wrapper steps its optimizer once per optimizer step, not
+per micro-batch, so gradient accumulation counts optimizer steps. An optimizer without step hooks
+is an ``OptionError`` naming how to count steps by hand. A forward pass that raises closes the
+session (a root forward hook that is always called), so no hook stays on the model after a failed run.
 """
 
 from __future__ import annotations
@@ -26,10 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
-from torch.optim import Optimizer
 
 from ..core.hooks import HandleGroup
-from ..errors import OptionError
 from ..train.guard import nan_guard as open_guard
 from ..train.watch import Watch, watch
 
@@ -47,23 +44,6 @@ class Options:
     nan_guard: bool = False
 
 
-def unwrap_optimizer(optimizer: Any) -> Optimizer:
-    """The ``torch.optim.Optimizer`` inside a framework's wrapper (see the module docstring)."""
-    found = optimizer
-    for _ in range(8):  # wrappers of wrappers
-        if isinstance(found, Optimizer) and hasattr(found, "_optimizer_step_pre_hooks"):
-            return found
-        inner = getattr(found, "optimizer", None) or getattr(found, "_optimizer", None)
-        if inner is None or inner is found:
-            break
-        found = inner
-    raise OptionError(
-        f"the optimizer {type(optimizer).__name__} has no step hooks (it is no torch.optim.Optimizer, nor wraps one "
-        "as .optimizer); count steps by hand: hookscope.watch(model, optimizer=None) and call w.step() after each "
-        "optimizer step"
-    )
-
-
 class Session:
     """A ``watch`` (and a ``nan_guard``) opened for a framework's training, closed by ``close``."""
 
@@ -76,15 +56,7 @@ class Session:
     def open(self, model: nn.Module, optimizer: Any, *, scaler: Any = None, sinks: Sequence[Any] = ()) -> Watch:
         """Enter ``watch`` (and ``nan_guard``) on ``model``; a session still open is closed first."""
         self.close()
-        o = self.options
-        many = isinstance(optimizer, (list, tuple))
-        opt = (
-            [unwrap_optimizer(x) for x in optimizer]
-            if many
-            else None
-            if optimizer is None
-            else unwrap_optimizer(optimizer)
-        )
+        o, opt = self.options, optimizer  # train.steps.optimizers_of unwraps it
         stack = contextlib.ExitStack()
         try:
             w = stack.enter_context(watch(model, opt, every=o.every, select=o.select, out=o.out, force=o.force,

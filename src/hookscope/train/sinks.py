@@ -43,11 +43,15 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def parse(specs: Sequence[str] | str | None) -> list[tuple[str, str]]:
-    """``["trackio:exp1", ...]`` -> ``[("trackio", "exp1"), ...]``, refused before anything is opened."""
+def parse(specs: Sequence[Any] | str | None) -> list[tuple[str, Any]]:
+    """``["trackio:exp1", ...]`` -> ``[("trackio", "exp1"), ...]``, refused before anything is opened; an
+    object with ``scalars``, ``alert`` and ``close`` methods is a sink as it is."""
     found = [specs] if isinstance(specs, str) else list(specs or [])
-    out = []
+    out: list[tuple[str, Any]] = []
     for spec in found:
+        if not isinstance(spec, str) and all(callable(getattr(spec, m, None)) for m in ("scalars", "alert", "close")):
+            out.append(("object", spec))  # a Sink made by the caller (integrations.accelerate)
+            continue
         kind, _, where = str(spec).partition(":")
         if kind not in KINDS or not where:
             raise OptionError(f"sinks= takes 'KIND:WHERE' with KIND one of {', '.join(KINDS)} (e.g. "
@@ -58,7 +62,7 @@ def parse(specs: Sequence[str] | str | None) -> list[tuple[str, str]]:
     return out
 
 
-def open_sinks(specs: list[tuple[str, str]], *, name: str) -> list[Sink]:
+def open_sinks(specs: list[tuple[str, Any]], *, name: str) -> list[Sink]:
     """Each sink opened (a run named ``name`` where the tracker has runs); on a failure those opened close."""
     opened: list[Sink] = []
     try:
@@ -158,4 +162,10 @@ def _board(where: str, name: str) -> Board:
     return Board(where)
 
 
-_OPENERS: dict[str, Any] = {"tensorboard": _board, "trackio": TrackioSink, "mlflow": MlflowSink, "wandb": WandbSink}
+_OPENERS: dict[str, Any] = {
+    "object": lambda sink, name: sink,
+    "tensorboard": _board,
+    "trackio": TrackioSink,
+    "mlflow": MlflowSink,
+    "wandb": WandbSink,
+}

@@ -36,14 +36,43 @@ OptimizerHook = Callable[[Optimizer], None]
 
 
 def optimizers_of(optimizer: Optimizer | Iterable[Optimizer] | None) -> list[Optimizer]:
-    """``None``, one optimizer or several, as a list; anything else is an ``OptionError``."""
+    """``None``, one optimizer or several, as a list, each unwrapped (``unwrap_optimizer``)."""
     if optimizer is None:
         return []
-    found = [optimizer] if isinstance(optimizer, Optimizer) else list(optimizer)
-    wrong = [type(o).__name__ for o in found if not isinstance(o, Optimizer)]
-    if wrong:
-        raise OptionError(f"optimizer= takes torch.optim.Optimizer objects, got {', '.join(wrong)}")
-    return found
+    one = isinstance(optimizer, (Optimizer, str)) or _wraps(optimizer) or not isinstance(optimizer, Iterable)
+    found: list[object] = [optimizer] if one else list(optimizer)  # type: ignore[arg-type]
+    return [unwrap_optimizer(o) for o in found]
+
+
+def unwrap_optimizer(optimizer: object) -> Optimizer:
+    """The ``torch.optim.Optimizer`` with step hooks inside a framework's wrapper, or an ``OptionError``.
+
+    Accelerate's ``AcceleratedOptimizer`` passes ``isinstance(o, Optimizer)`` but never ran
+    ``Optimizer.__init__`` (no step hooks); it and Lightning's ``LightningOptimizer`` hold the torch
+    optimizer as ``.optimizer`` or ``._optimizer``, and step it once per optimizer step.
+    """
+    found = optimizer
+    for _ in range(8):  # wrappers of wrappers
+        if isinstance(found, Optimizer) and hasattr(found, "_optimizer_step_pre_hooks"):
+            return found
+        inner = _inner(found)
+        if inner is None:
+            break
+        found = inner
+    raise OptionError(
+        f"optimizer= takes a torch.optim.Optimizer (or a wrapper holding one as .optimizer), got "
+        f"{type(optimizer).__name__}, which has no step hooks; count steps by hand: pass optimizer=None and call "
+        "w.step() after each optimizer step"
+    )
+
+
+def _inner(wrapper: object) -> object | None:
+    inner = getattr(wrapper, "optimizer", None) or getattr(wrapper, "_optimizer", None)
+    return None if inner is wrapper else inner
+
+
+def _wraps(optimizer: object) -> bool:
+    return isinstance(_inner(optimizer), Optimizer)
 
 
 class StepClock:

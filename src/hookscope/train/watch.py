@@ -75,7 +75,7 @@ def watch(
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     force: bool = False,
     flush_every: float = 30.0,
-    sinks: Sequence[str] | None = None,
+    sinks: Sequence[Any] | None = None,
     scaler: Any = None,
 ) -> Watch:
     """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
@@ -117,7 +117,7 @@ class Watch(Block, display.Shows):
     noun, remake = "watch", "hookscope.watch(...)"
 
     def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
-                 out: str | os.PathLike[str] | None, sinks: list[tuple[str, str]],
+                 out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]],
                  thresholds: Thresholds, force: bool, flush_every: float, scale: LossScale) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         self.model, self.every, self.thresholds = model, every, thresholds
