@@ -160,6 +160,7 @@ METHOD_NAMES = {
     "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
     "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
     "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
+    "scalars",  # Watch.log(**scalars): named numbers kept beside the statistics
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

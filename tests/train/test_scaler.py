@@ -47,7 +47,6 @@ def _scaled(model: nn.Module, opt: torch.optim.Optimizer, batches: list, *, brok
     return w
 
 
-
 @pytest.mark.parametrize("fused", [False, True])
 def test_scaled_norms_are_the_unscaled_runs(fused: bool) -> None:
     """Under a scale of 2**16, grad_norm and grad_output_norm equal the run without a scaler."""
@@ -59,7 +58,9 @@ def test_scaled_norms_are_the_unscaled_runs(fused: bool) -> None:
     w = _scaled(model, make(model), batches)
     assert w.steps == STEPS and w.skipped == []
     for name in ("0", "2"):
-        torch.testing.assert_close(w.history(name).rows, reference.history(name).rows, rtol=1e-6, atol=0, equal_nan=True)
+        torch.testing.assert_close(
+            w.history(name).rows, reference.history(name).rows, rtol=1e-6, atol=0, equal_nan=True
+        )
     # the oracle of step 0: the hand-computed norm of the first layer's gradient, unscaled
     hand = copy.deepcopy(_model())
     F.cross_entropy(hand(batches[0][0]), batches[0][1]).backward()
@@ -76,11 +77,13 @@ def test_a_skipped_step_is_counted_as_skipped_not_as_a_step() -> None:
     assert w.steps == STEPS - 1 and w.skipped == [2]
     assert [a for a in w.alerts if a.kind == "non_finite"] == []
     for name in ("0", "1", "2"):
-        torch.testing.assert_close(w.history(name).rows, reference.history(name).rows, rtol=1e-6, atol=0, equal_nan=True)
+        torch.testing.assert_close(
+            w.history(name).rows, reference.history(name).rows, rtol=1e-6, atol=0, equal_nan=True
+        )
 
 
 def test_scaler_must_be_a_grad_scaler() -> None:
-    with pytest.raises(hookscope.OptionError, match="scaler= takes a torch.amp.GradScaler, got int"):
+    with pytest.raises(hookscope.OptionError, match=r"scaler= takes a torch\.amp\.GradScaler, got int"):
         hookscope.watch(nn.Linear(2, 2), scaler=3)
 
 

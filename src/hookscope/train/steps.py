@@ -113,7 +113,8 @@ class StepClock:
         return self.step_index
 
     def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-        self.closure = bool(args and args[0] is not None) or kwargs.get("closure") is not None
+        # torch calls the hook with args = (optimizer, *step's args): a closure is args[1] or kwargs["closure"]
+        self.closure = (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None
         if self._on_pre is not None:
             self._on_pre(optimizer)
 
