@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +129,7 @@ def test_wandb_offline_gets_metrics_and_alerts(tmp_path: Path, monkeypatch: pyte
     w, losses = _train(tmp_path, ["wandb:offline"])
     (file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     history, alerts = [], []
-    for data in _wandb_records(file.read_bytes()):
-        record = proto.Record()
-        record.ParseFromString(data)
+    for record in _finished_run(file, proto):
         if record.WhichOneof("record_type") == "history":
             history.append({i.key or "/".join(i.nested_key): i.value_json for i in record.history.item})
         elif record.WhichOneof("record_type") == "alert":
@@ -142,6 +141,19 @@ def test_wandb_offline_gets_metrics_and_alerts(tmp_path: Path, monkeypatch: pyte
     assert sorted(alerts) == sorted(f"hookscope: {a.kind} at {a.module} (step {a.step})" for a in w.alerts)
 
 
+def _finished_run(file: Path, proto: Any) -> list[Any]:
+    """The run's records once W&B's service wrote its ``exit`` record (it writes after ``finish`` returns)."""
+    deadline = time.monotonic() + 60
+    while True:
+        records = []
+        for data in _wandb_records(file.read_bytes()):
+            records.append(proto.Record())
+            records[-1].ParseFromString(data)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
 def _wandb_records(data: bytes) -> list[bytes]:
     """The records of a ``.wandb`` file: a 7-byte header, then LevelDB-log chunks in 32 KiB blocks."""
     assert data[:4] == b":W&B"
@@ -151,6 +163,8 @@ def _wandb_records(data: bytes) -> list[bytes]:
             pos += block - pos % block
             continue
         length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        if pos + 7 + length > len(data):  # a chunk still being written
+            break
         pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST
