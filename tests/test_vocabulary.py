@@ -77,7 +77,7 @@ OPTIONS = {
     # stores others read: extract's layout ("rows", "tokens"), a dataset's items (by rows or tokens), its shuffle
     "layout", "by", "seed",
     # training
-    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync",
+    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync", "sinks",
     # edits
     "strict",
     # exports: the other tool's format
@@ -163,6 +163,7 @@ METHOD_NAMES = {
     "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
     "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
     "epoch",  # StoreStream.set_epoch: the epoch a shuffle is seeded with
+    "scalars",  # Watch.log(**scalars): named numbers kept beside the statistics
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

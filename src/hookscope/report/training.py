@@ -8,8 +8,9 @@
     print(page.table())                                # a row per layer: its last logged row
 
 ``hookscope report --from runs/exp1.hookscope`` writes it for a watch store. The page, from the
-top: the alerts (module, kind, step, numbers) and the first non-finite value (module, step); per-
-layer curves over the logged steps of the parameter-gradient norm (log), the update ratio |Δw| / |w|
+top: the alerts (module, kind, step, numbers) and the first non-finite value (module, step); the
+loss curve (the scalar ``loss`` of ``w.log``, when the run logged it); per-layer curves over the
+logged steps of the parameter-gradient norm (log), the update ratio |Δw| / |w|
 (log, the healthy band of the thresholds shaded) and the dead-unit fraction; a heatmap of layers x
 steps of the gradient norm (log10) with the first non-finite cell boxed; and a table of every layer's
 last row with a sparkline. One self-contained HTML file (template ``templates/training.html.j2``):
@@ -109,7 +110,7 @@ def build_training_report(run: Run, *, title: str | None = None, max_layers: int
         ended=str(config.get("ended", "")) or "while running",
         alerts=tuple(run.alerts),
         first_non_finite=first,
-        charts=_charts(shown, (band[0], band[1]), first),
+        charts=_loss_chart(run.scalars()) + _charts(shown, (band[0], band[1]), first),
         layers=tuple(_row(h) for h in histories.values()),
         left_out=len(histories) - len(shown),
         ranks=int(config.get("world_size", 1)),
@@ -164,6 +165,16 @@ def training_html(report: TrainingReport) -> str:
     for chart in report.charts:
         body += figure(chart.png, f"{chart.title}: {chart.caption}", width=560)
     return view(body, title=report.title)
+
+
+def _loss_chart(scalars: dict[str, list[tuple[int, float]]]) -> tuple[Chart, ...]:
+    """The loss over the steps, first on the page, when the run logged one (``w.log(loss=...)``)."""
+    pairs = scalars.get("loss", [])
+    if not pairs:
+        return ()
+    steps, values = [s for s, _ in pairs], [v for _, v in pairs]
+    png = curves_png({"loss": (steps, values)}, title="loss")
+    return (Chart("Loss", png, f"the scalar loss of w.log, {len(pairs)} values"),)
 
 
 def _charts(histories: dict[str, History], band: tuple[float, float], first: Alert | None) -> tuple[Chart, ...]:

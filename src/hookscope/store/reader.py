@@ -173,6 +173,10 @@ class Run(Mapping[str, Record], Shows):
         """Each rank's own histories of a watch under torchrun, in rank order (empty for one process)."""
         return series.read_rank_histories(self.path, self.manifest, self._mapped)
 
+    def scalars(self) -> dict[str, list[tuple[int, float]]]:
+        """The scalars ``w.log`` logged in a watch store, ``{name: [(step, value), ...]}`` (empty if none)."""
+        return series.read_scalars(self.path, self.manifest, self._mapped)
+
     @property
     def alerts(self) -> list[Alert]:
         """The alerts ``hookscope.watch`` raised, in the order it raised them (empty for other stores)."""

@@ -7,6 +7,8 @@ site, a row per logged step::
     exp.hookscope/
       manifest.json        config.source "watch", sites, "series" and "alerts" (one line per alert)
       series.safetensors   one float64 tensor (steps, len(COLUMNS)) per site, named by the site
+      scalars.safetensors  one float64 tensor (n, 2) of (step, value) per scalar of ``w.log`` (loss, lr...),
+                           named by the scalar; manifest "scalars" names it (a store without it has none)
 
 ``write_watch`` writes both, each whole or not at all (``write_atomically``, with the shard's
 CRC-32s); ``read_histories`` and ``read_alerts`` read them back for ``hookscope.load``'s ``Run``
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 SOURCE = "watch"  # config.source of a watch store
 SERIES = "series.safetensors"
+SCALARS = "scalars.safetensors"
 COLUMNS = (
     "step",
     "act_mean",  # mean of the module's output over every call of the step
@@ -130,31 +133,52 @@ def write_watch(
     *,
     whole: bool = False,
     ranks: Sequence[Mapping[str, History]] = (),
+    scalars: Mapping[str, Tensor] | None = None,
 ) -> None:
-    """Write the series file, then the manifest that names it (each atomically). ``whole``: the store's first
-    write, made in a staged folder renamed to ``root`` when both are written, so a first write that fails
-    leaves nothing (and an old store replaced under ``force`` stays until then). ``ranks``: each rank's own
-    histories under torchrun, stored as ``rank{r}/{site}`` beside the merged ones."""
+    """Write the series file (and the scalars' file), then the manifest that names them (each atomically).
+    ``whole``: the store's first write, made in a staged folder renamed to ``root`` when all are written, so a
+    first write that fails leaves nothing (and an old store replaced under ``force`` stays until then).
+    ``ranks``: each rank's own histories under torchrun, stored as ``rank{r}/{site}`` beside the merged ones."""
     if not whole:
-        _write_both(root, manifest, histories, alerts, ranks)
+        _write_all(root, manifest, histories, alerts, ranks, scalars)
         return
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
-        _write_both(staging, manifest, histories, alerts, ranks)
+        _write_all(staging, manifest, histories, alerts, ranks, scalars)
 
 
-def _write_both(
+def _write_all(
     root: Path,
     manifest: dict[str, Any],
     histories: Mapping[str, History],
     alerts: Sequence[Alert],
     ranks: Sequence[Mapping[str, History]],
+    scalars: Mapping[str, Tensor] | None,
 ) -> None:
     tensors = {name: h.rows.contiguous() for name, h in histories.items()}
     tensors.update({f"rank{r}/{n}": h.rows.contiguous() for r, hs in enumerate(ranks) for n, h in hs.items()})
     write_shard(root / SERIES, tensors, {"columns": list(COLUMNS)})
     steps = sorted({s for h in histories.values() for s in h.steps})
     series = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps), "ranks": len(ranks)}
-    write_manifest(root, {**manifest, "series": series, "alerts": [_alert_json(a) for a in alerts]})
+    extra = {}
+    if scalars:
+        write_shard(root / SCALARS, {k: v.contiguous() for k, v in scalars.items()}, {"columns": ["step", "value"]})
+        extra = {"scalars": {"file": SCALARS, "names": list(scalars)}}
+    write_manifest(root, {**manifest, "series": series, **extra, "alerts": [_alert_json(a) for a in alerts]})
+
+
+def read_scalars(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> dict[str, list[tuple[int, float]]]:
+    """``{name: [(step, value), ...]}`` of the scalars ``w.log`` logged (empty for a store without any)."""
+    entry = manifest.get("scalars")
+    if not entry:
+        return {}
+    index = read_index(root / entry["file"])
+    crc = index["meta"].get("crc32", {})
+    out = {}
+    for name in entry["names"]:
+        dtype, shape, offsets = index["tensors"][name]
+        rows = mapped.tensor(entry["file"], index["data_start"], dtype, shape, offsets, crc.get(name, -1))
+        out[name] = [(int(step), float(value)) for step, value in rows.tolist()]
+    return out
 
 
 def read_histories(

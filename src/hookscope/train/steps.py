@@ -36,14 +36,43 @@ OptimizerHook = Callable[[Optimizer], None]
 
 
 def optimizers_of(optimizer: Optimizer | Iterable[Optimizer] | None) -> list[Optimizer]:
-    """``None``, one optimizer or several, as a list; anything else is an ``OptionError``."""
+    """``None``, one optimizer or several, as a list, each unwrapped (``unwrap_optimizer``)."""
     if optimizer is None:
         return []
-    found = [optimizer] if isinstance(optimizer, Optimizer) else list(optimizer)
-    wrong = [type(o).__name__ for o in found if not isinstance(o, Optimizer)]
-    if wrong:
-        raise OptionError(f"optimizer= takes torch.optim.Optimizer objects, got {', '.join(wrong)}")
-    return found
+    one = isinstance(optimizer, (Optimizer, str)) or _wraps(optimizer) or not isinstance(optimizer, Iterable)
+    found: list[object] = [optimizer] if one else list(optimizer)  # type: ignore[arg-type]
+    return [unwrap_optimizer(o) for o in found]
+
+
+def unwrap_optimizer(optimizer: object) -> Optimizer:
+    """The ``torch.optim.Optimizer`` with step hooks inside a framework's wrapper, or an ``OptionError``.
+
+    Accelerate's ``AcceleratedOptimizer`` passes ``isinstance(o, Optimizer)`` but never ran
+    ``Optimizer.__init__`` (no step hooks); it and Lightning's ``LightningOptimizer`` hold the torch
+    optimizer as ``.optimizer`` or ``._optimizer``, and step it once per optimizer step.
+    """
+    found = optimizer
+    for _ in range(8):  # wrappers of wrappers
+        if isinstance(found, Optimizer) and hasattr(found, "_optimizer_step_pre_hooks"):
+            return found
+        inner = _inner(found)
+        if inner is None:
+            break
+        found = inner
+    raise OptionError(
+        f"optimizer= takes a torch.optim.Optimizer (or a wrapper holding one as .optimizer), got "
+        f"{type(optimizer).__name__}, which has no step hooks; count steps by hand: pass optimizer=None and call "
+        "w.step() after each optimizer step"
+    )
+
+
+def _inner(wrapper: object) -> object | None:
+    inner = getattr(wrapper, "optimizer", None) or getattr(wrapper, "_optimizer", None)
+    return None if inner is wrapper else inner
+
+
+def _wraps(optimizer: object) -> bool:
+    return isinstance(_inner(optimizer), Optimizer)
 
 
 class StepClock:
@@ -63,6 +92,7 @@ class StepClock:
         self._on_end, self._on_pre, self._on_post = on_end, on_pre_optimizer, on_post_optimizer
         self._stepped: set[int] = set()  # ids of the optimizers that stepped in this step
         self._just_ended = False  # the optimizers ended a step and nothing ran since
+        self.closure = False  # the optimizer stepping now runs a closure (forward and backward) inside step()
 
     def install(self, handles: HandleGroup) -> None:
         """A step pre- and post-hook on each optimizer, in ``handles`` (the block removes them)."""
@@ -83,6 +113,8 @@ class StepClock:
         return self.step_index
 
     def _pre(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        # torch calls the hook with args = (optimizer, *step's args): a closure is args[1] or kwargs["closure"]
+        self.closure = (len(args) > 1 and args[1] is not None) or kwargs.get("closure") is not None
         if self._on_pre is not None:
             self._on_pre(optimizer)
 

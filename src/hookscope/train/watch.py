@@ -36,7 +36,7 @@ import contextlib
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -58,6 +58,9 @@ from .board import Board
 from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
 from .ranks import RankRows, Ranks, merge
+from .scalars import Scalars, merged
+from .scaler import LossScale, fused_scale, unscaled
+from .sinks import Sink, close_all, open_sinks, parse
 from .steps import StepClock, optimizers_of
 from .view import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
@@ -79,6 +82,8 @@ def watch(
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     force: bool = False,
     flush_every: float = 30.0,
+    sinks: Sequence[Any] | None = None,
+    scaler: Any = None,
 ) -> Watch:
     """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
 
@@ -86,12 +91,17 @@ def watch(
     is first called, count the steps. ``select``: any selector (default: leaves with parameters and
     activation modules). ``out``: a store written when the block ends (and every ``flush_every``
     seconds of logged steps), refused if it exists unless ``force``. ``tensorboard``: a log folder for
-    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights).
+    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights), the same
+    as ``sinks=["tensorboard:DIR"]``. ``sinks``: trackers that get the statistics, the scalars of
+    ``w.log`` and the alerts (``train.sinks``). ``scaler``: the ``torch.amp.GradScaler`` of the loop,
+    for true gradient norms and skipped steps counted as skipped (``train.scaler``).
     """
     if not isinstance(every, int) or every < 1:
         raise OptionError(f"every= is the number of steps between logged steps, at least 1; got {every!r}")
-    return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, tensorboard=tensorboard,
-                 thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every)  # fmt: skip
+    specs = parse(sinks) + ([("tensorboard", os.fspath(tensorboard))] if tensorboard is not None else [])
+    return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
+                 thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
+                 scale=LossScale(scaler))  # fmt: skip
 
 
 def default_sites(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -114,8 +124,8 @@ class Watch(Block, display.Shows):
     noun, remake = "watch", "hookscope.watch(...)"
 
     def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
-                 out: str | os.PathLike[str] | None, tensorboard: str | os.PathLike[str] | None,
-                 thresholds: Thresholds, force: bool, flush_every: float) -> None:  # fmt: skip
+                 out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]],
+                 thresholds: Thresholds, force: bool, flush_every: float, scale: LossScale) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
@@ -123,7 +133,10 @@ class Watch(Block, display.Shows):
         self.alerts: list[Alert] = []
         self._store = None if out is None else WatchStore(out, force=force)
         self.out = None if self._store is None else self._store.out
-        self._select, self._flush_every, self._board_dir = select, flush_every, tensorboard
+        self._select, self._flush_every, self._sink_specs, self._scale = select, flush_every, sinks, scale
+        self.skipped: list[int] = []  # the step index at each step the GradScaler skipped (train.scaler)
+        self._scalars = Scalars()
+        self._sinks: list[Sink] = []
         self._params = {name: list(m.parameters()) for name, m in self.sites}
         self._owner = {id(p): name for name, ps in self._params.items() for p in ps}
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
@@ -137,7 +150,7 @@ class Watch(Block, display.Shows):
         self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
         self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
-        self._board: Board | None = None
+        self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
         self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
         self._rank_rows = RankRows({}, 1)  # each rank's own rows, under torchrun
         self._sharded: set[str] = set()  # sites already looked at for a tensor-parallel shard
@@ -150,7 +163,11 @@ class Watch(Block, display.Shows):
             self._store.check()  # before anything is touched, on every rank
             self._ranks.barrier()  # then rank 0 creates it: no rank sees it half made
         self._clock.install(handles)
-        self._board = Board(self._board_dir) if self._board_dir is not None and not self._ranks.rank else None
+        if self._scale.scaler is not None:
+            handles.on_forward_pre(self.model, self._look)
+        # under torchrun rank 0 alone writes to the sinks: every rank logs the same merged rows
+        self._sinks = open_sinks(self._sink_specs, name=type(self.model).__name__) if not self._ranks.rank else []
+        self._boards = [s for s in self._sinks if isinstance(s, Board)]
         self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
         if self._store is not None:
             self._open_store()  # last: a failed entry writes no store
@@ -163,8 +180,10 @@ class Watch(Block, display.Shows):
             self._hooks.remove()
             self._step_eager.close()
             self._gathered = None
-            if self._board is not None:
-                self._board.close()
+            try:
+                self._send(self._scalars.settle())
+            finally:
+                close_all(self._sinks)
 
     def _finish(self, exc: BaseException | None) -> None:
         if self._store is not None:
@@ -173,7 +192,17 @@ class Watch(Block, display.Shows):
 
     def step(self) -> int:
         """End the current training step; returns the index of the next. Optional with an optimizer."""
+        if self._clock.manual and self._look_skipped():
+            return self._clock.step_index  # the scaler skipped the step: it is run again
         return self._clock.step()
+
+    def log(self, *, step: int | None = None, **scalars: object) -> None:
+        """Record ``scalars`` (numbers, or tensors of one element, read later) for ``step`` (default: ``w.steps``).
+
+        They are kept beside the statistics (the store's ``scalars``, ``run.scalars()``, the report's
+        loss curve) and sent to the sinks; call it before ``opt.step()`` or pass ``step=``.
+        """
+        self._scalars.add(self._clock.step_index if step is None else step, **scalars)
 
     @property
     def steps(self) -> int:
@@ -217,8 +246,23 @@ class Watch(Block, display.Shows):
         for name, module in self.sites:
             self._hooks.on_forward(module, self._forward_hook(name))
 
+    def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if torch.is_grad_enabled():
+            self._look_skipped()
+
+    def _look_skipped(self) -> bool:
+        """The scaler skipped the last step: count it and drop what a logged step gathered of it."""
+        if not self._scale.look():
+            return False
+        self.skipped.append(self._clock.step_index)
+        self._scalars.add(self._clock.step_index, skipped_steps=len(self.skipped))
+        if self._gathered is not None:
+            self._gathered = {name: Gathered() for name, _ in self.sites}
+            self._before.clear()
+        return True
+
     def _forward_hook(self, name: str) -> Any:
-        keep = self._board is not None
+        keep = bool(self._boards)
 
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             if not torch.is_grad_enabled() or self._gathered is None:  # an evaluation pass
@@ -248,11 +292,14 @@ class Watch(Block, display.Shows):
             site = self._owner.get(id(p))
             if site is not None:
                 self._before[id(p)] = p.detach().clone()
-        self._read_grads(optimizer, self._gathered)
+        if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
+            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
 
     def _post(self, optimizer: Optimizer) -> None:
         if self._gathered is None:
             return
+        if self._clock.closure:
+            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
         by_site: dict[str, tuple[list[Tensor], list[Tensor]]] = {}  # site -> (updates, weights before)
         for p in (p for group in optimizer.param_groups for p in group["params"]):
             before, site = self._before.pop(id(p), None), self._owner.get(id(p))
@@ -268,7 +315,9 @@ class Watch(Block, display.Shows):
             g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta
             g.before_sq = old if g.before_sq is None else g.before_sq + old
 
-    def _read_grads(self, optimizer: Optimizer | None, gathered: dict[str, Gathered]) -> None:
+    def _read_grads(
+        self, optimizer: Optimizer | None, gathered: dict[str, Gathered], scale: Tensor | None = None
+    ) -> None:
         """The parameter gradients of the sites that ``optimizer`` steps, or (None) of those still without."""
         chosen = None if optimizer is None else {id(p) for group in optimizer.param_groups for p in group["params"]}
         for site, g in gathered.items():
@@ -282,8 +331,9 @@ class Watch(Block, display.Shows):
             part = self._ranks.share(p.grad for _, p in named if p.grad is not None)
             if part is None:
                 continue
+            part = part if scale is None else part / scale.to(part.device, part.dtype) ** 2
             g.grad_sq = part if g.grad_sq is None else g.grad_sq + part
-            if self._board is not None:
+            if self._boards:
                 g.grads.update({n: p.grad.detach().clone() for n, p in named if p.grad is not None})
 
     def _ended(self, step: int) -> None:
@@ -303,14 +353,20 @@ class Watch(Block, display.Shows):
         vectors = [self._vector(name, g, device) for name, g in gathered.items()]
         tables = [t.cpu().tolist() for t in self._ranks.gather(torch.stack(vectors))] if vectors else []  # the sync
         self._rank_rows.add(step, list(gathered), tables)
-        merged = [merge([t[i] for t in tables]) for i in range(len(vectors))]
-        for (name, g), slots in zip(gathered.items(), merged, strict=True):
-            row = host_row(step, slots)
+        rows = [merge([t[i] for t in tables]) for i in range(len(vectors))]
+        logged: dict[str, float] = {}
+        alerts: list[Alert] = []
+        for (name, g), slots in zip(gathered.items(), rows, strict=True):
+            row = unscaled(host_row(step, slots), self._scale.scale)
             self._rows[name].append([row[c] for c in COLUMNS])
-            new = self._detector.check(step, name, row, measured(g, bool(self._params[name])))
-            self.alerts.extend(new)
-            if self._board is not None:
-                self._board.log(step, name, row, g, dict(_named(name, self.sites)))
+            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])))
+            logged.update({f"{name}/{c}": v for c, v in row.items() if c != "step"})
+            for board in self._boards:
+                board.histograms(step, name, g, dict(_named(name, self.sites)))
+        self.alerts.extend(alerts)
+        if self._scale.scaler is not None:
+            self._scalars.add(step, loss_scale=self._scale.scale)
+        self._send(merged(self._scalars.settle(), {step: logged}), alerts)
         if self._store is not None and time.monotonic() - self._store.written > self._flush_every:
             self._write(status="running", ended="")
 
@@ -323,6 +379,14 @@ class Watch(Block, display.Shows):
         dead = dead_fraction(self._alive[name]) if g.alive is not None else None
         weight_sq = self._ranks.share(self._params[name])
         return g.values(weight_sq, dead, device)
+
+    def _send(self, table: Mapping[int, Mapping[str, float]], alerts: Sequence[Alert] = ()) -> None:
+        """Scalars by step, then alerts, to every sink."""
+        for sink in self._sinks:
+            for at, values in table.items():
+                sink.scalars(at, values)
+            for alert in alerts:
+                sink.alert(alert)
 
     # -- the store --------------------------------------------------------------------------
     def _open_store(self) -> None:
@@ -345,8 +409,9 @@ class Watch(Block, display.Shows):
         assert self._store is not None
         if self._ranks.rank:
             return
-        extra = {"steps": self.steps, "ended": ended}
-        self._store.write(self.histories(), self.alerts, status=status, extra=extra, ranks=self._rank_rows.histories())
+        extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
+        self._store.write(self.histories(), self.alerts, status=status, extra=extra,
+                          ranks=self._rank_rows.histories(), scalars=self._scalars.rows())  # fmt: skip
 
 
 def _tensors(value: Any) -> Iterable[Tensor]:

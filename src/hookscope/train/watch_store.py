@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from ..errors import OutputExistsError
 from ..store.format import new_manifest
@@ -44,10 +44,12 @@ class WatchStore:
         self.manifest = new_manifest(provenance(model), config, sites)
 
     def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any],
-              ranks: Sequence[Mapping[str, History]] = ()) -> None:  # fmt: skip
-        """Write the manifest (its config updated with ``extra``), histories and alerts; under torchrun
+              ranks: Sequence[Mapping[str, History]] = (),
+              scalars: dict[str, Tensor] | None = None) -> None:  # fmt: skip
+        """Write the manifest (its config updated with ``extra``), histories, alerts and scalars; under torchrun
         (``ranks``: each rank's own histories, in rank order) those too, beside the merged ones."""
         config = {**self.manifest["config"], **extra}
         manifest = {**self.manifest, "status": status, "config": config}
-        write_watch(self.out, manifest, histories, alerts, whole=self.written == -float("inf"), ranks=ranks)
+        write_watch(self.out, manifest, histories, alerts, whole=self.written == -float("inf"), ranks=ranks,
+                    scalars=scalars)  # fmt: skip
         self.written = time.monotonic()

@@ -63,7 +63,7 @@ def heatmap_png(names: Sequence[str], steps: Sequence[int], values: Sequence[Seq
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma")
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("log10", fontsize=8)
     ax.set_yticks(range(len(names)), [shorten(n) for n in names], fontsize=7 if len(names) < 40 else 5)
-    ticks = sorted({round(i * (len(steps) - 1) / 5) for i in range(6)}) if steps else []
+    ticks = regular_ticks(steps)
     ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=8)
     ax.set_xlabel("step", fontsize=9)
     ax.set_title(title, fontsize=10, loc="left")
@@ -72,6 +72,20 @@ def heatmap_png(names: Sequence[str], steps: Sequence[int], values: Sequence[Seq
         patches: Any = require("matplotlib.patches")
         ax.add_patch(patches.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="#00e5ff", linewidth=2.5))
     return _png(fig)
+
+
+def regular_ticks(steps: Sequence[int], most: int = 7) -> list[int]:
+    """Indices into ``steps`` whose steps are the multiples of one round stride (1, 2 or 5 x 10^k, or a
+    multiple of the logging interval): 0, 50, 100, ... rather than 0, 60, 120, 170."""
+    if len(steps) < 2:
+        return list(range(len(steps)))
+    span = steps[-1] - steps[0]
+    strides = sorted({m * 10**k for k in range(12) for m in (1, 2, 5)})
+    for stride in (s for s in strides if span / s <= most - 1):
+        found = [i for i, s in enumerate(steps) if s % stride == 0]
+        if len(found) >= 2:
+            return found
+    return [0, len(steps) - 1]
 
 
 def sparkline_png(values: Sequence[float], *, log: bool = False, width: float = 1.6, height: float = 0.4) -> bytes:

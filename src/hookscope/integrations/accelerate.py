@@ -1,0 +1,58 @@
+"""``watch_accelerate``: ``hookscope.watch`` for a plain Hugging Face Accelerate loop.
+
+::
+
+    from hookscope.integrations.accelerate import watch_accelerate
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    with watch_accelerate(accelerator, model, opt, every=50, out="runs/exp1.hookscope") as w:
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                loss = F.cross_entropy(model(x), y)
+                w.log(loss=loss, lr=opt.param_groups[0]["lr"])
+                accelerator.backward(loss)
+                opt.step()
+                opt.zero_grad()
+
+It watches the unwrapped model (``accelerator.unwrap_model``) with the torch optimizer inside the
+``AcceleratedOptimizer``, which steps it once per optimizer step (under ``accelerator.accumulate``
+once every ``gradient_accumulation_steps`` micro-batches), and reads the accelerator's
+``GradScaler`` (``mixed_precision="fp16"``). Besides the usual sinks, every scalar it logs (the
+statistics, the scalars of ``w.log``, ``hookscope/alerts``) goes to ``accelerator.log``, so it
+reaches the trackers given to ``Accelerator(log_with=...)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..store.series import Alert
+from ..train.watch import Watch, watch
+
+
+class AcceleratorSink:
+    """A sink (``train.sinks``) that hands everything to ``accelerator.log``."""
+
+    def __init__(self, accelerator: Any) -> None:
+        self.accelerator = accelerator
+        self.alerts = 0
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        self.accelerator.log(dict(values), step=step)
+
+    def alert(self, alert: Alert) -> None:
+        self.alerts += 1
+        self.accelerator.log({"hookscope/alerts": float(self.alerts)}, step=alert.step)
+
+    def close(self) -> None:
+        """The accelerator's trackers are the user's: ``accelerator.end_training()`` ends them."""
+
+
+def watch_accelerate(accelerator: Any, model: Any, optimizer: Any, *, every: int = 50, select: Any = None,
+                     out: str | os.PathLike[str] | None = None, sinks: Sequence[str] | None = None,
+                     thresholds: Any = None, force: bool = False) -> Watch:  # fmt: skip
+    """A ``watch`` of an Accelerate loop (see the module docstring), to use as ``with watch_accelerate(...) as w``."""
+    return watch(accelerator.unwrap_model(model), optimizer, every=every, select=select, out=out, force=force,
+                 thresholds=thresholds, sinks=[*(sinks or []), AcceleratorSink(accelerator)],
+                 scaler=getattr(accelerator, "scaler", None))  # fmt: skip

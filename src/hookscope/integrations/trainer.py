@@ -1,0 +1,63 @@
+"""``HookscopeCallback`` for the Hugging Face ``Trainer`` (TRL's trainers are Trainers).
+
+::
+
+    from hookscope.integrations import HookscopeCallback
+    trainer = Trainer(model, args, train_dataset=ds,
+                      callbacks=[HookscopeCallback(every=50, nan_guard=True, out="runs/exp1.hookscope")])
+    trainer.train()
+    trainer.callback_handler.callbacks[-1].watch.alerts    # or keep the callback you made
+
+When training begins it opens ``watch`` (and ``nan_guard``) on the Trainer's model with the torch
+optimizer inside Accelerate's wrapper and the Trainer's ``GradScaler`` if it has one; the watch
+counts optimizer steps (one per ``gradient_accumulation_steps`` micro-batches, as
+``state.global_step``). Each time the Trainer logs (``logging_steps``), its ``loss`` and
+``learning_rate`` go to ``w.log`` at the step they were logged for, and the watch's alert count
+goes back into the Trainer's logs as ``hookscope/alerts`` (so it reaches the trackers of
+``report_to`` that run after this callback). When training ends the blocks close; a forward pass
+that raises closes them too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..optional import require
+from ..train.watch import Watch
+from .session import Options, Session
+
+TrainerCallback: Any = require("transformers").TrainerCallback
+LOGGED = {"loss": "loss", "learning_rate": "lr", "grad_norm": "trainer_grad_norm"}  # Trainer's name -> w.log's
+
+
+class HookscopeCallback(TrainerCallback):  # type: ignore[misc]
+    """Runs ``hookscope.watch`` (and ``nan_guard``) during ``Trainer.train`` (see the module docstring)."""
+
+    def __init__(self, *, every: int = 50, select: Any = None, out: str | os.PathLike[str] | None = None,
+                 sinks: Sequence[str] | None = None, thresholds: Any = None, force: bool = False,
+                 nan_guard: bool = False) -> None:  # fmt: skip
+        self.session = Session(Options(every, select, out, sinks, thresholds, force, nan_guard))
+
+    @property
+    def watch(self) -> Watch | None:
+        """The watch of the last training (its histories, alerts and scalars), ``None`` before one."""
+        return self.session.watch
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                       **kwargs: Any) -> None:  # fmt: skip
+        scaler = getattr(getattr(optimizer, "scaler", None), "get_scale", None)
+        self.session.open(model, optimizer, scaler=optimizer.scaler if scaler is not None else None)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        w = self.session.watch
+        if w is None or logs is None or self.session.closed:
+            return
+        values = {ours: logs[theirs] for theirs, ours in LOGGED.items() if isinstance(logs.get(theirs), (int, float))}
+        if values:
+            w.log(step=max(state.global_step - 1, 0), **values)
+        logs["hookscope/alerts"] = len(w.alerts)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.session.close()
