@@ -76,6 +76,7 @@ def test_exported_members() -> None:
         "build_training_report",
         "cam",
         "capture",
+        "compare",
         "edit",
         "edits",
         "export",
