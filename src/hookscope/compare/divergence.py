@@ -123,15 +123,21 @@ def divergence(
 
 
 def _check_pair(model_a: nn.Module, model_b: nn.Module) -> None:
-    names_a = [n for n, _ in named_modules(model_a)]
-    names_b = [n for n, _ in named_modules(model_b)]
-    only_a = [n for n in names_a if n not in set(names_b)]
-    only_b = [n for n in names_b if n not in set(names_a)]
+    modules_a, modules_b = dict(named_modules(model_a)), dict(named_modules(model_b))
+    only_a, only_b = _extra(modules_a, modules_b), _extra(modules_b, modules_a)
     if only_a or only_b:
         raise ModelError(
             f"the models' modules do not match by name: only in A {_few(only_a)}; only in B {_few(only_b)}; "
             "compare two models of the same architecture (a copy, a checkpoint)"
         )
+
+
+def _extra(mine: dict[str, nn.Module], other: dict[str, nn.Module]) -> list[str]:
+    """Names only in ``mine``, less those under a module that is a leaf in ``other`` (a quantized Linear's
+    ``_packed_params``: the same layer, built of parts)."""
+    leaves = {n for n, m in other.items() if next(m.children(), None) is None}
+    parts = {n: n.split(".") for n in mine if n not in other}
+    return [n for n, p in parts.items() if not any(".".join(p[:i]) in leaves for i in range(1, len(p)))]
 
 
 def _few(names: list[str]) -> str:
