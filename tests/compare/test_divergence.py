@@ -119,3 +119,20 @@ def test_table_plot_and_notebook_view() -> None:
     assert html is not None and "Divergence over 7 sites" in html
     with pytest.raises(hookscope.NotCapturedError, match="'6' is not a site of this divergence"):
         div["6"]
+
+
+def test_both_results_are_sections_of_a_report() -> None:
+    a = _net()
+    b = copy.deepcopy(a)
+    with torch.no_grad():
+        b[2].bias += 0.1
+    x = torch.randn(8, 3, 16, 16)
+    div = hookscope.compare.divergence(a, b, x)
+    sim = hookscope.compare.cka(a, b, [x], select=["0", "2"], measure="rsa")
+    report = hookscope.build_report(a, x[:1], select="5", sections=[sim, div])
+    assert [s.id for s in report.sections] == ["similarity-rsa", "divergence"]
+    page = hookscope.render_html(report)
+    for anchor in ("similarity-rsa", "divergence"):
+        section = page[page.index(f'<section id="{anchor}">') :].split("</section>")[0]
+        assert "data:image/png;base64," in section and "<script" not in section
+    assert "Divergence over 7 sites" in page and "Similarity (rsa): 2 x 2 units" in page
