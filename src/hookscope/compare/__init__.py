@@ -4,13 +4,13 @@
 layers x layers, streamed over a loader or two stores); ``hookscope.compare.divergence(model_a,
 model_b, x)`` a ``Divergence`` (per site: relative error, cosine, max |difference| and where).
 Beside them: ``hookscope.compare.hsic`` and ``.rdm`` (the maths), ``.sources`` (models and stores
-batch by batch), ``.similarity``, ``.divergence`` and ``.views`` (tables, pictures, notebook views).
+batch by batch), ``.similarity``, ``.numerics`` (``divergence``) and ``.views`` (tables, pictures, notebook views).
 """
 
 from __future__ import annotations
 
 from . import views  # noqa: F401  (registers the tables, pictures and notebook views of the results)
-from .divergence import Divergence, Site, divergence
+from .numerics import Divergence, Site, divergence
 from .similarity import Similarity, cka
 
 __all__ = ["Divergence", "Similarity", "Site", "cka", "divergence"]

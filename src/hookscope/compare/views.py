@@ -12,7 +12,7 @@ from ..display import shows_as
 from ..optional import require
 from ..text import columns, shorten
 from ..viz.html import Safe, image_tag, note, table, view
-from .divergence import Divergence, Site
+from .numerics import Divergence, Site
 from .similarity import Similarity
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..compare.divergence import Divergence
+from ..compare.numerics import Divergence
 from ..compare.similarity import Similarity
 from ..compare.views import divergence_html, similarity_html
 from ..core.select import Selector

@@ -223,13 +223,17 @@ def _output_pairs(out_a: Any, out_b: Any) -> list[tuple[str, Tensor, Tensor]]:
 
 
 def compared(name: str, a: Tensor, b: Tensor) -> Site:
-    """The numbers of one site: B against A, in float64."""
-    a64, b64 = a.detach().double(), b.detach().to(a.device).double()
-    diff = b64 - a64
-    norm_a, norm_b, norm_d = a64.norm().item(), b64.norm().item(), diff.norm().item()
+    """The numbers of one site: B against A, in float64 (two copies, the difference made in B's)."""
+    a64 = a.detach().reshape(-1).double()
+    d64 = b.detach().to(a.device).reshape(-1).double()  # B now, the difference below
+    norm_a, norm_b = a64.norm().item(), d64.norm().item()
+    dot = torch.dot(a64, d64).item()
+    d64.sub_(a64)
+    norm_d = d64.norm().item()
     relative = norm_d / norm_a if norm_a > 0 else (math.inf if norm_d > 0 else 0.0)
-    cosine = (a64.flatten() @ b64.flatten()).item() / (norm_a * norm_b) if norm_a * norm_b > 0 else math.nan
-    flat = diff.abs().flatten()
-    at = int(flat.argmax()) if flat.numel() else 0
-    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(at), a.shape)) if a.dim() else ()
-    return Site(name, tuple(a.shape), relative, cosine, float(flat[at]) if flat.numel() else 0.0, where)
+    cosine = dot / (norm_a * norm_b) if norm_a * norm_b > 0 else math.nan
+    if not d64.numel() or not a.dim():
+        return Site(name, tuple(a.shape), relative, cosine, float(d64.abs().max()) if d64.numel() else 0.0, ())
+    at = int(d64.abs_().argmax())
+    where = tuple(int(i) for i in torch.unravel_index(torch.tensor(at), a.shape))
+    return Site(name, tuple(a.shape), relative, cosine, float(d64[at]), where)
