@@ -31,9 +31,8 @@ from torch import Tensor, nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from harness import Row, measure, table  # noqa: E402
-
 import hookscope  # noqa: E402
+from harness import Row, measure, table  # noqa: E402
 
 LAYERS = ["bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool"]
 BATCH = 64
