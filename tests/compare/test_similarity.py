@@ -223,3 +223,24 @@ def test_table_plot_and_notebook_view() -> None:
     assert picture.size[0] > picture.size[1] > 100
     html = sim._repr_html_()
     assert html is not None and "Similarity (cka): 2 x 2 units" in html and "data:image/png" in html
+
+
+def test_an_error_half_way_leaves_no_hook_and_progress_hears_each_batch() -> None:
+    net = _net(0)
+    heard: list[tuple[str, int, int]] = []
+    hookscope.compare.cka(net, None, [torch.randn(8, 3, 16, 16)] * 2, select="1", progress=lambda *a: heard.append(a))
+    assert heard == [("cka", 1, 0), ("cka", 2, 0)]
+    with pytest.raises(hookscope.OptionError, match="cannot feed a batch of type str"):
+        hookscope.compare.cka(net, None, [torch.randn(8, 3, 16, 16), "nope"], select="1")
+    assert hookscope.find_hooks(net) == []
+    assert net.training is False
+
+
+def test_the_package_is_a_module_and_no_name_shadows_one_of_its_modules() -> None:
+    import importlib
+    import types
+
+    assert isinstance(hookscope.compare, types.ModuleType)
+    for name in ("hsic", "rdm", "sources", "similarity", "numerics", "views"):
+        module = importlib.import_module(f"hookscope.compare.{name}")
+        assert name not in hookscope.compare.__all__ and isinstance(module, types.ModuleType)

@@ -14,9 +14,10 @@ Nothing is kept between batches but the float64 sums, so a loader of any size fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +111,7 @@ def cka(
 def _batches(
     a: Source, b: Source | None, loader: Iterable[Any] | None, selects: tuple[Selector | None, Selector | None],
     matrix: Matrix, pick: Pick,
-) -> Iterator[list[Matrices]]:  # fmt: skip
+) -> Generator[list[Matrices]]:  # fmt: skip
     select, select_b = selects[0], selects[0] if selects[1] is None else selects[1]
     if isinstance(a, nn.Module):
         if loader is None or (b is not None and not isinstance(b, nn.Module)):
@@ -159,7 +160,7 @@ class _Sums:
                 f"no batch of at least {MIN_ROWS} inputs to compare; pass a loader with batches of 4 or more"
             )
         values = hsic.cka_of(*self.terms) if self.measure == "cka" else self.terms[0] / self.batches
-        return Similarity(values, self.rows, self.columns, self.measure, self.batches, self.samples)
+        return Similarity(values.cpu(), self.rows, self.columns, self.measure, self.batches, self.samples)
 
 
 def _check_units(expected: tuple[str, ...], found: Matrices, side: str, batch: int) -> None:
@@ -169,7 +170,12 @@ def _check_units(expected: tuple[str, ...], found: Matrices, side: str, batch: i
                                "a unit must run in every batch (pick it with call= or key=)")  # fmt: skip
 
 
-def _accumulate(batches: Iterator[list[Matrices]], measure: str, step: Any) -> Similarity:
+def _accumulate(batches: Generator[list[Matrices]], measure: str, step: Any) -> Similarity:
+    with contextlib.closing(batches):  # an error half-way removes the hooks now, not when collected
+        return _summed(batches, measure, step)
+
+
+def _summed(batches: Generator[list[Matrices]], measure: str, step: Any) -> Similarity:
     sums = _Sums(measure)
     for index, (units_a, units_b) in enumerate(batches):
         units_a, units_b = same_rows(units_a, "A"), same_rows(units_b, "B")

@@ -15,7 +15,7 @@ import fnmatch
 import os
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -99,7 +99,7 @@ def reducer(matrix: Matrix) -> Callable[[str, str, str, Tensor], Tensor | None]:
 
 def model_batches(
     models: Sequence[nn.Module], selects: Sequence[Selector | None], loader: Any, matrix: Matrix, pick: Pick
-) -> Iterator[list[Matrices]]:
+) -> Generator[list[Matrices]]:
     """Per batch of ``loader``, the units of each model (one capture per distinct model, in eval mode)."""
     distinct = list({id(m): m for m in models}.values())
     names = {id(m): _union(m, [s for mm, s in zip(models, selects, strict=True) if mm is m]) for m in distinct}
@@ -128,7 +128,7 @@ def _pick_sites(cap: Capture, model: nn.Module, select: Selector | None, pick: P
 
 def store_batches(
     runs: Sequence[Run], selects: Sequence[Selector | None], matrix: Matrix, pick: Pick
-) -> Iterator[list[Matrices]]:
+) -> Generator[list[Matrices]]:
     """Per batch the stores share, the units of each store (their matrices made from the stored values)."""
     batches = [run.batches for run in runs]
     if any(b != batches[0] for b in batches):
