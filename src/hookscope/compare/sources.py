@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..core.capture import Capture, capture
+from ..core.capture import capture
 from ..core.modes import evaluating
 from ..core.records import Record
 from ..core.select import Selector, select_modules
@@ -108,10 +108,11 @@ def model_batches(
             stack.enter_context(evaluating(model, "hookscope.compare", wrappers=2))
         caps = {id(m): stack.enter_context(capture(m, names[id(m)], reduce=reducer(matrix))) for m in distinct}
         feeds = {id(m): default_forward(model_device(m)) for m in distinct}
+        sides = [(caps[id(m)], [n for n, _ in select_modules(m, s)]) for m, s in zip(models, selects, strict=True)]
         for batch in loader:
             for model in distinct:
                 feeds[id(model)](model, batch)
-            yield [_pick_sites(caps[id(m)], m, s, pick) for m, s in zip(models, selects, strict=True)]
+            yield [units_of({site: cap[site] for site in sites}, pick) for cap, sites in sides]
             for cap in caps.values():
                 cap.clear()
 
@@ -119,11 +120,6 @@ def model_batches(
 def _union(model: nn.Module, selects: list[Selector | None]) -> list[str]:
     chosen = {name for select in selects for name, _ in select_modules(model, select)}
     return [name for name, _ in select_modules(model, None if None in selects else list(chosen))]
-
-
-def _pick_sites(cap: Capture, model: nn.Module, select: Selector | None, pick: Pick) -> Matrices:
-    sites = [name for name, _ in select_modules(model, select)]
-    return units_of({site: cap[site] for site in sites}, pick)
 
 
 def store_batches(
