@@ -136,3 +136,15 @@ def test_both_results_are_sections_of_a_report() -> None:
         section = page[page.index(f'<section id="{anchor}">') :].split("</section>")[0]
         assert "data:image/png;base64," in section and "<script" not in section
     assert "Divergence over 7 sites" in page and "Similarity (rsa): 2 x 2 units" in page
+
+
+@pytest.mark.slow
+def test_eager_against_inductor() -> None:
+    """The real compiler (inductor, a C++ build on the CPU): sites equal, the output within float32 rounding."""
+    model = _mlp()
+    compiled = torch.compile(copy.deepcopy(model))
+    x = torch.randn(8, 32)
+    with pytest.warns(hookscope.CaptureWarning, match="B compiled"):
+        div = hookscope.compare.divergence(model, compiled, x)
+    assert all(s.relative == 0 for s in div.sites[:-1])
+    assert div["(output)"].relative < 1e-5 and div.first(rtol=1e-5) is None
