@@ -78,6 +78,7 @@ def test_exported_members() -> None:
         "build_training_report",
         "cam",
         "capture",
+        "compare",
         "edit",
         "edits",
         "export",

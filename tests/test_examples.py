@@ -40,7 +40,12 @@ def _example(name: str) -> types.ModuleType:
 
 
 @pytest.mark.parametrize(
-    ("name", "default", "drawn"), [("pictures", "pictures", ""), ("rollout_digits", "rollout-digits", "rollout.jpg")]
+    ("name", "default", "drawn"),
+    [
+        ("pictures", "pictures", ""),
+        ("rollout_digits", "rollout-digits", "rollout.jpg"),
+        ("compare_pictures", "compare", "cka.png"),
+    ],
 )
 def test_the_picture_examples_leave_docs_images_alone_unless_asked(
     name: str, default: str, drawn: str, monkeypatch: pytest.MonkeyPatch

@@ -19,6 +19,12 @@ import hookscope
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     name: getattr(hookscope, name) for name in hookscope.__all__ if inspect.isfunction(getattr(hookscope, name))
 }
+# the functions of the public sub-package hookscope.compare speak it too
+FUNCTIONS |= {
+    f"compare.{name}": getattr(hookscope.compare, name)
+    for name in hookscope.compare.__all__
+    if inspect.isfunction(getattr(hookscope.compare, name))
+}
 
 # The old spellings: each is now the name on the right (kept one release with a DeprecationWarning).
 RENAMED = {
@@ -56,6 +62,7 @@ SUBJECTS = {
     "run",  # build_training_report(run): a watch store (hookscope.load)
     "edits",  # edit(model, {selector: spec}): the mapping's keys are Selectors
     "source",  # export(source, out, format=): a store, a capture, a graph overlay, ... in another tool's format
+    "model_a", "model_b",  # compare.cka / compare.divergence: the two models (or stores) compared
 }  # fmt: skip
 OPTIONS = {
     # capture
@@ -82,6 +89,8 @@ OPTIONS = {
     "strict",
     # exports: the other tool's format
     "format",
+    # compare: B's modules when they differ from A's, the similarity measure, B's autocast dtype
+    "select_b", "measure", "autocast",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -164,14 +173,16 @@ METHOD_NAMES = {
     "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
     "epoch",  # StoreStream.set_epoch: the epoch a shuffle is seeded with
     "scalars",  # Watch.log(**scalars): named numbers kept beside the statistics
+    "rtol",  # Divergence.first / .plot: the relative tolerance
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 
 
 def _methods() -> list[tuple[str, str, inspect.Signature]]:
     found = []
-    for name in hookscope.__all__:
-        cls = getattr(hookscope, name)
+    exported = [(n, getattr(hookscope, n)) for n in hookscope.__all__]
+    exported += [(n, getattr(hookscope.compare, n)) for n in hookscope.compare.__all__]  # its results too
+    for name, cls in exported:
         if inspect.isclass(cls) and not issubclass(cls, BaseException):
             for method, value in vars(cls).items():
                 if not method.startswith("_") and inspect.isfunction(value):

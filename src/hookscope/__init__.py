@@ -14,7 +14,7 @@ matplotlib when they are drawn.
 
 from __future__ import annotations
 
-from . import edits, zoo
+from . import compare, edits, zoo
 from ._version import __version__
 from .core.capture import Capture, capture
 from .core.hooks import HookInfo, find_hooks
@@ -139,6 +139,7 @@ __all__ = [
     "build_training_report",
     "cam",
     "capture",
+    "compare",
     "edit",
     "edits",
     "export",

@@ -5,9 +5,10 @@
     report = build_report(model, x, sections=[effects, ablation(model, x, {"layer4": edits.zero(channels=[3])})])
 
 ``as_section`` turns what ``build_report(sections=...)`` is given into a ``Section``: a
-``PatchSweep`` becomes its heatmap and table (the notebook view, self-contained), a ``Section``
-stays one. ``ablation`` runs the model twice under no_grad, bare and under ``hookscope.edit``,
-and lays the top-k classes of each image side by side, with the edit's report below.
+``PatchSweep``, a ``Similarity`` or a ``Divergence`` (``hookscope.compare``) becomes its picture and
+table (the notebook view, self-contained), a ``Section`` stays one. ``ablation`` runs the model
+twice under no_grad, bare and under ``hookscope.edit``, and lays the top-k classes of each image
+side by side, with the edit's report below.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..compare.numerics import Divergence
+from ..compare.similarity import Similarity
+from ..compare.views import divergence_html, similarity_html
 from ..core.select import Selector
 from ..edits.block import EditSpec, edit
 from ..edits.effects import PatchSweep, patch_sweep_html
@@ -29,13 +33,23 @@ from .views import Guess, Section, predictions
 MAX_IMAGES = 8  # images whose predictions are laid side by side
 
 
-def as_section(item: Section | PatchSweep) -> Section:
+SectionSource = Section | PatchSweep | Similarity | Divergence  # what build_report(sections=...) takes
+
+
+def as_section(item: SectionSource) -> Section:
     """What ``build_report(sections=...)`` draws for ``item``."""
     if isinstance(item, Section):
         return item
     if isinstance(item, PatchSweep):
         return Section("patching", "Patch sweep", str(patch_sweep_html(item)))
-    raise OptionError(f"a report section is a Section or a PatchSweep, got {type(item).__name__}")
+    if isinstance(item, Similarity):
+        return Section(f"similarity-{item.measure}", f"Similarity ({item.measure.upper()})", str(similarity_html(item)))
+    if isinstance(item, Divergence):
+        return Section("divergence", "Divergence of two models", str(divergence_html(item)))
+    raise OptionError(
+        f"a report section is a Section or a PatchSweep, got {type(item).__name__}; a Similarity or a Divergence "
+        "(hookscope.compare) goes in too"
+    )
 
 
 def ablation(

@@ -1,0 +1,140 @@
+"""How a ``Similarity`` and a ``Divergence`` show themselves: text tables, pictures, notebook views.
+
+matplotlib and Pillow are imported when a picture is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ..display import shows_as
+from ..optional import require
+from ..text import columns, shorten
+from ..viz.html import Safe, image_tag, note, table, view
+from .numerics import Divergence, Site
+from .similarity import Similarity
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+DPI = 100
+MAX_LABELS = 40  # units named on an axis; more are drawn unnamed
+
+
+def similarity_table(sim: Similarity) -> str:
+    """A's units down, B's numbered across (the legend below names them), 3 decimals."""
+    header = [f"A \\ B ({sim.measure})", *(str(j) for j in range(len(sim.columns)))]
+    rows = [[name, *(_fixed(float(v)) for v in sim.values[i])] for i, name in enumerate(sim.rows)]
+    legend = "B: " + ", ".join(f"{j} {name}" for j, name in enumerate(sim.columns))
+    return "\n".join([*columns([header, *rows], right=range(1, len(header))), legend, _summary(sim)])
+
+
+def _summary(sim: Similarity) -> str:
+    return f"{sim.measure} over {sim.samples:,} inputs in {sim.batches} batches"
+
+
+def _fixed(value: float) -> str:
+    return "nan" if math.isnan(value) else f"{value:.3f}"
+
+
+def similarity_plot(sim: Similarity, *, cmap: str = "magma") -> Image:
+    """The heatmap, with the diagonal (same-named units) as a line beside it when there is one."""
+    diagonal = sim.diagonal()
+    rows, cols = len(sim.rows), len(sim.columns)
+    fig = _figure(3.2 + 0.22 * cols + (3.2 if diagonal else 0), 2.0 + 0.2 * rows)
+    grid = fig.add_gridspec(1, 2 if diagonal else 1, width_ratios=[max(cols, 4), 6] if diagonal else None)
+    ax = fig.add_subplot(grid[0, 0])
+    shown = ax.imshow(sim.values.numpy(), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+    _label(ax, sim)
+    fig.colorbar(shown, ax=ax, shrink=0.8, label=sim.measure.upper())
+    if diagonal:
+        line = fig.add_subplot(grid[0, 1])
+        line.plot(range(len(diagonal)), list(diagonal.values()), marker="o", markersize=3, color="#4f46e5")
+        line.set_ylim(min(0.0, *diagonal.values()), 1.02)
+        line.set_xticks(range(len(diagonal)), [shorten(n) for n in diagonal] if len(diagonal) <= MAX_LABELS else [])
+        line.tick_params(axis="x", labelrotation=90, labelsize=6)
+        line.set_title("same unit in A and B", fontsize=9)
+    return _image(fig)
+
+
+def _label(ax: Any, sim: Similarity) -> None:
+    for names, ticks in ((sim.rows, ax.set_yticks), (sim.columns, ax.set_xticks)):
+        ticks(range(len(names)), [shorten(n) for n in names] if len(names) <= MAX_LABELS else [], fontsize=6)
+    ax.tick_params(axis="x", labelrotation=90)
+    ax.set_ylabel("A", fontsize=8)
+    ax.set_xlabel("B", fontsize=8)
+    ax.set_title(f"{sim.measure.upper()}, {sim.samples:,} inputs", fontsize=9)
+
+
+@shows_as(Similarity, table=similarity_table, plot=similarity_plot)
+def similarity_html(sim: Similarity) -> Safe:
+    """The heatmap and the matrix, one self-contained block."""
+    header = ["A \\ B", *(shorten(c) for c in sim.columns)]
+    rows = [[name, *(_fixed(float(v)) for v in sim.values[i])] for i, name in enumerate(sim.rows)]
+    body = image_tag(similarity_plot(sim), alt=f"{sim.measure} heatmap", width=None)
+    body = Safe(body + table(header, rows, numeric=range(1, len(header))) + note(_summary(sim)))
+    return view(body, title=f"Similarity ({sim.measure}): {len(sim.rows)} x {len(sim.columns)} units")
+
+
+DIVERGENCE_HEADER = ("site", "shape", "relative", "cosine", "max |d|", "at")
+
+
+def _cells(row: Site) -> list[str]:
+    at = ", ".join(map(str, row.where))
+    return [
+        row.name,
+        "x".join(map(str, row.shape)),
+        f"{row.relative:.3g}",
+        f"{row.cosine:.6f}",
+        f"{row.max_abs:.3g}",
+        f"({at})",
+    ]
+
+
+def divergence_table(div: Divergence) -> str:
+    """A row per site in forward order: relative L2 error, cosine, max |difference| and its index."""
+    rows = [list(DIVERGENCE_HEADER), *(_cells(r) for r in div.sites)]
+    return "\n".join([*columns(rows, right=range(2, 6)), *div.notes])
+
+
+def divergence_plot(div: Divergence, *, rtol: float | None = None) -> Image:
+    """The relative error of each site in forward order, on a log scale (``rtol``: a dashed line there)."""
+    names = [r.name for r in div.sites]
+    values = [max(r.relative, 1e-12) for r in div.sites]
+    fig = _figure(max(4.0, 1.6 + 0.16 * len(names)), 3.2)
+    ax = fig.add_subplot()
+    ax.plot(range(len(values)), values, marker="o", markersize=3, color="#4f46e5")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), [shorten(n) for n in names] if len(names) <= 2 * MAX_LABELS else [], fontsize=6)
+    ax.tick_params(axis="x", labelrotation=90)
+    ax.set_ylabel("|B - A| / |A|", fontsize=8)
+    ax.set_title("relative error per site, forward order", fontsize=9)
+    if rtol is not None:
+        ax.axhline(rtol, color="#b42318", linestyle="--", linewidth=1, label=f"rtol {rtol:g}")
+        ax.legend(fontsize=7, frameon=False)
+    return _image(fig)
+
+
+@shows_as(Divergence, table=divergence_table, plot=divergence_plot)
+def divergence_html(div: Divergence) -> Safe:
+    """The chart and the table, one self-contained block."""
+    body = image_tag(divergence_plot(div), alt="relative error per site", width=None)
+    body = Safe(body + table(DIVERGENCE_HEADER, [_cells(r) for r in div.sites], numeric=range(2, 6)))
+    for line in div.notes:
+        body = Safe(body + note(line))
+    return view(body, title=f"Divergence over {len(div.sites)} sites")
+
+
+def _figure(width: float, height: float) -> Any:
+    figure: Any = require("matplotlib.figure")
+    return figure.Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def _image(fig: Any) -> Image:
+    agg: Any = require("matplotlib.backends.backend_agg")
+    pil: Any = require("PIL.Image")
+    canvas = agg.FigureCanvasAgg(fig)
+    canvas.draw()
+    image: Image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    return image.convert("RGB")
