@@ -80,6 +80,8 @@ OPTIONS = {
     "strict",
     # exports: the other tool's format
     "format",
+    # probes: who shares a split, the share of groups tested, the L2 strength, the split's seed
+    "groups", "holdout", "penalty", "seed",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -88,7 +90,7 @@ POSITIONAL = {
     "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
-    "save": {"out"}, "write_report": {"out"}, "export": {"out"}, "attention_grid": {"layer"}, "render_html": set(),
+    "save": {"out"}, "write_report": {"out"}, "export": {"out"}, "probe": {"labels"}, "attention_grid": {"layer"}, "render_html": set(),
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.

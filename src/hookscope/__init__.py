@@ -54,6 +54,8 @@ from .explain.attribute import attribute
 from .explain.cam import cam
 from .explain.layers import pick_layer
 from .exports.dispatch import export
+from .probes.probe import probe
+from .probes.result import Probes
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.inline import show
@@ -111,6 +113,7 @@ __all__ = [
     "OutputExistsError",
     "PatchSweep",
     "Policy",
+    "Probes",
     "Record",
     "Report",
     "Rollout",
@@ -153,6 +156,7 @@ __all__ = [
     "panel",
     "patch_sweep",
     "pick_layer",
+    "probe",
     "render_html",
     "save",
     "select_modules",
