@@ -90,7 +90,8 @@ POSITIONAL = {
     "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
-    "save": {"out"}, "write_report": {"out"}, "export": {"out"}, "probe": {"labels"}, "attention_grid": {"layer"}, "render_html": set(),
+    "save": {"out"}, "write_report": {"out"}, "export": {"out"},
+    "probe": {"labels"},  # probe(source, labels): the labels are what is probed for "attention_grid": {"layer"}, "render_html": set(),
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.

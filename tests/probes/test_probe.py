@@ -162,3 +162,13 @@ def _capture(module: nn.Module, x: torch.Tensor) -> hookscope.Capture:
         module(x)
     assert len(cap) == 1 and np.isfinite(next(iter(cap.values())).output.numpy()).all()
     return cap
+
+
+def test_probes_are_a_section_of_the_report(digits) -> None:
+    cap, y = digits
+    probes = hookscope.probe(cap, y, select=["relu1", "fc3"])
+    model, (x, _) = lenet.lenet(), lenet.digits("test")
+    report = hookscope.build_report(model, x[:2], select="conv1", sections=[probes])
+    assert [s.id for s in report.sections] == ["probes"]
+    html = hookscope.render_html(report)
+    assert "Linear probes by site" in html and f"{probes['fc3'].test:.3f}" in html

@@ -48,6 +48,7 @@ from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
+from ..probes.result import Probes
 from ..progress import Callback, Progress, callback
 from ..viz.images import overlay, to_pil
 from .edits import as_section
@@ -88,7 +89,7 @@ def build_report(
     progress: Progress = None,
     output: str | None = None,
     image_names: Sequence[str] = (),
-    sections: Sequence[Section | PatchSweep] = (),
+    sections: Sequence[Section | PatchSweep | Probes] = (),
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -103,7 +104,7 @@ def build_report(
     in a remark). ``progress`` (``hookscope.progress``; default quiet) hears ``(stage, done, total)``
     at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
     after each of its steps. ``sections``: drawn
-    after the prediction, each a ``PatchSweep`` or a ``Section`` (``hookscope.report.edits``).
+    after the prediction, each a ``PatchSweep``, ``Probes`` or a ``Section`` (``hookscope.report.edits``).
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)

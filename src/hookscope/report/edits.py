@@ -22,20 +22,24 @@ from ..core.select import Selector
 from ..edits.block import EditSpec, edit
 from ..edits.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
+from ..probes.result import Probes
 from ..explain.targets import logits
 from ..viz.html import Safe, escape, table, view
+from .probes import probes_section
 from .views import Guess, Section, predictions
 
 MAX_IMAGES = 8  # images whose predictions are laid side by side
 
 
-def as_section(item: Section | PatchSweep) -> Section:
+def as_section(item: Section | PatchSweep | Probes) -> Section:
     """What ``build_report(sections=...)`` draws for ``item``."""
     if isinstance(item, Section):
         return item
     if isinstance(item, PatchSweep):
         return Section("patching", "Patch sweep", str(patch_sweep_html(item)))
-    raise OptionError(f"a report section is a Section or a PatchSweep, got {type(item).__name__}")
+    if isinstance(item, Probes):
+        return probes_section(item)
+    raise OptionError(f"a report section is a Section, a PatchSweep or Probes, got {type(item).__name__}")
 
 
 def ablation(
