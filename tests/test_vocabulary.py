@@ -91,7 +91,8 @@ POSITIONAL = {
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
     "save": {"out"}, "write_report": {"out"}, "export": {"out"},
-    "probe": {"labels"},  # probe(source, labels): the labels are what is probed for "attention_grid": {"layer"}, "render_html": set(),
+    "attention_grid": {"layer"}, "render_html": set(),
+    "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.

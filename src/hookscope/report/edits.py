@@ -22,8 +22,8 @@ from ..core.select import Selector
 from ..edits.block import EditSpec, edit
 from ..edits.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
-from ..probes.result import Probes
 from ..explain.targets import logits
+from ..probes.result import Probes
 from ..viz.html import Safe, escape, table, view
 from .probes import probes_section
 from .views import Guess, Section, predictions
