@@ -66,6 +66,7 @@ def test_exported_members() -> None:
         "TargetError",
         "Thresholds",
         "TokenAttribution",
+        "TopExamples",
         "Watch",
         "__version__",
         "attention",

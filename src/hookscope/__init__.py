@@ -56,6 +56,7 @@ from .explain.layers import pick_layer
 from .exports.dispatch import export
 from .probes.probe import probe
 from .probes.result import Probes
+from .probes.top import TopExamples
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.inline import show
@@ -128,6 +129,7 @@ __all__ = [
     "TargetError",
     "Thresholds",
     "TokenAttribution",
+    "TopExamples",
     "Watch",
     "__version__",
     "attention",
