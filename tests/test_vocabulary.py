@@ -164,6 +164,7 @@ METHOD_NAMES = {
     "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
     "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
     "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
+    "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 
