@@ -106,7 +106,8 @@ def test_the_difference_of_two_runs_ranks_the_inputs_whose_peak_grew(tmp_path: P
     moved = top_b.difference(top_a)
     grown = top_b.peaks - top_a.peaks
     assert moved.label == "difference" and moved.values.shape == (5, 4)
-    torch.testing.assert_close(moved.values, grown.topk(4, dim=1).values)
+    torch.testing.assert_close(moved.values, grown.gather(1, grown.abs().topk(4, dim=1).indices))
+    assert moved.ranked()[0] == 3 and moved.input_index(3, 0) == int(grown[3].abs().argmax())
     assert float(moved.values[[0, 1, 2, 4]].abs().max()) < 1e-6 < float(moved.values[3].abs().max())
 
 
@@ -127,3 +128,15 @@ def test_wrong_uses_say_what_to_do(tmp_path: Path) -> None:
     hookscope.extract(conv_net(), batches(), select="2", out=tmp_path / "plain", progress=False)
     with pytest.raises(StoreError, match=r"not extracted with reduce=top_examples\(k\)"):
         TopExamples.read(hookscope.load(tmp_path / "plain"), "2")
+
+
+def test_top_examples_show_as_table_plot_and_html(tmp_path: Path) -> None:
+    model, loader = conv_net(), batches()
+    hookscope.extract(model, loader, select="2", out=tmp_path / "t", reduce=top_examples(k=3), progress=False)
+    top = hookscope.TopExamples.read(hookscope.load(tmp_path / "t"), "2")
+    best = top.ranked()[0]
+    first = top.table().splitlines()[1].split()
+    assert first[:2] == [str(best), f"{float(top.values[best, 0]):.4g}"]
+    counts, edges = top.histogram(best)
+    assert sum(counts) == 13 and edges[0] == float(top.peaks[best].min()) and top.plot().size[0] > 100
+    assert "Top examples of 2" in (top._repr_html_() or "") and "unit 4" in str(top._repr_html_())

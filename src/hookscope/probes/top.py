@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -28,6 +29,10 @@ from ..errors import NotCapturedError, StoreError
 from ..reducers import GRID
 from ..store.reader import Run
 from ..text import closest, columns
+from ..viz.charts import counts_plot
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +46,8 @@ class TopExamples(Shows):
     positions: Tensor  # (U, k) int64: the flat position within the grid (map cell, token); 0 for rows
     grid: tuple[int, ...]  # the positions' shape: (H, W) for maps, (T,) for tokens, () for rows
     peaks: Tensor  # (U, N) float64: each input's largest value of the unit, in store order
+    order: Tensor  # (N, 2) int64: each input's (batch, row), in store order
+    inputs: Tensor  # (U, k) int64: the example's input in store order (an index into peaks' columns)
     label: str = "activation"  # what values are: an activation, or a difference of two runs
 
     @property
@@ -57,6 +64,25 @@ class TopExamples(Shows):
         cell = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), self.grid)) if self.grid else ()
         return int(self.batches[unit, rank]), int(self.rows[unit, rank]), cell
 
+    def input_index(self, unit: int, rank: int = 0) -> int:
+        """The input of the unit's ``rank``-th example, counted in store order over every batch."""
+        return int(self.inputs[unit, rank])
+
+    def histogram(self, unit: int, bins: int = 24) -> tuple[list[int], list[float]]:
+        """(counts, edges) of the unit's peak value per input (finite values), on ``bins`` equal bins."""
+        peaks = self.peaks[unit]
+        finite = peaks[peaks.isfinite()]
+        low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
+        high = high if high > low else low + 1.0
+        counts = finite.histc(bins, low, high).long().tolist()
+        return counts, [low + (high - low) * i / bins for i in range(bins + 1)]
+
+    def plot(self, unit: int | None = None) -> Image:
+        """The histogram of a unit's peak per input (default: the unit with the largest best value)."""
+        chosen = self.ranked()[0] if unit is None else unit
+        counts, edges = self.histogram(chosen)
+        return counts_plot(counts, edges, title=f"{self.site} unit {chosen}: {self.label} peak per input")
+
     @classmethod
     def read(cls, run: Run, site: str, kind: Kind = "output") -> TopExamples:
         """The run's top k of ``site``, merged from every batch the store holds, in batch order."""
@@ -69,16 +95,17 @@ class TopExamples(Shows):
         return merged(site, k, tables)
 
     def difference(self, other: TopExamples) -> TopExamples:
-        """Per unit, the ``k`` inputs whose peak grew most from ``other`` to this run (values: the growth)."""
+        """Per unit, the ``k`` inputs whose peak moved most from ``other`` to this run (values: the signed change,
+        ranked by its size)."""
         if self.peaks.shape != other.peaks.shape:
             raise StoreError(f"two runs compare input by input: {self.site!r} has {tuple(self.peaks.shape)} "
                              f"(units, inputs) here and {tuple(other.peaks.shape)} there; extract both over the "
                              "same loader")  # fmt: skip
         grown = self.peaks - other.peaks  # (U, N)
-        top = grown.nan_to_num(nan=-torch.inf).topk(min(self.k, grown.shape[1]), dim=1)
-        index = torch.arange(grown.shape[1])
-        return TopExamples(self.site, top.values, index[top.indices], torch.zeros_like(top.indices),
-                           torch.zeros_like(top.indices), (), grown, label="difference")  # fmt: skip
+        top = grown.abs().nan_to_num(nan=-torch.inf).topk(min(self.k, grown.shape[1]), dim=1)
+        batches, rows = self.order[top.indices, 0], self.order[top.indices, 1]
+        return TopExamples(self.site, grown.gather(1, top.indices), batches, rows, torch.zeros_like(rows), (),
+                           grown, self.order, top.indices, label="difference")  # fmt: skip
 
     def table(self, *, top_k: int = 16) -> str:
         """A row per unit (the ``top_k`` units with the largest best value): its best values and where."""
@@ -91,8 +118,9 @@ class TopExamples(Shows):
         return "\n".join(columns(rows, right=range(1, 5)))
 
     def ranked(self) -> list[int]:
-        """Units by their best value, largest first."""
-        return [int(u) for u in self.values[:, 0].nan_to_num(nan=-torch.inf).argsort(descending=True)]
+        """Units by their best value, largest first (a difference: by the size of its largest change)."""
+        best = self.values[:, 0].abs() if self.label == "difference" else self.values[:, 0]
+        return [int(u) for u in best.nan_to_num(nan=-torch.inf).argsort(descending=True, stable=True)]
 
     def __repr__(self) -> str:
         return f"<TopExamples of {self.site!r}: {self.units} units, top {self.k} of {self.peaks.shape[1]} inputs>"
@@ -109,11 +137,17 @@ def merged(site: str, k: int, tables: list[tuple[int, Tensor]]) -> TopExamples:
     first = tables[0][1][0, 3 * k : 3 * k + GRID]
     grid = tuple(int(s) for s in first[1 : 1 + int(first[0])])
     peaks = torch.cat([t[:, 3 * k + GRID :] for _, t in tables], dim=1)
+    sizes = [t.shape[1] - 3 * k - GRID for _, t in tables]
+    order = torch.cat([torch.stack([torch.full((n,), b), torch.arange(n)], dim=1) for (b, _), n in zip(tables, sizes,
+                       strict=True)])  # fmt: skip
+    starts = torch.tensor([0, *sizes]).cumsum(0)[:-1]  # each batch's first input, in store order
+    index = starts[torch.cat([torch.full((t.shape[0], k), i) for i, (_, t) in enumerate(tables)], dim=1)] + rows
 
     def pick(part: Tensor) -> Tensor:
         return torch.where(found, part.gather(1, top.indices), torch.full_like(top.indices, -1))
 
-    return TopExamples(site, values.gather(1, top.indices), pick(batch), pick(rows), pick(positions), grid, peaks)
+    return TopExamples(site, values.gather(1, top.indices), pick(batch), pick(rows), pick(positions), grid, peaks,
+                       order, pick(index))  # fmt: skip
 
 
 def _k_of(run: Run) -> int:

@@ -1,0 +1,60 @@
+"""The top examples on a page, in Chromium at 1280 and 400 px: from a store, with patches, with tokens, A vs B."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.reducers import top_examples
+from hookscope.report.from_store import build_report_from_store
+from hookscope.report.top import top_examples_html, top_examples_section
+from hookscope.zoo import lenet
+from tests.browser import open_page, undecoded_images
+from tests.report.test_narrow import check_widths
+
+
+def lenet_top(tmp_path: Path, name: str, model: nn.Module, x: torch.Tensor) -> hookscope.TopExamples:
+    hookscope.extract(model, list(x.split(40)), select="relu2", out=tmp_path / name, reduce=top_examples(k=9),
+                      progress=False)  # fmt: skip
+    return hookscope.TopExamples.read(hookscope.load(tmp_path / name), "relu2")
+
+
+def test_a_top_store_reports_each_unit_with_its_examples_and_histogram(chromium: Any, tmp_path: Path) -> None:
+    model, (x, _) = lenet.lenet(), lenet.digits("test")
+    x = x[:120]
+    top = lenet_top(tmp_path, "top", model, x)
+    stored = build_report_from_store(hookscope.load(tmp_path / "top"))
+    assert [s.id for s in stored.sections] == ["top-relu2"] and stored.layers == ()
+    hookscope.write_report(stored, tmp_path / "stored")
+    check_widths(chromium, tmp_path / "stored" / "index.html", "top-store")
+    with torch.no_grad():
+        model.conv2.weight[5] *= -1  # checkpoint B: one unit flipped
+    moved = lenet_top(tmp_path, "b", model, x).difference(top)
+    sections = [top_examples_section(top, inputs=x), top_examples_section(moved, inputs=x)]
+    page = hookscope.build_report(model, x[:1], select="conv1", sections=sections)
+    hookscope.write_report(page, tmp_path / "patches")
+    check_widths(chromium, tmp_path / "patches" / "index.html", "top-patches")
+    opened, problems = open_page(chromium, tmp_path / "patches" / "index.html")
+    assert undecoded_images(opened) == [] and problems == []
+    cards = opened.eval_on_selector_all(".hs-top-card img", "imgs => imgs.length")
+    assert cards == 2 * 8 * 9  # two sections, 8 units each, 9 patches a unit
+    opened.close()
+
+
+def test_a_text_unit_shows_its_tokens_highlighted(chromium: Any, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 3)
+    x = torch.randn(6, 7, 4)
+    hookscope.extract(layer, [x[:3], x[3:]], out=tmp_path / "tok", reduce=top_examples(k=3), progress=False)
+    top = hookscope.TopExamples.read(hookscope.load(tmp_path / "tok"), "")
+    words = [[f"w{row}_{t}" for t in range(7)] for row in range(6)]
+    html = str(top_examples_html(top, tokens=words))
+    _, _, (position,) = top.where(top.ranked()[0], 0)
+    assert f"w{top.input_index(top.ranked()[0], 0)}_{position}" in html and html.count("hs-top-card") >= 9
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "index.html").write_text(f"<!doctype html><meta charset=utf-8><body>{html}</body>")
+    check_widths(chromium, tmp_path / "t" / "index.html", "top-tokens")
