@@ -30,7 +30,9 @@ def digits() -> tuple[hookscope.Capture, torch.Tensor]:
 
 def test_digits_become_linearly_readable_with_depth(digits) -> None:
     cap, y = digits
+    threads = torch.get_num_threads()
     probes = hookscope.probe(cap, y, select=DEPTH)
+    assert torch.get_num_threads() == threads  # small fits run on one thread, then it is given back
     tests = [probes[site].test for site in DEPTH]
     assert list(probes) == DEPTH
     assert tests[0] < 0.6 and all(b >= a - 0.01 for a, b in itertools.pairwise(tests)), tests

@@ -22,6 +22,8 @@ is the probe's output on raw activations and ``weight``'s columns are directions
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +31,7 @@ from torch import Tensor
 
 from ..errors import OptionError
 
+SMALL = 2**24  # multiply-adds per step below which a fit runs on one thread (thread hand-offs cost more)
 EPS = 1e-12  # a feature whose training standard deviation is below this is left unscaled
 STEPS = 100  # L-BFGS iterations of a logistic fit
 
@@ -96,7 +99,7 @@ def fit_logistic(x: Tensor, y: Tensor, *, classes: int, penalty: float) -> Linea
         loss.backward()  # type: ignore[no-untyped-call]
         return loss
 
-    with torch.enable_grad():
+    with torch.enable_grad(), one_thread(z.numel() * classes < SMALL):
         solver.step(closure)  # type: ignore[no-untyped-call]
     return _raw(weight.detach(), bias.detach(), mean, scale, classes=True)
 
@@ -125,6 +128,19 @@ def fit_mean_difference(x: Tensor, y: Tensor, *, classes: int) -> LinearFit:
         raise OptionError(f"mean_difference needs every class in the training split, classes {missing} have none")
     means = (onehot.T @ x) / counts[:, None]  # (K, D)
     return LinearFit(means.T, -0.5 * means.square().sum(dim=1), classes=True)
+
+
+@contextmanager
+def one_thread(small: bool) -> Iterator[None]:
+    """A small fit on one thread: torch's intra-op threads cost tens of ms a step on a busy machine,
+    where a (1,000 x 100) step takes 1 ms alone. The thread count is restored on exit."""
+    threads = torch.get_num_threads()
+    if small:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def accuracy(predicted: Tensor, y: Tensor) -> float:
