@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import hookscope
+from hookscope.cli import main
 from hookscope.reducers import top_examples
 from hookscope.report.from_store import build_report_from_store
 from hookscope.report.top import top_examples_html, top_examples_section
@@ -34,6 +35,11 @@ def test_a_top_store_reports_each_unit_with_its_examples_and_histogram(chromium:
     with torch.no_grad():
         model.conv2.weight[5] *= -1  # checkpoint B: one unit flipped
     moved = lenet_top(tmp_path, "b", model, x).difference(top)
+    assert main(["report", "--from", str(tmp_path / "b"), "--against", str(tmp_path / "top"),
+                               "--out", str(tmp_path / "ab")]) == 0  # fmt: skip
+    page_ab = (tmp_path / "ab" / "index.html").read_text()
+    assert "Change A to B: relu2" in page_ab and "Top examples: relu2" in page_ab
+    assert page_ab.index("<b>unit 5</b>") > page_ab.index("Change A to B")  # the flipped unit leads the change
     sections = [top_examples_section(top, inputs=x), top_examples_section(moved, inputs=x)]
     page = hookscope.build_report(model, x[:1], select="conv1", sections=sections)
     hookscope.write_report(page, tmp_path / "patches")

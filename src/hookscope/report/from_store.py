@@ -39,13 +39,20 @@ STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
 
 def build_report_from_store(
-    run: Run, *, batch: int | None = None, title: str | None = None, notes: Sequence[str] = (), max_layers: int = 64
+    run: Run,
+    *,
+    batch: int | None = None,
+    title: str | None = None,
+    notes: Sequence[str] = (),
+    max_layers: int = 64,
+    against: Run | None = None,
 ) -> Report:
-    """What the page shows of ``run`` (see the module docstring)."""
+    """What the page shows of ``run`` (see the module docstring); ``against``: another top_examples store
+    of the same inputs (checkpoint A), whose change to ``run`` gets a section per site too."""
     prov = run.provenance
     table = run.statistics()
     kinds: tuple[Kind, ...]
-    tops = top_sections(run)
+    tops = top_sections(run, against)
     if tops:
         layers, left_out, kinds, flow, selected = [], [], ("output",), None, len(run)
         remark = f"the inputs each unit fires on most, over {_batches(run)}; {run.config.get('reduce')}"

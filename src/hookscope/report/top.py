@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from ..display import shows_as
-from ..errors import ShapeError
+from ..errors import ShapeError, StoreError
 from ..probes.top import TopExamples
 from ..store.reader import Run
 from ..viz.charts import counts_plot
@@ -66,15 +66,27 @@ def top_examples_section(top: TopExamples, *, inputs: Tensor | None = None,
                          tokens: Sequence[Sequence[str]] | None = None, units: int = UNITS) -> Section:  # fmt: skip
     """The view as a section of a report page (``build_report(sections=[...])``, ``report --from``)."""
     html = top_examples_html(top, inputs=inputs, tokens=tokens, units=units)
-    anchor = "top-" + "".join(c if c.isalnum() else "-" for c in top.site)
-    return Section(anchor, f"Top examples: {top.site or '(model)'}", str(html))
+    moved = top.label == "difference"
+    anchor = ("change-" if moved else "top-") + "".join(c if c.isalnum() else "-" for c in top.site)
+    return Section(anchor, f"{'Change A to B' if moved else 'Top examples'}: {top.site or '(model)'}", str(html))
 
 
-def top_sections(run: Run) -> list[Section]:
-    """A section per site of a store extracted with ``reduce=top_examples(k)``; none for another store."""
+def top_sections(run: Run, against: Run | None = None) -> list[Section]:
+    """A section per site of a store extracted with ``reduce=top_examples(k)`` (none for another store);
+    with ``against`` (the same inputs, checkpoint A), a second per site: the change from it to ``run``."""
     if not str(run.config.get("reduce", "")).startswith("top_examples(") or not run.batches:
+        if against is not None:
+            used = run.config.get("reduce")
+            raise StoreError(f"--against compares two top_examples stores, and {run.path} is not one (its reduce "
+                             f"is {used!r}); extract both with reduce=hookscope.reducers.top_examples(k)")  # fmt: skip
         return []
-    return [top_examples_section(TopExamples.read(run, site)) for site in run]
+    sections = []
+    for site in run:
+        top = TopExamples.read(run, site)
+        sections.append(top_examples_section(top))
+        if against is not None:
+            sections.append(top_examples_section(top.difference(TopExamples.read(against, site))))
+    return sections
 
 
 def _unit(top: TopExamples, unit: int, inputs: Tensor | None, tokens: Sequence[Sequence[str]] | None) -> str:
