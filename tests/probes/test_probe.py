@@ -157,12 +157,15 @@ def test_wrong_inputs_say_what_to_pass(digits) -> None:
         hookscope.probe(cap, y.double(), method="logistic")
     with pytest.raises(OptionError, match="holdout is the share of groups"):
         hookscope.probe(cap, y, select="fc3", holdout=1.5)
+    broken = _capture(nn.Identity(), torch.tensor([[1.0, float("nan")], [2.0, 3.0]]), finite=False)
+    with pytest.raises(hookscope.NonFiniteError, match="1 NaN or infinite values of 4"):
+        hookscope.probe(broken, [0, 1])
 
 
-def _capture(module: nn.Module, x: torch.Tensor) -> hookscope.Capture:
+def _capture(module: nn.Module, x: torch.Tensor, *, finite: bool = True) -> hookscope.Capture:
     with hookscope.capture(module, "") as cap, torch.no_grad():
         module(x)
-    assert len(cap) == 1 and np.isfinite(next(iter(cap.values())).output.numpy()).all()
+    assert len(cap) == 1 and np.isfinite(next(iter(cap.values())).output.numpy()).all() == finite
     return cap
 
 
@@ -174,3 +177,30 @@ def test_probes_are_a_section_of_the_report(digits) -> None:
     assert [s.id for s in report.sections] == ["probes"]
     html = hookscope.render_html(report)
     assert "Linear probes by site" in html and f"{probes['fc3'].test:.3f}" in html
+
+
+class Twice(nn.Module):
+    """One layer called twice a forward pass: a store holds two calls of it per batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(torch.relu(self.lin(x)))
+
+
+def test_call_picks_one_call_a_batch_of_a_store(tmp_path) -> None:
+    model, g = Twice().eval(), torch.Generator().manual_seed(4)
+    x = torch.randn(48, 4, generator=g)
+    y = (x[:, 0] > 0).long()
+    hookscope.extract(model, x.split(16), select="lin", out=tmp_path / "twice", progress=False)
+    with pytest.raises(ShapeError, match="labels has 48 entries, but 'lin' holds 96 rows"):
+        hookscope.probe(tmp_path / "twice", y)
+    probe = hookscope.probe(tmp_path / "twice", y, call=1, method="mean_difference")["lin"]
+    with torch.no_grad():
+        second = model(x).double()
+    train, _ = fits.group_split(torch.arange(48), holdout=0.25, seed=0)
+    xt, yt = second[train], y[train]
+    torch.testing.assert_close(probe.direction, xt[yt == 1].mean(0) - xt[yt == 0].mean(0))

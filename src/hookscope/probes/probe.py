@@ -29,7 +29,7 @@ from torch import Tensor
 from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Record
-from ..errors import OptionError, SelectionError, ShapeError
+from ..errors import NonFiniteError, NotCapturedError, OptionError, SelectionError, ShapeError
 from ..store.reader import Run, load
 from ..text import closest
 from . import fit as fits
@@ -141,11 +141,19 @@ def _examples(tensors: Iterator[Tensor], labels: Tensor, groups: Any, site: str
               ) -> tuple[Tensor, Tensor, Tensor, tuple[int, ...]]:  # fmt: skip
     """(x (N, D), y (N,), groups (N,), the shape of one example) from the site's tensors."""
     parts = list(tensors)
+    if not parts:
+        raise NotCapturedError(f"probe found no call of {site!r} in the source; capture or extract it over the "
+                               "inputs the labels describe")  # fmt: skip
     shapes = {tuple(t.shape[1:]) for t in parts}
     if len(shapes) != 1:
         raise ShapeError(f"probe needs one shape per example at {site!r}, got {sorted(shapes)}; "
                          "pad sequences to one length or pass call= for one call")  # fmt: skip
     x = torch.cat(parts).double()  # (B, ...)
+    bad = int((~x.isfinite()).sum())
+    if bad:
+        raise NonFiniteError(f"probe needs finite activations, {site!r} holds {bad:,} NaN or infinite values of "
+                             f"{x.numel():,}; find where with hookscope.nan_guard, or select other sites",
+                             module=site, count=bad, numel=x.numel())  # fmt: skip
     rows, tokens = x.shape[0], x.shape[1] if x.dim() == 3 else 1
     row_groups = torch.arange(rows) if groups is None else torch.as_tensor(groups).reshape(-1)
     shape: tuple[int, ...] = tuple(x.shape[1:]) or (1,)
