@@ -12,7 +12,7 @@ import hookscope
 from hookscope.cli import main
 from hookscope.reducers import top_examples
 from hookscope.report.from_store import build_report_from_store
-from hookscope.report.top import top_examples_html, top_examples_section
+from hookscope.report.top import receptive_box, top_examples_html, top_examples_section
 from hookscope.zoo import lenet
 from tests.browser import open_page, undecoded_images
 from tests.report.test_narrow import check_widths
@@ -40,12 +40,14 @@ def test_a_top_store_reports_each_unit_with_its_examples_and_histogram(chromium:
     page_ab = (tmp_path / "ab" / "index.html").read_text()
     assert "Change A to B: relu2" in page_ab and "Top examples: relu2" in page_ab
     assert page_ab.index("<b>unit 5</b>") > page_ab.index("Change A to B")  # the flipped unit leads the change
-    sections = [top_examples_section(top, inputs=x), top_examples_section(moved, inputs=x)]
+    sections = [top_examples_section(top, inputs=x, model=lenet.lenet()), top_examples_section(moved, inputs=x)]
     page = hookscope.build_report(model, x[:1], select="conv1", sections=sections)
     hookscope.write_report(page, tmp_path / "patches")
     check_widths(chromium, tmp_path / "patches" / "index.html", "top-patches")
     opened, problems = open_page(chromium, tmp_path / "patches" / "index.html")
     assert undecoded_images(opened) == [] and problems == []
+    sizes = opened.eval_on_selector_all(".hs-top-card img", "imgs => imgs.slice(0, 72).map(i => i.naturalWidth)")
+    assert max(sizes) <= 14  # relu2's receptive field on the 32x32 input: 5 + 1 + 4 * 2 = 14 pixels
     cards = opened.eval_on_selector_all(".hs-top-card img", "imgs => imgs.length")
     assert cards == 2 * 8 * 9  # two sections, 8 units each, 9 patches a unit
     opened.close()
@@ -64,3 +66,13 @@ def test_a_text_unit_shows_its_tokens_highlighted(chromium: Any, tmp_path: Path)
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "index.html").write_text(f"<!doctype html><meta charset=utf-8><body>{html}</body>")
     check_widths(chromium, tmp_path / "t" / "index.html", "top-tokens")
+
+
+def test_the_receptive_box_is_the_hand_computed_field() -> None:
+    """Two valid convolutions, 3x3 then 3x3 stride 2, no nonlinearity: cell (h, w) sees rows 2h..2h+4."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Conv2d(2, 3, 3, stride=2))
+    image = torch.randn(1, 15, 15)
+    for cell in [(0, 0), (2, 5), (5, 5)]:
+        rows, cols = receptive_box(net, "1", image, 1, cell)
+        assert (rows, cols) == (slice(2 * cell[0], 2 * cell[0] + 5), slice(2 * cell[1], 2 * cell[1] + 5))

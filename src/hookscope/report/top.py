@@ -18,12 +18,15 @@ Without either it says where the example is; a store holds no inputs.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
+from ..core.capture import capture
 from ..display import shows_as
-from ..errors import ShapeError, StoreError
+from ..errors import CaptureWarning, ShapeError, StoreError
 from ..probes.top import TopExamples
 from ..store.reader import Run
 from ..viz.charts import counts_plot
@@ -44,10 +47,11 @@ CSS = """
 
 
 def top_examples_html(top: TopExamples, *, inputs: Tensor | None = None,
-                      tokens: Sequence[Sequence[str]] | None = None, units: int = UNITS) -> Safe:  # fmt: skip
+                      tokens: Sequence[Sequence[str]] | None = None, units: int = UNITS,
+                      model: nn.Module | None = None) -> Safe:  # fmt: skip
     """The view: one block per unit (see the module docstring)."""
     _check(top, inputs, tokens)
-    blocks = [_unit(top, unit, inputs, tokens) for unit in top.ranked()[:units]]
+    blocks = [_unit(top, unit, inputs, tokens, model) for unit in top.ranked()[:units]]
     moved = top.label == "difference"
     said = "per unit, the inputs whose peak moved most between the two runs (signed change)" if moved else (
         f"the {top.k} activations each unit fires on most, over {top.peaks.shape[1]:,} inputs")  # fmt: skip
@@ -63,9 +67,10 @@ shows_as(TopExamples)(lambda top: top_examples_html(top))  # the notebook view: 
 
 
 def top_examples_section(top: TopExamples, *, inputs: Tensor | None = None,
-                         tokens: Sequence[Sequence[str]] | None = None, units: int = UNITS) -> Section:  # fmt: skip
+                         tokens: Sequence[Sequence[str]] | None = None, units: int = UNITS,
+                         model: nn.Module | None = None) -> Section:  # fmt: skip
     """The view as a section of a report page (``build_report(sections=[...])``, ``report --from``)."""
-    html = top_examples_html(top, inputs=inputs, tokens=tokens, units=units)
+    html = top_examples_html(top, inputs=inputs, tokens=tokens, units=units, model=model)
     moved = top.label == "difference"
     anchor = ("change-" if moved else "top-") + "".join(c if c.isalnum() else "-" for c in top.site)
     return Section(anchor, f"{'Change A to B' if moved else 'Top examples'}: {top.site or '(model)'}", str(html))
@@ -89,16 +94,19 @@ def top_sections(run: Run, against: Run | None = None) -> list[Section]:
     return sections
 
 
-def _unit(top: TopExamples, unit: int, inputs: Tensor | None, tokens: Sequence[Sequence[str]] | None) -> str:
+def _unit(top: TopExamples, unit: int, inputs: Tensor | None, tokens: Sequence[Sequence[str]] | None,
+          model: nn.Module | None) -> str:  # fmt: skip
     counts, edges = top.histogram(unit, BINS)
     histogram = image_tag(counts_plot(counts, edges, title=f"unit {unit}: peak per input"), alt=f"unit {unit}")
-    cards = [_card(top, unit, rank, inputs, tokens) for rank in range(top.k) if int(top.batches[unit, rank]) >= 0]
+    cards = [
+        _card(top, unit, rank, inputs, tokens, model) for rank in range(top.k) if int(top.batches[unit, rank]) >= 0
+    ]
     head = f"<div><b>unit {unit}</b></div>"
     return f'<div class="hs-top-unit">{head}<div class="hs-top-row">{histogram}{"".join(cards)}</div></div>'
 
 
 def _card(top: TopExamples, unit: int, rank: int, inputs: Tensor | None,
-          tokens: Sequence[Sequence[str]] | None) -> str:  # fmt: skip
+          tokens: Sequence[Sequence[str]] | None, model: nn.Module | None) -> str:  # fmt: skip
     batch, row, cell = top.where(unit, rank)
     index = top.input_index(unit, rank)
     place = (
@@ -106,11 +114,40 @@ def _card(top: TopExamples, unit: int, rank: int, inputs: Tensor | None,
     )
     body = ""
     if inputs is not None and inputs.dim() == 4:
-        body = image_tag(to_pil(_patch(inputs[index], cell, top.grid)), alt=place, width=72)
+        patch = _field(model, top.site, inputs[index], unit, cell) if model is not None and len(cell) == 2 else None
+        patch = _patch(inputs[index], cell, top.grid) if patch is None else patch
+        body = image_tag(to_pil(patch), alt=place, width=72)
     elif tokens is not None:
         body = _tokens(tokens[index], cell[0] if cell else None)
     value = f"{float(top.values[unit, rank]):.4g}"
     return f'<div class="hs-top-card">{body}<div>{escape(value)}</div><div>{escape(place)}</div></div>'
+
+
+def receptive_box(model: nn.Module, site: str, image: Tensor, unit: int, cell: tuple[int, int]) -> tuple[slice, slice]:
+    """The rows and columns of ``image`` (C, H, W) that ``site``'s activation at (unit, cell) depends on:
+    the bounding box of its gradient's support, one forward and backward pass of ``model``."""
+    device = next(model.parameters(), torch.empty(0)).device
+    x = image[None].detach().to(device, copy=True).requires_grad_(True)
+    with torch.enable_grad(), capture(model, site, detach=False, clone=False) as cap:
+        model(x)
+        value = cap[site].calls[0].sole("output")[0, unit, cell[0], cell[1]]
+    (grad,) = torch.autograd.grad(value, x)
+    support = grad[0].abs().sum(dim=0) > 0  # (H, W)
+    rows, cols = support.any(dim=1).nonzero().flatten(), support.any(dim=0).nonzero().flatten()
+    if not len(rows):
+        return slice(0, 0), slice(0, 0)
+    return slice(int(rows.min()), int(rows.max()) + 1), slice(int(cols.min()), int(cols.max()) + 1)
+
+
+def _field(model: nn.Module, site: str, image: Tensor, unit: int, cell: tuple[int, ...]) -> Tensor | None:
+    """The input under the activation's receptive field (its gradient's support), min-max scaled."""
+    rows, cols = receptive_box(model, site, image, unit, (cell[0], cell[1]))
+    if rows.stop == rows.start:
+        warnings.warn(f"hookscope.report.top: {site!r} unit {unit} at {cell} has a zero gradient on its input, "
+                      "so its patch is the scaled map cell instead of its receptive field", CaptureWarning,
+                      stacklevel=2)  # fmt: skip
+        return None
+    return _scaled(image[:, rows, cols])
 
 
 def _patch(image: Tensor, cell: tuple[int, ...], grid: tuple[int, ...]) -> Tensor:
@@ -121,7 +158,12 @@ def _patch(image: Tensor, cell: tuple[int, ...], grid: tuple[int, ...]) -> Tenso
             stride = side / n
             boxes.append((max(0, int((c - 1) * stride)), min(side, int((c + 2) * stride + 0.999))))
         image = image[:, boxes[0][0] : boxes[0][1], boxes[1][0] : boxes[1][1]]
-    image = image.float()
+    return _scaled(image)
+
+
+def _scaled(image: Tensor) -> Tensor:
+    """(C, h, w) min-max scaled to [0, 1]: (3, h, w) for colour, (h, w) otherwise."""
+    image = image.detach().float()
     image = (image - image.min()) / (image.max() - image.min()).clamp_min(1e-12)
     return image if image.shape[0] == 3 else image[0]
 
