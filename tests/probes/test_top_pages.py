@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -76,3 +77,16 @@ def test_the_receptive_box_is_the_hand_computed_field() -> None:
     for cell in [(0, 0), (2, 5), (5, 5)]:
         rows, cols = receptive_box(net, "1", image, 1, cell)
         assert (rows, cols) == (slice(2 * cell[0], 2 * cell[0] + 5), slice(2 * cell[1], 2 * cell[1] + 5))
+
+
+def test_a_dead_activation_warns_and_draws_the_scaled_cell(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())
+    x = torch.rand(3, 1, 8, 8)
+    hookscope.extract(net, [x], select="1", out=tmp_path / "d", reduce=top_examples(k=2), progress=False)
+    top = hookscope.TopExamples.read(hookscope.load(tmp_path / "d"), "1")
+    with torch.no_grad():
+        net[0].bias.fill_(-100.0)  # every activation is now 0 behind the ReLU: no gradient reaches the input
+    with pytest.warns(hookscope.CaptureWarning, match="zero gradient on its input, so its patch is the scaled"):
+        html = str(top_examples_html(top, inputs=x, model=net))
+    assert html.count("<img") == 2 + 2 * 2  # two histograms, two patches a unit
