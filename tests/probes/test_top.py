@@ -140,3 +140,5 @@ def test_top_examples_show_as_table_plot_and_html(tmp_path: Path) -> None:
     counts, edges = top.histogram(best)
     assert sum(counts) == 13 and edges[0] == float(top.peaks[best].min()) and top.plot().size[0] > 100
     assert "Top examples of 2" in (top._repr_html_() or "") and "unit 4" in str(top._repr_html_())
+    page = hookscope.build_report(model, loader[0][:1], select="0", sections=[top])
+    assert [s.id for s in page.sections] == ["top-2"] and "Top examples: 2" in hookscope.render_html(page)

@@ -58,7 +58,8 @@ class Probe:
         return weight.reshape(-1, *self.shape)[0] if weight.shape[0] == 1 else weight.reshape(-1, *self.shape)
 
     def score(self, activations: Tensor, labels: Tensor) -> float:
-        """The probe's metric on other activations of this site: (N, *shape), or (B, T, D) tokens."""
+        """The probe's metric on other activations of this site, reduced as they were for the fit
+        (``reduce=``): (N, *shape), or (B, T, D) tokens with labels per token or per sequence."""
         x = activations.detach().cpu().double().reshape(-1, int(torch.tensor(self.shape).prod()))
         y = torch.as_tensor(labels).reshape(-1)
         if len(y) != len(x):

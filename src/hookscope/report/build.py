@@ -49,6 +49,7 @@ from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..probes.result import Probes
+from ..probes.top import TopExamples
 from ..progress import Callback, Progress, callback
 from ..viz.images import overlay, to_pil
 from .edits import as_section
@@ -89,7 +90,7 @@ def build_report(
     progress: Progress = None,
     output: str | None = None,
     image_names: Sequence[str] = (),
-    sections: Sequence[Section | PatchSweep | Probes] = (),
+    sections: Sequence[Section | PatchSweep | Probes | TopExamples] = (),
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -103,8 +104,8 @@ def build_report(
     model's output at ``output`` (a key of a tuple or dict output; default its first tensor, named
     in a remark). ``progress`` (``hookscope.progress``; default quiet) hears ``(stage, done, total)``
     at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
-    after each of its steps. ``sections``: drawn
-    after the prediction, each a ``PatchSweep``, ``Probes`` or a ``Section`` (``hookscope.report.edits``).
+    after each of its steps. ``sections``: drawn after the prediction, each a ``PatchSweep``, ``Probes``,
+    ``TopExamples`` or a ``Section`` (``hookscope.report.edits``).
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)

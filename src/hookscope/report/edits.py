@@ -24,14 +24,16 @@ from ..edits.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
 from ..explain.targets import logits
 from ..probes.result import Probes
+from ..probes.top import TopExamples
 from ..viz.html import Safe, escape, table, view
 from .probes import probes_section
+from .top import top_examples_section
 from .views import Guess, Section, predictions
 
 MAX_IMAGES = 8  # images whose predictions are laid side by side
 
 
-def as_section(item: Section | PatchSweep | Probes) -> Section:
+def as_section(item: Section | PatchSweep | Probes | TopExamples) -> Section:
     """What ``build_report(sections=...)`` draws for ``item``."""
     if isinstance(item, Section):
         return item
@@ -39,7 +41,9 @@ def as_section(item: Section | PatchSweep | Probes) -> Section:
         return Section("patching", "Patch sweep", str(patch_sweep_html(item)))
     if isinstance(item, Probes):
         return probes_section(item)
-    raise OptionError(f"a report section is a Section, a PatchSweep or Probes, got {type(item).__name__}")
+    if isinstance(item, TopExamples):
+        return top_examples_section(item)
+    raise OptionError(f"a report section is a Section, a PatchSweep, Probes or TopExamples, got {type(item).__name__}")
 
 
 def ablation(
