@@ -16,6 +16,7 @@ from hookscope.errors import OptionError, SelectionError, ShapeError
 from hookscope.probes import fit as fits
 from hookscope.reducers import spatial_mean
 from hookscope.zoo import lenet
+from tests.report.test_narrow import check_widths
 
 DEPTH = ["relu1", "relu2", "relu3", "relu4", "fc3"]
 
@@ -169,7 +170,7 @@ def _capture(module: nn.Module, x: torch.Tensor, *, finite: bool = True) -> hook
     return cap
 
 
-def test_probes_are_a_section_of_the_report(digits) -> None:
+def test_probes_are_a_section_of_the_report(digits, chromium, tmp_path) -> None:
     cap, y = digits
     probes = hookscope.probe(cap, y, select=["relu1", "fc3"])
     model, (x, _) = lenet.lenet(), lenet.digits("test")
@@ -177,6 +178,8 @@ def test_probes_are_a_section_of_the_report(digits) -> None:
     assert [s.id for s in report.sections] == ["probes"]
     html = hookscope.render_html(report)
     assert "Linear probes by site" in html and f"{probes['fc3'].test:.3f}" in html
+    hookscope.write_report(report, tmp_path / "page")
+    check_widths(chromium, tmp_path / "page" / "index.html", "probes")  # 1280 and 400 px, screenshots kept
 
 
 class Twice(nn.Module):
