@@ -3,6 +3,7 @@
 ``python -m tests.jobs tensors OUT [--slow] [--resume]``  100 batches to a store, one shard each
 ``python -m tests.jobs memory OUT MAX_MEMORY``            a run that writes far more than the bound;
                                                            prints JSON with its resident memory
+``python -m tests.jobs top OUT``                           the memory run, reduced to top_examples(9)
 ``python -m tests.jobs ranks OUT``                         a tensor run (DataLoader) and a statistics
                                                            run (a generator) into OUT/acts, OUT/stats
 ``python -m tests.jobs durable OUT LOG [--resume] [--stats]`` 40 slow batches into shards that never
@@ -70,7 +71,7 @@ def durable(out: str, log: str, resume: bool, stats: bool) -> None:
             forward=forward, resume=resume, stats_only=stats, flush_every=DURABLE_FLUSH)  # fmt: skip
 
 
-def memory(out: str, max_memory: str) -> None:
+def memory(out: str, max_memory: str, reduce: Any = None) -> None:
     model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1)).eval()
     with torch.no_grad():
         model(next(images(1, 128)))  # kernels and thread pools loaded before the baseline
@@ -78,7 +79,7 @@ def memory(out: str, max_memory: str) -> None:
 
     Path("/proc/self/clear_refs").write_text("5")  # resets the peak (VmHWM) to the current RSS
     base = status("VmRSS")
-    run = extract(model, images(40, 128), out=out, max_memory=max_memory, progress=False)
+    run = extract(model, images(40, 128), out=out, max_memory=max_memory, progress=False, reduce=reduce)
     written = sum(row.nbytes for row in run.contents())
     batch = 4 * 32 * 128 * 128 * 4
     print(json.dumps({"base": base, "peak": status("VmHWM"), "written": written, "batch": batch}))
@@ -112,6 +113,10 @@ if __name__ == "__main__":
         tensors(out, slow="--slow" in rest, resume="--resume" in rest)
     elif job == "memory":
         memory(out, rest[0])
+    elif job == "top":
+        from hookscope.reducers import top_examples
+
+        memory(out, "2GB", reduce=top_examples(9))
     elif job == "ranks":
         ranks(out)
     elif job == "durable":

@@ -91,6 +91,8 @@ OPTIONS = {
     "format",
     # compare: B's modules when they differ from A's, the similarity measure, B's autocast dtype
     "select_b", "measure", "autocast",
+    # probes: who shares a split, the share of groups tested, the L2 strength, the split's seed
+    "groups", "holdout", "penalty",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -99,7 +101,9 @@ POSITIONAL = {
     "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
-    "save": {"out"}, "write_report": {"out"}, "export": {"out"}, "attention_grid": {"layer"}, "render_html": set(),
+    "save": {"out"}, "write_report": {"out"}, "export": {"out"},
+    "attention_grid": {"layer"}, "render_html": set(),
+    "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.
@@ -174,6 +178,7 @@ METHOD_NAMES = {
     "epoch",  # StoreStream.set_epoch: the epoch a shuffle is seeded with
     "scalars",  # Watch.log(**scalars): named numbers kept beside the statistics
     "rtol",  # Divergence.first / .plot: the relative tolerance
+    "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

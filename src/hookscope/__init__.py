@@ -54,6 +54,9 @@ from .explain.attribute import attribute
 from .explain.cam import cam
 from .explain.layers import pick_layer
 from .exports.dispatch import export
+from .probes.probe import probe
+from .probes.result import Probes
+from .probes.top import TopExamples
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.inline import show
@@ -112,6 +115,7 @@ __all__ = [
     "OutputExistsError",
     "PatchSweep",
     "Policy",
+    "Probes",
     "Record",
     "Report",
     "Rollout",
@@ -128,6 +132,7 @@ __all__ = [
     "TargetError",
     "Thresholds",
     "TokenAttribution",
+    "TopExamples",
     "Watch",
     "__version__",
     "attention",
@@ -157,6 +162,7 @@ __all__ = [
     "panel",
     "patch_sweep",
     "pick_layer",
+    "probe",
     "render_html",
     "save",
     "select_modules",

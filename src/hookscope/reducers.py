@@ -10,6 +10,12 @@ manifest records (``spatial_mean()``, ``first_rows(4) -> cast(bfloat16)``).
                         channels (``[:, 0]``, descending) and their channel indices (``[:, 1]``),
                         in float64 so the indices are exact; cast before it, never after
 ``cast(dtype)``         floating tensors to ``dtype`` (integer ones untouched)
+``top_examples(k)``     per unit, the batch's ``k`` largest activations and where they are:
+                        (B, C, *S) maps, (B, T, D) tokens or (B, D) rows -> (U, 3k + 4 + B) float64
+
+``top_examples`` keeps O(units x (k + B)) numbers a batch in place of the batch's tensor; merging
+every batch's top k gives the run's exact top k (``hookscope.probes.top``), and a resumed run
+merges the batches it finds, so nothing is held between batches.
 """
 
 from __future__ import annotations
@@ -62,6 +68,50 @@ def top_channels(k: int) -> Reduction:
         return torch.stack([top.values, top.indices.double()], dim=1)  # (B, 2, k)
 
     return Reduction(f"top_channels({k})", reduce)
+
+
+GRID = 4  # columns of a top_examples table that say the positions' grid: dims, then up to 3 sizes
+
+
+def top_examples(k: int = 9) -> Reduction:
+    """Per unit, the batch's ``k`` largest activations with their row and position, and each row's peak.
+
+    Units are dim 1 of (B, C, *S) maps (positions: the flattened ``S``), the last dim of (B, T, D)
+    tokens (positions: ``T``) and dim 1 of (B, D) rows (one position). Returns (U, 3k + 4 + B), float64
+    so that indices are exact: ``[:, :k]`` values (descending; NaN past the batch's size),
+    ``[:, k:2k]`` rows and ``[:, 2k:3k]`` positions (-1 past it), ``[:, 3k:3k+4]`` the positions' grid
+    (its number of dims, then up to 3 sizes, 0-padded: (2, H, W, 0) for maps, (1, T, 0, 0) for
+    tokens), ``[:, 3k+4:]`` each row's largest value of the unit (what its histogram counts).
+    """
+    _positive("top_examples", k)
+    return Reduction(f"top_examples({k})", lambda t: batch_top(t, k))
+
+
+def unit_positions(t: Tensor) -> Tensor:
+    """(B, U, P): every activation of a unit by row and position (see ``top_examples``)."""
+    if t.dim() < 2:
+        raise ShapeError(f"top_examples needs (B, C, ...), (B, T, D) or (B, D) tensors, got shape {tuple(t.shape)}")
+    if t.dim() == 3:
+        return t.transpose(1, 2)  # (B, T, D) tokens -> (B, D, T)
+    return t.reshape(t.shape[0], t.shape[1], -1)
+
+
+def batch_top(t: Tensor, k: int) -> Tensor:
+    """One batch's ``top_examples(k)`` table, (U, 3k + 4 + B) float64."""
+    values = unit_positions(t.detach()).float()  # (B, U, P)
+    rows, units, positions = values.shape
+    flat = values.permute(1, 0, 2).reshape(units, rows * positions)  # (U, B * P), row-major: row, then position
+    top = flat.topk(min(k, rows * positions), dim=1)  # (U, k')
+    table = torch.full((units, 3 * k + GRID + rows), float("nan"), dtype=torch.float64, device=t.device)
+    kept = top.values.shape[1]
+    table[:, k : 3 * k] = -1.0
+    table[:, :kept] = top.values.double()
+    table[:, k : k + kept] = torch.div(top.indices, positions, rounding_mode="floor").double()
+    table[:, 2 * k : 2 * k + kept] = (top.indices % positions).double()
+    grid = [] if t.dim() == 2 else [t.shape[1]] if t.dim() == 3 else list(t.shape[2:])
+    table[:, 3 * k : 3 * k + GRID] = torch.tensor([len(grid), *grid, 0, 0, 0][:GRID], dtype=torch.float64)
+    table[:, 3 * k + GRID :] = values.amax(dim=2).T.double()  # (U, B)
+    return table
 
 
 def cast(dtype: torch.dtype) -> Reduction:

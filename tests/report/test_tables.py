@@ -179,7 +179,8 @@ def test_every_result_s_view_is_a_string(cap: hookscope.Capture, tmp_path: Path)
     ("name", "methods"),
     [("Capture", {"table"}), ("Record", {"table", "plot"}), ("Call", {"plot"}), ("Summary", {"table", "plot"}),
      ("RunningStats", {"table", "plot"}), ("Run", {"table"}), ("Report", {"table"}), ("History", {"table", "plot"}),
-     ("Watch", {"table", "plot"}), ("GradientFlow", {"table", "plot"}), ("PatchSweep", {"table", "plot"})],
+     ("Watch", {"table", "plot"}), ("GradientFlow", {"table", "plot"}), ("PatchSweep", {"table", "plot"}),
+     ("Probes", {"table", "plot"}), ("TopExamples", {"table", "plot"})],
 )  # fmt: skip
 def test_the_public_results_have_one_shape(name: str, methods: set[str]) -> None:
     cls = getattr(hookscope, name)

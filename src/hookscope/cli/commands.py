@@ -114,7 +114,8 @@ def _report_from_store(args: argparse.Namespace) -> int:
     if run.histories():  # a store written by hookscope.watch: the training report
         print(write_report(build_training_report(run, max_layers=args.max_layers), args.out, force=args.force))
         return 0
-    report = build_report_from_store(run, batch=args.batch, max_layers=args.max_layers)
+    against = load(args.against) if args.against is not None else None
+    report = build_report_from_store(run, batch=args.batch, max_layers=args.max_layers, against=against)
     print(write_report(report, args.out, force=args.force))
     return 0
 

@@ -109,6 +109,8 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
     p.add_argument("--from", dest="store", metavar="STORE", help="report a store (hookscope capture/extract) instead")
     p.add_argument("--batch", type=int, help="with --from: the batch whose tensors are shown (default: the first)")
+    p.add_argument("--against", metavar="STORE", help="with --from a top_examples store: also the inputs whose "
+                   "peak moved most from this store's run (checkpoint A) to --from's (B)")  # fmt: skip
     _shared(p, "select")
     p.add_argument("--grads", action="store_true", help="also capture gradients (of the target score)")
     drawable = [k for k in kinds.names() if kinds.per_call(k)]

@@ -8,7 +8,9 @@ Beside them: ``hookscope.edits.block`` (the ``edit`` block), ``.patching`` (``pa
 
 from __future__ import annotations
 
-from .ops import EDIT_KINDS, EditOp, add, clamp, function, mean, replace, scale, zero
+from .ops import EDIT_KINDS, EditOp, add, clamp, function, mean, project_out, replace, scale, zero
 from .values import Where
 
-__all__ = ["EDIT_KINDS", "EditOp", "Where", "add", "clamp", "function", "mean", "replace", "scale", "zero"]
+__all__ = [
+    "EDIT_KINDS", "EditOp", "Where", "add", "clamp", "function", "mean", "project_out", "replace", "scale", "zero",
+]  # fmt: skip

@@ -9,6 +9,7 @@
                                             a tensor, or (no source) the batch's own mean
     edits.scale(0.5), edits.clamp(min=0)    elementwise
     edits.add(vector)                       a vector broadcast over the other dims (steering)
+    edits.project_out(direction)            the component along a direction removed (a probe's, (*S) or (k, *S))
     edits.replace(clean_capture)            the values another run had at the same site, key and call
     edits.function(fn)                      any ``fn(tensor, call) -> tensor`` (a plain function works too)
 
@@ -35,7 +36,7 @@ from ..core.inference import version
 from ..core.kinds import TABLE, Kind, names
 from ..errors import EditError
 from ..stats.streaming import RunningStats
-from .values import Where, laid_along, mean_of, value_of
+from .values import Where, laid_along, mean_of, projected_out, value_of
 
 EditKind = Kind  # one of EDIT_KINDS, checked when an edit is made
 # What an edit can change: what a module receives, what it returns, the gradient of what it returns.
@@ -155,6 +156,20 @@ def add(
         return _put(tensor, tensor + laid_along(vector, tensor, dim, where), part, where)
 
     return _op(_named("add", part, _short(vector)), change, kind, key, call)
+
+
+def project_out(
+    direction: Tensor,
+    *,
+    kind: EditKind = "output",
+    key: str | None = None,
+    call: int | None = None,
+) -> EditOp:
+    """Remove the component along ``direction``: shaped like the tensor's trailing dims (a (D,) vector
+    of tokens, a (C, H, W) map of images), or (k, *those) to remove the span of k directions."""
+    if not isinstance(direction, Tensor) or direction.numel() == 0:
+        raise EditError(f"edits.project_out needs a non-empty tensor direction, got {type(direction).__name__}")
+    return _op(f"project_out({_short(direction)})", lambda t, w: projected_out(direction, t, w), kind, key, call)
 
 
 def replace(

@@ -110,3 +110,23 @@ def broadcastable(value: Tensor, tensor: Tensor, where: Where, what: str) -> Ten
     if shape != tensor.shape:
         raise EditError(f"the {what} of shape {tuple(value.shape)} would grow {tuple(tensor.shape)} at {where}")
     return value
+
+
+def projected_out(direction: Tensor, tensor: Tensor, where: Where) -> Tensor:
+    """``tensor`` less its component in the span of ``direction`` ((*S) or (k, *S), S its trailing shape)."""
+    n = direction.dim()
+    if n <= tensor.dim() and tuple(direction.shape) == tuple(tensor.shape[tensor.dim() - n :]):
+        trailing, rows = n, direction.reshape(1, -1)
+    elif 2 <= n <= tensor.dim() + 1 and tuple(direction.shape[1:]) == tuple(tensor.shape[tensor.dim() - n + 1 :]):
+        trailing, rows = n - 1, direction.reshape(direction.shape[0], -1)
+    else:
+        raise EditError(
+            f"edits.project_out: a direction of shape {tuple(direction.shape)} fits neither the trailing dims of "
+            f"{tuple(tensor.shape)} at {where} nor (k, *those); pass one shaped like an example of the site"
+        )
+    u, sizes, _ = torch.linalg.svd(rows.to(device=tensor.device, dtype=torch.float64).T, full_matrices=False)
+    basis = u[:, sizes > sizes.max() * 1e-10]  # (D, rank): an orthonormal basis of the span, nothing more
+    flat = tensor.reshape(*tensor.shape[: tensor.dim() - trailing], -1)  # (..., D)
+    along = (flat.double() @ basis) @ basis.T
+    projected: Tensor = (flat - along.to(tensor.dtype)).reshape(tensor.shape)
+    return projected

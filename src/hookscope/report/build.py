@@ -100,9 +100,9 @@ def build_report(
     model's output at ``output`` (a key of a tuple or dict output; default its first tensor, named
     in a remark). ``progress`` (``hookscope.progress``; default quiet) hears ``(stage, done, total)``
     at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
-    after each of its steps. ``sections``: drawn
-    after the prediction, each a ``PatchSweep``, a ``Similarity`` or ``Divergence`` (``hookscope.compare``) or a
-    ``Section`` (``hookscope.report.edits``).
+    after each of its steps. ``sections``: drawn after the prediction, each a ``PatchSweep``, a ``Similarity``
+    or ``Divergence`` (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section``
+    (``hookscope.report.edits``).
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)

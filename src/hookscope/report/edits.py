@@ -27,13 +27,18 @@ from ..edits.block import EditSpec, edit
 from ..edits.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
 from ..explain.targets import logits
+from ..probes.result import Probes
+from ..probes.top import TopExamples
 from ..viz.html import Safe, escape, table, view
+from .probes import probes_section
+from .top import top_examples_section
 from .views import Guess, Section, predictions
 
 MAX_IMAGES = 8  # images whose predictions are laid side by side
 
 
-SectionSource = Section | PatchSweep | Similarity | Divergence  # what build_report(sections=...) takes
+# what build_report(sections=...) takes
+SectionSource = Section | PatchSweep | Similarity | Divergence | Probes | TopExamples
 
 
 def as_section(item: SectionSource) -> Section:
@@ -46,9 +51,13 @@ def as_section(item: SectionSource) -> Section:
         return Section(f"similarity-{item.measure}", f"Similarity ({item.measure.upper()})", str(similarity_html(item)))
     if isinstance(item, Divergence):
         return Section("divergence", "Divergence of two models", str(divergence_html(item)))
+    if isinstance(item, Probes):
+        return probes_section(item)
+    if isinstance(item, TopExamples):
+        return top_examples_section(item)
     raise OptionError(
         f"a report section is a Section or a PatchSweep, got {type(item).__name__}; a Similarity or a Divergence "
-        "(hookscope.compare) goes in too"
+        "(hookscope.compare), Probes or TopExamples (hookscope.probe) go in too"
     )
 
 

@@ -16,6 +16,9 @@ Its neighbours: ``views`` (the page's data, and how a layer is drawn: the same a
 - A store of tensors: one batch (``batch=``, the first by default), as ``build_report`` shows
   one input: ``summarize`` of each layer's first call, feature maps of image 0, the gradient
   and the gradient-flow chart when the store holds ``grad_output``.
+- A store extracted with ``reduce=top_examples(k)``: a section per site, per unit the k inputs
+  it fires on most (where they are) and the histogram of its peak per input (``report.top``);
+  no patches or tokens, which need the inputs (``top_examples_section(top, inputs=...)``).
 - Never predictions or CAMs: they need the model and its input, which a store does not hold.
 """
 
@@ -29,19 +32,31 @@ from ..core.records import Record
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
 from .flow import flow_chart
+from .top import top_sections
 from .views import LayerView, Report, TensorView, human_time, layer_views
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
 
 def build_report_from_store(
-    run: Run, *, batch: int | None = None, title: str | None = None, notes: Sequence[str] = (), max_layers: int = 64
+    run: Run,
+    *,
+    batch: int | None = None,
+    title: str | None = None,
+    notes: Sequence[str] = (),
+    max_layers: int = 64,
+    against: Run | None = None,
 ) -> Report:
-    """What the page shows of ``run`` (see the module docstring)."""
+    """What the page shows of ``run`` (see the module docstring); ``against``: another top_examples store
+    of the same inputs (checkpoint A), whose change to ``run`` gets a section per site too."""
     prov = run.provenance
     table = run.statistics()
     kinds: tuple[Kind, ...]
-    if table:
+    tops = top_sections(run, against)
+    if tops:
+        layers, left_out, kinds, flow, selected = [], [], ("output",), None, len(run)
+        remark = f"the inputs each unit fires on most, over {_batches(run)}; {run.config.get('reduce')}"
+    elif table:
         every = _stats_layers(run, table)
         layers, left_out = every[:max_layers], [layer.name for layer in every[max_layers:]]
         kinds, flow, remark, selected = (STATS_KIND,), None, _stats_remark(run), len(run)
@@ -69,6 +84,7 @@ def build_report_from_store(
         kinds=kinds,
         layers=tuple(layers),
         selected=selected,
+        sections=tuple(tops),
     )  # fmt: skip
 
 
