@@ -1,1 +1,1 @@
-"""The network as a picture: a module graph from one pass (``trace``), its layout and SVG, overlays, memory per layer."""
+"""The network as a picture: a module graph from one pass, its layout and SVG, overlays, memory per layer."""

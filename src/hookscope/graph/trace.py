@@ -145,7 +145,7 @@ class Tracer:
         source = made[1] if made is not None and made[0]() is tensor else None
         if source is not None:
             self._edges.setdefault((source, target), "tensor")
-        if tensor.grad_fn is not None and self._fns.get(tensor.grad_fn) != source:
+        if tensor.grad_fn is not None and (source is None or self._fns.get(tensor.grad_fn) != source):
             for producer in self._walk(tensor.grad_fn):
                 if producer != source and producer != target:
                     self._edges.setdefault((producer, target), "autograd")
