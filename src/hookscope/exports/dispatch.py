@@ -13,10 +13,13 @@ from typing import Any
 
 from ..errors import OptionError
 from ..text import closest
+from . import model_explorer
 
 Writer = Callable[..., Path]
 
-FORMATS: dict[str, Writer] = {}
+FORMATS: dict[str, Writer] = {
+    "model-explorer": model_explorer.write,  # node data for Google's Model Explorer, keyed by torch.export node ids
+}
 
 
 def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool = False, **options: Any) -> Path:
