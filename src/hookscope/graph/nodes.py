@@ -12,8 +12,8 @@ A ``Node`` is a module that ran (the model is ``""``), an ``Edge`` says a tensor
 module (or the model's ``"input"``) to another (or its ``"output"``): ``via="tensor"`` when the
 output object itself was the input, ``via="autograd"`` when it got there through functional code
 (an add, a reshape: a residual join), ``via="export"`` when ``torch.export``'s data flow said so.
-``built`` says which way the edges were found. Drawing is ``hookscope.graph.svg``; the notebook
-view, ``.table()`` and ``.plot()`` are registered there.
+``built`` says which way the edges were found. Drawing is ``hookscope.graph.svg`` (and
+``picture``, which registers the notebook view, ``.table()`` and ``.plot()``).
 """
 
 from __future__ import annotations

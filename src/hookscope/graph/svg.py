@@ -21,7 +21,6 @@ import math
 import re
 from collections.abc import Mapping
 
-from ..display import shows_as
 from ..text import columns, format_size
 from .layout import BOX_H, BOX_W, Box, Drawing, Line, arrange
 from .nodes import INPUT, OUTPUT, Graph
@@ -37,10 +36,10 @@ def svg(graph: Graph, *, within: str | None = None, links: Mapping[str, str] | N
     """The drawing as an SVG element (``within``: a folded block's name, drawn open; ``links``: module name ->
     the href its box goes to; ``uid``: unique among the SVGs of one page)."""
     drawing = arrange(graph, within=within)
-    values = _values(graph)
+    values = label_values(graph)
     lo, hi, log = scale(values)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="hs-graph" width="{drawing.width:.0f}" '
+        f'<svg class="hs-graph" width="{drawing.width:.0f}" '
         f'height="{drawing.height:.0f}" viewBox="0 0 {drawing.width:.0f} {drawing.height:.0f}" role="img" '
         f'aria-label="{_e(f"module graph of {graph.model}" + (f", block {within}" if within else ""))}" '
         'font-family="system-ui, sans-serif">',
@@ -52,7 +51,7 @@ def svg(graph: Graph, *, within: str | None = None, links: Mapping[str, str] | N
             f'<g class="frame"><rect x="{frame.x:.0f}" y="{frame.y:.0f}" width="{frame.w:.0f}" height="{frame.h:.0f}" '
             f'rx="8" fill="#6b7a99" fill-opacity="0.06" stroke="#9aa5bd" stroke-width="1"/>'
             f'<text x="{frame.x + 6:.0f}" y="{frame.y + 10:.0f}" font-size="9" fill="#5a6680">'
-            f"{_e(_cut(frame.name, 40))} · {_e(frame.type)}</text></g>"
+            f"{_e(short(frame.name, 40))} · {_e(frame.type)}</text></g>"
         )
         for frame in drawing.frames
     ]
@@ -62,7 +61,7 @@ def svg(graph: Graph, *, within: str | None = None, links: Mapping[str, str] | N
     return "".join(parts)
 
 
-def _values(graph: Graph) -> dict[str, float]:
+def label_values(graph: Graph) -> dict[str, float]:
     """The overlay, with each folded block given its own value or else the largest of the modules inside it."""
     values = dict(graph.overlay)
     for block in graph.blocks:
@@ -94,8 +93,8 @@ def _box(
         f'stroke="{"#334" if box.folded else "#8a93a6"}" stroke-width="{2 if box.folded else 1}"'
         f"{DASHED if box.folded else ''}/>"
         f'<text x="{box.x + 8:.0f}" y="{box.y + 14:.0f}" font-size="11" font-weight="600" fill="{text}">'
-        f"{_e(_cut(box.name, NAME_CHARS))}</text>"
-        f'<text x="{box.x + 8:.0f}" y="{box.y + 27:.0f}" font-size="9.5" fill="{text}">{_e(_cut(second, 30))}</text>'
+        f"{_e(short(box.name, NAME_CHARS))}</text>"
+        f'<text x="{box.x + 8:.0f}" y="{box.y + 27:.0f}" font-size="9.5" fill="{text}">{_e(short(second, 30))}</text>'
     )
     inner = f'<g class="node" data-name="{_e(box.name)}"><title>{_e(_title(graph, box, value))}</title>{shape}</g>'
     return f'<a href="{_e(href)}">{inner}</a>' if href else inner
@@ -139,7 +138,7 @@ def legend(graph: Graph) -> str:
     )
     if not graph.overlay:
         return f'<p class="hs-legend">{lines}</p>'
-    lo, hi, log = scale(_values(graph))
+    lo, hi, log = scale(label_values(graph))
     stops = ", ".join(
         color(lo + (hi - lo) * i / 10 if not log else lo * (hi / lo) ** (i / 10), lo, hi, log) for i in range(11)
     )
@@ -174,7 +173,7 @@ def _number(value: float) -> str:
     return f"{value:.3g}" if math.isfinite(value) else str(value)
 
 
-def _cut(text: str, chars: int) -> str:
+def short(text: str, chars: int) -> str:
     return text if len(text) <= chars else "…" + text[-(chars - 1) :]
 
 
@@ -202,10 +201,3 @@ def graph_table(graph: Graph) -> str:
     ]
     head = ("module", "type", "calls", "saved", "saved inside", "checkpoint frees", graph.measure or "value")
     return "\n".join(columns([head, *rows], right=(2, 3, 4, 5, 6)))
-
-
-def _graph_html(graph: Graph) -> str:
-    return graph_html(graph)
-
-
-shows_as(Graph, table=graph_table)(_graph_html)

@@ -41,6 +41,7 @@ from ..core.hooks import HandleGroup
 from ..core.modes import evaluating
 from ..core.select import blocks
 from ..core.tree import flatten, flatten_call
+from . import picture  # noqa: F401  (registers a Graph's notebook view, .table() and .plot())
 from .nodes import INPUT, OUTPUT, Edge, Graph, Node
 
 OUTSIDE = "(outside)"  # who saved a tensor autograd kept outside every module's call
