@@ -72,6 +72,8 @@ OPTIONS = {
     "per_channel", "channel_dim", "percentiles",
     # reports
     "grads", "pictures", "cam_methods", "title", "notes", "max_layers", "image_names", "sections",
+    # the module graph: build_report(graph=) draws it, module_graph(exported=) adds torch.export's data flow
+    "graph", "exported",
     # stores
     "verify", "max_memory", "stats_only", "resume", "forward", "shard_size", "flush_every",
     # training
@@ -160,6 +162,7 @@ METHOD_NAMES = {
     "step", "index", "site", "position", "what",  # a row, batch, site or cell of the result
     "dim", "layout", "other",  # Record.stack's dim, Call.set_layout's layout, RunningStats.merge's other
     "column", "row", "words",  # History/Watch.plot's series column, LogitLens' sequence, TokenAttribution per word
+    "overlay", "measure",  # Graph.colored(overlay, measure=): a number per module and what the numbers are
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

@@ -54,6 +54,8 @@ from .explain.attribute import attribute
 from .explain.cam import cam
 from .explain.layers import pick_layer
 from .exports.dispatch import export
+from .graph.nodes import Graph
+from .graph.trace import module_graph
 from .report.build import build_report
 from .report.html import render_html, write_report
 from .report.inline import show
@@ -94,6 +96,7 @@ __all__ = [
     "EditWarning",
     "ForwardError",
     "GradientFlow",
+    "Graph",
     "History",
     "HookInfo",
     "HookscopeError",
@@ -148,6 +151,7 @@ __all__ = [
     "list_modules",
     "load",
     "logit_lens",
+    "module_graph",
     "nan_guard",
     "overlay",
     "panel",
