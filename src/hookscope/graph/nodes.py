@@ -98,6 +98,6 @@ class Graph(Shows):
         """A row per module: type, calls, saved bytes (its own and inside it), and the overlay's value."""
         return table_of(self)
 
-    def plot(self, **options: Any) -> Any:
-        """The drawing as a picture (PIL), rasterised from the SVG."""
-        return plot_of(self, **options)
+    def plot(self) -> Any:
+        """The overview as a picture (PIL), drawn from the SVG's layout (``hookscope.graph.picture``)."""
+        return plot_of(self)
