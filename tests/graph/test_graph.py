@@ -22,7 +22,7 @@ from hookscope.graph.overlay import VIRIDIS, color, overlay_of
 from hookscope.graph.svg import svg
 from hookscope.graph.trace import Tracer, module_graph
 from hookscope.report.build import build_report
-from hookscope.report.html import write_report
+from hookscope.report.html import render_html, write_report
 from hookscope.store.series import COLUMNS, History
 from tests.browser import open_page
 
@@ -274,3 +274,18 @@ def test_the_report_draws_the_graph_and_fetches_nothing(page: Path, chromium: An
         assert tab.evaluate("document.getElementById('graph-block-layer3.0').open")
         tab.close()
         assert problems == []
+
+
+def test_a_store_keeps_its_graph_and_its_report_draws_it(resnet: Any, tmp_path: Path) -> None:
+    from hookscope.report.from_store import build_report_from_store
+
+    model, x, graph = resnet
+    assert Graph.from_dict(json.loads(json.dumps(graph.as_dict()))) == graph  # through JSON and back
+    with hookscope.capture(model, ["conv1", "layer1.0.conv1"]) as cap, torch.no_grad():
+        model(x)
+    run = hookscope.save(cap, tmp_path / "store", graph=graph)
+    report = build_report_from_store(hookscope.load(run.path))
+    assert report.graph is not None and report.graph.edges == graph.edges
+    assert report.graph.measure == "bytes saved for backward"
+    html = render_html(report)
+    assert 'href="#layer-0"' in html and 'class="hs-graph"' in html

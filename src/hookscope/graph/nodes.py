@@ -94,6 +94,28 @@ class Graph(Shows):
         """This graph with its boxes coloured by ``overlay`` (module name -> number; see ``graph.overlay``)."""
         return dataclasses.replace(self, overlay={str(k): float(v) for k, v in overlay.items()}, measure=measure)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The graph as JSON-ready data (what a store keeps in its manifest); ``from_dict`` reads it back."""
+        return {
+            "model": self.model, "built": self.built, "note": self.note, "blocks": list(self.blocks),
+            "nodes": [dataclasses.astuple(node) for node in self.nodes],
+            "edges": [dataclasses.astuple(edge) for edge in self.edges],
+            "export_ids": {k: list(v) for k, v in self.export_ids.items()},
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Graph:
+        """The graph ``as_dict`` wrote (without its overlay)."""
+        return cls(
+            model=str(data["model"]),
+            nodes=tuple(Node(*row) for row in data["nodes"]),
+            edges=tuple(Edge(*row) for row in data["edges"]),
+            built=str(data["built"]),
+            note=str(data["note"]),
+            blocks=tuple(data.get("blocks", ())),
+            export_ids={k: tuple(v) for k, v in data.get("export_ids", {}).items()},
+        )
+
     def table(self) -> str:
         """A row per module: type, calls, saved bytes (its own and inside it), and the overlay's value."""
         return table_of(self)

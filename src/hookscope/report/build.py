@@ -49,7 +49,6 @@ from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
-from ..graph.nodes import Graph
 from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
 from ..viz.images import overlay, to_pil
@@ -59,6 +58,7 @@ from .views import (
     CamView,
     Report,
     Section,
+    coloured,
     human_time,
     layer_views,
     not_held,
@@ -146,7 +146,7 @@ def build_report(
         selected=len(cap),
         image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
         sections=tuple(as_section(section) for section in sections),
-        graph=_graph(tracer, flow),
+        graph=coloured(tracer.graph() if tracer is not None else None, flow),
     )
 
 
@@ -198,18 +198,6 @@ def _flow(cap: Capture, step: Callback) -> FlowChart | None:
     chart = flow_chart(cap)
     step("flow", 1, 1)
     return chart
-
-
-def _graph(tracer: Tracer | None, flow: FlowChart | None) -> Graph | None:
-    """The traced graph, coloured by each layer's mean |gradient| (the flow chart's bars) or else by the
-    bytes each module's forward left saved for the backward."""
-    if tracer is None:
-        return None
-    graph = tracer.graph()
-    if flow is not None:
-        return graph.colored({bar.name: bar.mean_abs for bar in flow.bars}, measure="mean |grad_output|")
-    saved = {node.name: float(node.saved) for node in graph.leaves()}
-    return graph.colored(saved, measure="bytes saved for backward")
 
 
 def _class_scores(output: Any, labels: Sequence[str] | None, key: str) -> Tensor | None:

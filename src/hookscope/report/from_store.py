@@ -17,6 +17,7 @@ Its neighbours: ``views`` (the page's data, and how a layer is drawn: the same a
   one input: ``summarize`` of each layer's first call, feature maps of image 0, the gradient
   and the gradient-flow chart when the store holds ``grad_output``.
 - Never predictions or CAMs: they need the model and its input, which a store does not hold.
+- The module graph when the store keeps one (``save(cap, out, graph=)``, ``extract(..., graph=)``).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from collections.abc import Mapping, Sequence
 
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Record
+from ..graph.nodes import Graph
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
 from .flow import flow_chart
-from .views import LayerView, Report, TensorView, human_time, layer_views
+from .views import LayerView, Report, TensorView, coloured, human_time, layer_views
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
@@ -69,6 +71,7 @@ def build_report_from_store(
         kinds=kinds,
         layers=tuple(layers),
         selected=selected,
+        graph=coloured(Graph.from_dict(run.manifest["graph"]) if "graph" in run.manifest else None, flow),
     )  # fmt: skip
 
 

@@ -174,6 +174,17 @@ class Report(Shows):
         return any(is_gradient(kind) for kind in self.kinds)
 
 
+def coloured(graph: Graph | None, flow: FlowChart | None) -> Graph | None:
+    """The page's graph, coloured by each layer's mean |gradient| (the flow chart's bars) when there is one,
+    else by the bytes each module's forward left saved for the backward."""
+    if graph is None:
+        return None
+    if flow is not None:
+        return graph.colored({bar.name: bar.mean_abs for bar in flow.bars}, measure="mean |grad_output|")
+    saved = {node.name: float(node.saved) for node in graph.leaves()}
+    return graph.colored(saved, measure="bytes saved for backward")
+
+
 def layer_views(
     sites: Mapping[str, Record],
     kinds: Sequence[Kind],

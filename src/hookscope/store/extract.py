@@ -85,6 +85,7 @@ def extract(
     shard_size: int | str = "256MB",
     flush_every: float | None = FLUSH_EVERY,
     target: Loss | None = None,
+    graph: Any = None,
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
@@ -104,6 +105,7 @@ def extract(
     memory bound, resume and ranks (``param.grad`` is never written). ``loss=`` is its old spelling.
     A run that fails keeps the batches finished before it (``resume=True`` continues); one whose
     model or data fails before its first batch finished leaves no store behind (one process).
+    ``graph``: a ``hookscope.Graph`` (``module_graph``) kept in the manifest, for the store's report.
     Returns ``load(out)``.
     """
     chosen = _check_kinds(model, kinds, target)
@@ -113,6 +115,8 @@ def extract(
     run_forward = forward or default_forward(device)
     world = World.join(device)
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
+    if graph is not None:
+        header["graph"] = graph.as_dict()
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = _Meter(progress if world.rank == 0 else None, total)
