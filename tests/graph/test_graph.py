@@ -289,3 +289,29 @@ def test_a_store_keeps_its_graph_and_its_report_draws_it(resnet: Any, tmp_path: 
     assert report.graph.measure == "bytes saved for backward"
     html = render_html(report)
     assert 'href="#layer-0"' in html and 'class="hs-graph"' in html
+
+
+def test_the_training_report_colours_the_graph_by_its_alerts(tmp_path: Path) -> None:
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with hookscope.watch(model, opt, every=1, out=tmp_path / "run.hookscope"):
+        for step in range(4):
+            x = torch.randn(16, 8)
+            x[0, 0] = float("nan") if step == 2 else x[0, 0]
+            loss = F.cross_entropy(model(x), torch.randint(0, 3, (16,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    run = hookscope.load(tmp_path / "run.hookscope")
+    assert run.alerts
+    report = hookscope.build_training_report(run, graph=module_graph(model, torch.randn(2, 8)))
+    assert report.graph is not None and report.graph.measure == "alerts"
+    by_hand: dict[str, float] = {}
+    for alert in run.alerts:
+        by_hand[alert.module] = by_hand.get(alert.module, 0.0) + 1
+    assert report.graph.overlay == by_hand
+    html = render_html(report)
+    assert 'id="graph"' in html and html.count('class="node"') == 3
