@@ -16,7 +16,7 @@ fraction over positions); an edit report (``rows``: the largest relative change 
 returns the numbers and what they are, which the legend names.
 
 Colours run from the smallest finite value (dark blue) to the largest (yellow) through a viridis
-scale, linear or, with ``log`` (the default when the values span more than three decades, all
+scale, linear or, with ``log`` (the default when the values span more than a decade, all
 positive), logarithmic. A non-finite value is drawn red, a module without a value white.
 """
 
@@ -113,13 +113,13 @@ def divergence(first: Mapping[str, Record], second: Mapping[str, Record]) -> dic
 
 
 def scale(values: Mapping[str, float], *, log: bool | None = None) -> tuple[float, float, bool]:
-    """``(lo, hi, log)`` over the finite values; ``log`` None: on when all are positive over > 3 decades."""
+    """``(lo, hi, log)`` over the finite values; ``log`` None: on when all are positive over more than a decade."""
     finite = [v for v in values.values() if math.isfinite(v)]
     if not finite:
         return 0.0, 1.0, False
     lo, hi = min(finite), max(finite)
     if log is None:
-        log = lo > 0 and hi / lo > 1e3
+        log = lo > 0 and hi / lo > 10
     return lo, hi, bool(log and lo > 0)
 
 
