@@ -76,9 +76,10 @@ def test_a_dict_output_model_has_the_edges_of_a_hand_trace() -> None:
         ("mean", "output", "tensor"), ("scale", "output", "autograd"),  # .exp() after the module
     }  # fmt: skip
     assert graph.node("trunk").leaf is False and graph.node("trunk.0").parent == "trunk"
-    with torch.no_grad():  # without gradients only identity: the join is not seen, and the note says so
-        plain = module_graph(model, x)
-    assert "tensor identity only" in plain.note or plain.built.startswith("hooks")
+    frozen = copy.deepcopy(model).requires_grad_(False)  # nothing requires grad: identity edges only, and said
+    plain = module_graph(frozen, x)
+    assert {(e.source, e.target) for e in plain.edges} == {(s, t) for s, t, via in edges if via == "tensor"}
+    assert plain.built == "hooks" and "identity only" in plain.note
 
 
 def test_resnet_nodes_are_the_modules_that_ran_and_hooks_agree_with_torch_export(resnet: Any) -> None:
