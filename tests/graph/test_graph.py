@@ -316,3 +316,14 @@ def test_the_training_report_colours_the_graph_by_its_alerts(tmp_path: Path) -> 
     assert report.graph.overlay == by_hand
     html = render_html(report)
     assert 'id="graph"' in html and html.count('class="node"') == 3
+
+
+def test_hookscope_capture_keeps_the_graph_and_report_from_the_store_draws_it(tmp_path: Path) -> None:
+    from hookscope.cli import main
+    from hookscope.zoo.lenet import lenet
+
+    assert main(["capture", "lenet", "random:1x1x32x32", "--out", str(tmp_path / "store")]) == 0
+    kept = Graph.from_dict(hookscope.load(tmp_path / "store").manifest["graph"])
+    assert {n.name for n in kept.nodes} == ran(lenet(), torch.randn(1, 1, 32, 32))
+    assert main(["report", "--from", str(tmp_path / "store"), "--out", str(tmp_path / "page")]) == 0
+    assert 'class="hs-graph"' in (tmp_path / "page" / "index.html").read_text()
