@@ -327,3 +327,15 @@ def test_hookscope_capture_keeps_the_graph_and_report_from_the_store_draws_it(tm
     assert {n.name for n in kept.nodes} == ran(lenet(), torch.randn(1, 1, 32, 32))
     assert main(["report", "--from", str(tmp_path / "store"), "--out", str(tmp_path / "page")]) == 0
     assert 'class="hs-graph"' in (tmp_path / "page" / "index.html").read_text()
+
+
+def test_the_tracer_leaves_no_hook_behind_even_when_the_forward_raises() -> None:
+    model = DictOut()
+    counts = lambda: sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())  # noqa: E731
+    with pytest.raises(RuntimeError, match="mat1 and mat2"), Tracer(model):
+        model(torch.randn(3, 5))  # the wrong width
+    assert counts() == 0 and torch.is_grad_enabled()
+    with torch.no_grad(), Tracer(model) as tracer:
+        model(torch.randn(3, 4))
+        assert torch.is_grad_enabled()  # it records gradients inside its block
+    assert counts() == 0 and tracer.saved > 0
