@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..core.compiled import named_modules
 from ..core.hooks import HandleGroup
 from ..core.modes import evaluating
 from ..core.select import blocks
@@ -64,7 +65,8 @@ class Tracer:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self._names = {module: name for name, module in model.named_modules()}
+        self._names = {module: name for name, module in named_modules(model)}  # eager names, as capture's
+        self._root = next(module for module, name in self._names.items() if name == "")
         self._handles = HandleGroup()
         self._stack: list[str] = []
         self._pending: dict[str, list[list[Tensor]]] = {}  # a running module's inputs, one list per call
@@ -104,14 +106,14 @@ class Tracer:
             tensors = [t for _, t in flatten_call(args, kwargs)]
             seen = self._seen.get(name)
             if seen is None:
-                parent = self._stack[-1] if self._stack else (None if module is self.model else "")
+                parent = self._stack[-1] if self._stack else (None if module is self._root else "")
                 seen = self._seen[name] = _Seen(type(module).__name__, parent, len(self._seen))
                 seen.inputs = {_key(t) for t in tensors if t.untyped_storage().data_ptr() not in self._held}
                 seen.bytes_in = sum(
                     {_key(t): t.untyped_storage().nbytes() for t in tensors if _key(t) in seen.inputs}.values()
                 )
             seen.calls += 1
-            if module is self.model:
+            if module is self._root:
                 for tensor in tensors:
                     self._made[id(tensor)] = (weakref.ref(tensor), INPUT)
             self._stack.append(name)
@@ -133,7 +135,7 @@ class Tracer:
                     self._made[id(tensor)] = (weakref.ref(tensor), name)
                     if tensor.grad_fn is not None:
                         self._fns[tensor.grad_fn] = name
-            if module is self.model:
+            if module is self._root:
                 for tensor in outputs:
                     self._link(tensor, OUTPUT)
 
@@ -213,8 +215,8 @@ class Tracer:
         )
         edges = tuple(Edge(s, t, via) for (s, t), via in self._edges.items())
         ran = {node.name for node in nodes}
-        folded = tuple(name for name, _ in blocks(self.model) if name in ran)
-        return Graph(type(self.model).__name__, nodes, edges, built, note, blocks=folded)
+        folded = tuple(name for name, _ in blocks(self._root) if name in ran)
+        return Graph(type(self._root).__name__, nodes, edges, built, note, blocks=folded)
 
 
 def _unpack(tensor: Tensor) -> Tensor:
