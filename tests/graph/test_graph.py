@@ -339,3 +339,22 @@ def test_the_tracer_leaves_no_hook_behind_even_when_the_forward_raises() -> None
         model(torch.randn(3, 4))
         assert torch.is_grad_enabled()  # it records gradients inside its block
     assert counts() == 0 and tracer.saved > 0
+
+
+def test_divergence_is_zero_before_the_change_and_the_relative_norm_after() -> None:
+    from hookscope.graph.overlay import divergence
+
+    torch.manual_seed(0)
+    first, x = DictOut(), torch.randn(3, 4)
+    second = copy.deepcopy(first)
+    with torch.no_grad():
+        second.mean.weight.mul_(2)
+    caps = []
+    for model in (first, second):
+        with hookscope.capture(model) as cap, torch.no_grad():
+            model(x)
+        caps.append(cap)
+    found = divergence(*caps)
+    assert found["trunk.0"] == found["skip"] == found["scale"] == 0.0
+    a, b = caps[0]["mean"].output.double(), caps[1]["mean"].output.double()
+    assert found["mean"] == pytest.approx(float((b - a).norm() / a.norm()))
