@@ -358,3 +358,24 @@ def test_divergence_is_zero_before_the_change_and_the_relative_norm_after() -> N
     assert found["trunk.0"] == found["skip"] == found["scale"] == 0.0
     a, b = caps[0]["mean"].output.double(), caps[1]["mean"].output.double()
     assert found["mean"] == pytest.approx(float((b - a).norm() / a.norm()))
+
+
+class Branchy(nn.Module):
+    """Data-dependent control flow: torch.export cannot trace it, hooks do not mind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        return self.b(h) if h.sum() > 0 else -h
+
+
+def test_where_torch_export_fails_the_hooks_graph_stays_and_says_why() -> None:
+    torch.manual_seed(0)
+    model, x = Branchy(), torch.randn(2, 4)
+    with pytest.warns(hookscope.CaptureWarning, match="torch.export failed on Branchy"):
+        graph = module_graph(model, x, exported=True)
+    assert graph.built.startswith("hooks") and "torch.export failed" in graph.note and not graph.export_ids
+    assert {n.name for n in graph.nodes} == ran(model, x)
