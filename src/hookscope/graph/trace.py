@@ -205,13 +205,13 @@ class Tracer:
             for name, s in self._seen.items()
         )  # fmt: skip
         joins = any(via == "autograd" for via in self._edges.values())
-        grads = any(p.requires_grad for p in self.model.parameters())
+        recorded = joins or bool(self._sizes)  # autograd saw the pass
         built = "hooks and autograd" if joins else "hooks"
         note = (
             "modules linked by tensor identity, joins through the autograd graph"
-            if grads or joins
-            else "modules linked by tensor identity only: nothing required grad, so joins through functional code "
-            "(residual adds) are not seen"
+            if recorded
+            else "modules linked by tensor identity only: no gradient was recorded (nothing required grad, or "
+            "inference mode), so joins through functional code (residual adds) are not seen"
         )
         edges = tuple(Edge(s, t, via) for (s, t), via in self._edges.items())
         ran = {node.name for node in nodes}
