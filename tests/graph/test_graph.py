@@ -176,7 +176,7 @@ def test_blocks_fold_and_open_and_boxes_never_overlap(resnet: Any) -> None:
         )
 
 
-def test_efficientnet_lite0_and_minilm_graphs() -> None:
+def test_efficientnet_lite0_graph_folds_its_16_blocks() -> None:
     from hookscope import zoo
 
     model, x = zoo.efficientnet_lite0(), torch.randn(1, 3, 96, 96)
