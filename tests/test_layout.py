@@ -16,8 +16,8 @@ SRC = Path(hookscope.__file__).parent
 # A module of a sub-package may import from its own sub-package, from a lower one, and from the leaves.
 RANKS = {
     **{"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3},
-    **{"edits": 4, "train": 4, "transformer": 4, "compare": 4, "probes": 4, "report": 5, "exports": 5, "cli": 6},
-    **{"integrations": 6},
+    **{"edits": 4, "train": 4, "transformer": 4, "compare": 4, "probes": 4, "graph": 4},
+    **{"report": 5, "exports": 5, "cli": 6, "integrations": 6},
 }
 LEAVES = {"errors", "deprecation", "_version", "optional", "files", "text", "tokens", "reducers", "display", "progress"}
 # the curated API, the entry point, forwarding names

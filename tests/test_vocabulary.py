@@ -79,6 +79,8 @@ OPTIONS = {
     "per_channel", "channel_dim", "percentiles",
     # reports
     "grads", "pictures", "cam_methods", "title", "notes", "max_layers", "image_names", "sections",
+    # the module graph: build_report(graph=) draws it, module_graph(exported=) adds torch.export's data flow
+    "graph", "exported",
     # stores
     "verify", "max_memory", "stats_only", "resume", "forward", "shard_size", "flush_every",
     # stores others read: extract's layout ("rows", "tokens"), a dataset's items (by rows or tokens), its shuffle
@@ -179,6 +181,7 @@ METHOD_NAMES = {
     "scalars",  # Watch.log(**scalars): named numbers kept beside the statistics
     "rtol",  # Divergence.first / .plot: the relative tolerance
     "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
+    "overlay", "measure",  # Graph.colored(overlay, measure=): a number per module and what the numbers are
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

@@ -54,6 +54,8 @@ from .explain.attribute import attribute
 from .explain.cam import cam
 from .explain.layers import pick_layer
 from .exports.dispatch import export
+from .graph.nodes import Graph
+from .graph.trace import module_graph
 from .probes.probe import probe
 from .probes.result import Probes
 from .probes.top import TopExamples
@@ -98,6 +100,7 @@ __all__ = [
     "EditWarning",
     "ForwardError",
     "GradientFlow",
+    "Graph",
     "History",
     "HookInfo",
     "HookscopeError",
@@ -157,6 +160,7 @@ __all__ = [
     "list_modules",
     "load",
     "logit_lens",
+    "module_graph",
     "nan_guard",
     "overlay",
     "panel",

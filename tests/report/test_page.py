@@ -279,8 +279,9 @@ def test_the_table_fits_the_page_and_says_when_nothing_matches(
     inside = boxes(page, "#table .table-wrap *")
     wide = [e["text"][:40] for e in inside if e["visible"] and (e["width"] > width or e["right"] > wrap["right"])]
     assert wide == []
-    last = boxes(page, "#layer-table thead th")[-1]
-    assert last["text"].lower().startswith("mean |grad|") and last["right"] <= wrap["right"]
+    grad, last = boxes(page, "#layer-table thead th")[-2:]
+    assert grad["text"].lower().startswith("mean |grad|") and last["text"].lower() == "saved for backward"
+    assert last["right"] <= wrap["right"]
     shot(page, f"table-{width}px", "#table")
     assert not page.is_visible("#layer-none")
     page.fill("#layer-search", "no-such-layer")
@@ -315,7 +316,7 @@ def test_the_sticky_nav_leaves_each_section_heading_in_view(
 ) -> None:
     page, problems = view(chromium, efficient, tmp_path / "report", width)
     links = page.locator("nav.sections a")
-    assert links.all_inner_texts() == ["Prediction", "CAM", "Gradient flow", "Layer table", "Layers"]
+    assert links.all_inner_texts() == ["Prediction", "CAM", "Gradient flow", "Graph", "Layer table", "Layers"]
     nav = boxes(page, "nav.sections")[0]
     assert nav["height"] <= 56 and nav["right"] <= width  # one row of links, however narrow
     for i in range(links.count()):

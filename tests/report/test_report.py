@@ -182,7 +182,7 @@ def test_the_table_has_one_row_per_layer_with_summarize_numbers(plain: Report, b
     assert len(page.rows) == len(outputs) == len(plain.layers)
     for cells, (name, tensor) in zip(page.rows, outputs, strict=True):
         expected = summarize(tensor)
-        _, layer, _, shape, mean, std, low, high, zeros, bad = cells
+        _, layer, _, shape, mean, std, low, high, zeros, bad, _saved = cells  # then saved for backward (graph)
         assert layer[1].strip() == name
         assert shape[1] == str(tuple(tensor.shape))
         assert int(shape[0]) == tensor.numel()
@@ -199,7 +199,7 @@ def test_numbers_count_nan_and_inf_and_the_cell_is_flagged() -> None:
     report = build_report(net, torch.rand(1, 3, 6, 6))
     page = Page(render_html(report))
     holes = page.rows[1]
-    assert holes[-1][0] == "4" and holes[-1][1].strip() == "2 / 2"  # 2 channels: a NaN and an Inf each
+    assert holes[9][0] == "4" and holes[9][1].strip() == "2 / 2"  # 2 channels: a NaN and an Inf each
     assert any("bad" in a.get("class", "") for a in page.attrs("td"))
     assert "the model's output is not (batch, classes): no predictions" in report.remarks
     assert any(r.startswith("no CAM: the model's output is not (batch, classes)") for r in report.remarks)
@@ -258,8 +258,8 @@ def test_grads_add_gradient_panels_and_a_flow_chart(with_grads: Report, plain: R
     assert any(a.get("id") == "flow" for a in page.attrs("section"))
     assert len([a for a in page.attrs("span") if "bar" in a.get("class", "").split()]) == 2 * len(outputs)
     assert page.all_text().count("gradient · grad_output") == len(outputs)
-    assert len(page.rows[0]) == 11  # the mean |grad| column
-    assert float(page.rows[0][-1][0]) == pytest.approx(summarize(grads[0]).mean_abs, rel=1e-6)
+    assert len(page.rows[0]) == 12  # the mean |grad| column, then saved for backward (the graph's)
+    assert float(page.rows[0][10][0]) == pytest.approx(summarize(grads[0]).mean_abs, rel=1e-6)
     assert [row.overlays[1][0] for row in with_grads.cams] == ["layercam", "layercam"]
     plain_page = render_html(plain)
     assert 'id="flow"' not in plain_page and "grad_output" not in plain_page

@@ -32,6 +32,7 @@ from ..core.select import list_modules
 from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
 from ..explain.cam import cam
 from ..files import write_atomically
+from ..graph.trace import Tracer
 from ..optional import require
 from ..report.build import build_report
 from ..report.from_store import build_report_from_store
@@ -156,9 +157,10 @@ def run_capture(args: argparse.Namespace) -> int:
         inputs: tuple[tuple[Any, ...], dict[str, Any]] = ((), dict(encode_texts(loaded, args.inputs, args.device)))
     else:
         inputs = _inputs(args, args.inputs, loaded).feed(args.device)
+    tracer = Tracer(loaded.model)  # the store keeps the module graph of the same pass, for its report
     with _ForwardGuard(loaded.model, *inputs):
-        cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output)
-    print(save(cap, args.out, force=args.force).path)
+        cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output, tracer)
+    print(save(cap, args.out, force=args.force, graph=tracer.graph()).path)
     return 0
 
 

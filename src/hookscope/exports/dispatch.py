@@ -13,12 +13,13 @@ from typing import Any
 
 from ..errors import OptionError
 from ..text import closest
-from . import datasets
+from . import datasets, model_explorer
 
 Writer = Callable[..., Path]
 
 FORMATS: dict[str, Writer] = {
     "datasets": datasets.write,  # a store as an HF datasets folder in SAE Lens's layout (exports/datasets.py)
+    "model-explorer": model_explorer.write,  # node data for Google's Model Explorer, keyed by torch.export node ids
 }
 
 

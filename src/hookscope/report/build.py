@@ -29,6 +29,7 @@ Jinja2, Pillow and matplotlib are imported when a report is built or rendered
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import warnings
@@ -47,6 +48,7 @@ from ..errors import CaptureWarning, OptionError, SelectionError
 from ..explain.cam import CAM_METHODS, cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices, explained, logits, scores
+from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
 from ..viz.images import overlay, to_pil
 from .edits import SectionSource, as_section
@@ -54,6 +56,7 @@ from .flow import FlowChart, flow_chart
 from .views import (
     CamView,
     Report,
+    coloured,
     human_time,
     layer_views,
     not_held,
@@ -87,6 +90,7 @@ def build_report(
     output: str | None = None,
     image_names: Sequence[str] = (),
     sections: Sequence[SectionSource] = (),
+    graph: bool = True,
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -102,15 +106,19 @@ def build_report(
     at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
     after each of its steps. ``sections``: drawn after the prediction, each a ``PatchSweep``, a ``Similarity``
     or ``Divergence`` (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section``
-    (``hookscope.report.edits``).
+    (``hookscope.report.edits``). ``graph``: draw the module graph (``hookscope.graph``), traced by hooks in
+    the same pass (which then records gradients, to measure what each module leaves saved for the backward),
+    coloured by mean |gradient| with ``grads``, else by those saved bytes.
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)
     _check_options(model, x, grads, pictures, cam_methods, top_k, max_layers)
     step = callback(progress)
     with evaluating(model) as switched:  # the model as it predicts; every module's flag restored after
-        cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step)
+        tracer = Tracer(model) if graph else None
+        cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step, tracer)
         scores_2d = _class_scores(returned, labels, key)
+        del returned  # with a graph it holds the pass's autograd graph
         layers, left_out = layer_views(  # each record knows its channels: (B, H, W, C) maps drawn permuted
             cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
         )
@@ -130,12 +138,13 @@ def build_report(
         predictions=predictions(scores_2d[:shown], labels, top_k) if scores_2d is not None else (),
         cam_layer=cam_layer,
         cams=cams,
-        flow=_flow(cap, step) if grads else None,
+        flow=(flow := _flow(cap, step) if grads else None),
         kinds=drawn,
         layers=tuple(layers),
         selected=len(cap),
         image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
         sections=tuple(as_section(section) for section in sections),
+        graph=coloured(tracer.graph() if tracer is not None else None, flow),
     )
 
 
@@ -148,10 +157,12 @@ def _run(
     grads: bool,
     explain: tuple[Target, str | None],
     step: Callback,
+    tracer: Tracer | None = None,
 ) -> tuple[Capture, Any, str, list[str]]:
     """One forward pass under the capture (and a backward one with ``grads``), the ``forward`` stage:
     the capture, what the model returned, the key of the output explained (``explain``: the target
-    and the key asked for), and the CaptureWarnings (and that choice) as text."""
+    and the key asked for), and the CaptureWarnings (and that choice) as text. A ``tracer`` watches
+    the same pass (it records gradients: without ``grads`` the model then runs on a copy of ``x``)."""
     target, key = explain
     step("forward", 0, 1)
     with warnings.catch_warnings(record=True) as caught:
@@ -159,7 +170,7 @@ def _run(
         if grads:
             with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
                 leaf = x.detach().clone().requires_grad_(x.is_floating_point())  # token ids: no d/dx
-                with capture(model, select, kinds=kinds) as cap:
+                with capture(model, select, kinds=kinds) as cap, tracer or contextlib.nullcontext():
                     output = model(leaf.clone())  # a copy: the model may change its input in place
                     key, note = explained(output, key)
                     picked, _ = scores(output, target, key)
@@ -167,8 +178,8 @@ def _run(
                     towards = [leaf] if leaf.requires_grad else [p for p in model.parameters() if p.requires_grad]
                     torch.autograd.grad(picked.sum(), towards, allow_unused=True)
         else:
-            with capture(model, select, kinds=kinds) as cap, torch.no_grad():
-                output = model(x)
+            with capture(model, select, kinds=kinds) as cap, tracer or torch.no_grad():
+                output = model(x if tracer is None else x.clone())  # the tracer records gradients: no inference tensor
             key, note = explained(output, key)
     step("forward", 1, 1)
     remarks = [] if note is None else [f"explained: {note}"]

@@ -20,6 +20,7 @@ Its neighbours: ``views`` (the page's data, and how a layer is drawn: the same a
   it fires on most (where they are) and the histogram of its peak per input (``report.top``);
   no patches or tokens, which need the inputs (``top_examples_section(top, inputs=...)``).
 - Never predictions or CAMs: they need the model and its input, which a store does not hold.
+- The module graph when the store keeps one (``save(cap, out, graph=)``, ``extract(..., graph=)``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from collections.abc import Mapping, Sequence
 
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Record
+from ..graph.nodes import Graph
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
 from .flow import flow_chart
 from .top import top_sections
-from .views import LayerView, Report, TensorView, human_time, layer_views
+from .views import LayerView, Report, TensorView, coloured, human_time, layer_views
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
@@ -85,6 +87,7 @@ def build_report_from_store(
         layers=tuple(layers),
         selected=selected,
         sections=tuple(tops),
+        graph=coloured(Graph.from_dict(run.manifest["graph"]) if "graph" in run.manifest else None, flow),
     )  # fmt: skip
 
 

@@ -30,9 +30,12 @@ from typing import Any, TypeVar
 from ..core.kinds import is_gradient
 from ..errors import OptionError, OutputExistsError, StoreError
 from ..files import staged_folder
+from ..graph.nodes import Graph
+from ..graph.svg import graph_html
 from ..optional import require
+from ..text import format_size
 from ..viz.html import data_uri
-from .views import Report
+from .views import LayerView, Report
 
 TEMPLATE = "report/templates/report.html.j2"  # the page's template, a file of the hookscope package
 Render = TypeVar("Render", bound=Callable[[Any], str])
@@ -68,8 +71,21 @@ def render_html(report: object) -> str:
 
 def _report_page(report: Report) -> str:
     types = sorted({layer.type for layer in report.layers})
-    html: str = environment().get_template(TEMPLATE.rsplit("/", 1)[1]).render(report=report, types=types)
+    graph, saved = graph_parts(report.graph, report.layers)
+    template = environment().get_template(TEMPLATE.rsplit("/", 1)[1])
+    html: str = template.render(report=report, types=types, graph=graph, saved=saved)
     return html
+
+
+def graph_parts(graph: Graph | None, layers: Sequence[LayerView]) -> tuple[Any, dict[str, int]]:
+    """The graph's HTML (its boxes link to the layer cards, ``#layer-N``) and the bytes each layer's forward
+    left saved for the backward, by name; (None, {}) without a graph."""
+    if graph is None:
+        return None, {}
+    markupsafe: Any = require("markupsafe")
+    links = {layer.name: f"#layer-{layer.index}" for layer in layers}
+    saved = {node.name: graph.saved_under(node.name) for node in graph.nodes}
+    return markupsafe.Markup(graph_html(graph, links=links)), saved
 
 
 def environment() -> Any:
@@ -92,6 +108,7 @@ def environment() -> Any:
         lstrip_blocks=True,
     )
     env.filters.update(png=data_uri, num=format_number, percent=_percent, shape=_shape, breakable=_breakable)
+    env.filters.update(bytes=format_size)
     env.globals.update(
         histogram=_histogram_bars, value_bars=_value_bars, numel=math.prod, isfinite=_isfinite, is_gradient=is_gradient
     )

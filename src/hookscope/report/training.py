@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,9 @@ from pathlib import Path
 from ..deprecation import warn_renamed
 from ..display import Shows, shows_as, table_of
 from ..errors import OptionError
+from ..graph.nodes import Graph
+from ..graph.overlay import overlay_of
+from ..graph.svg import graph_html
 from ..optional import require
 from ..store.reader import Run
 from ..store.series import Alert, History
@@ -75,6 +79,7 @@ class TrainingReport(Shows):
     layers: tuple[LayerRow, ...]
     left_out: int  # layers beyond max_layers, not drawn in the curves
     ranks: int = 1  # a watch under torchrun: the ranks its rows are merged over
+    graph: Graph | None = None  # the module graph, coloured by the alerts (or the last gradient norms)
 
     def __repr__(self) -> str:
         return (
@@ -86,8 +91,14 @@ class TrainingReport(Shows):
         return table_of(self)
 
 
-def build_training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
-    """The training report of the watch store ``run`` (``hookscope.load``; see the module docstring)."""
+def build_training_report(
+    run: Run, *, title: str | None = None, max_layers: int = 64, graph: Graph | None = None
+) -> TrainingReport:
+    """The training report of the watch store ``run`` (``hookscope.load``; see the module docstring).
+
+    ``graph``: the model's ``hookscope.module_graph`` (default: the one the store keeps, if any), drawn
+    coloured by the number of alerts per module (by the last logged gradient norm when none fired).
+    """
     histories = run.histories()
     if not histories:
         raise OptionError(
@@ -114,7 +125,19 @@ def build_training_report(run: Run, *, title: str | None = None, max_layers: int
         layers=tuple(_row(h) for h in histories.values()),
         left_out=len(histories) - len(shown),
         ranks=int(config.get("world_size", 1)),
+        graph=_alert_graph(graph or _kept_graph(run), run.alerts, histories),
     )
+
+
+def _kept_graph(run: Run) -> Graph | None:
+    return Graph.from_dict(run.manifest["graph"]) if "graph" in run.manifest else None
+
+
+def _alert_graph(graph: Graph | None, alerts: Sequence[Alert], histories: Mapping[str, History]) -> Graph | None:
+    if graph is None:
+        return None
+    values, measure = overlay_of(list(alerts)) if alerts else overlay_of(dict(histories), measure="grad_norm")
+    return graph.colored(values, measure=measure)
 
 
 def training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
@@ -130,7 +153,8 @@ def render_training(report: TrainingReport) -> str:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(png=data_uri, num=_number, percent=lambda v: "–" if v is None or _nan(v) else f"{100 * v:.1f}%")
     source = resources.files("hookscope").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    html: str = env.from_string(source).render(report=report)
+    drawn = None if report.graph is None else require("markupsafe").Markup(graph_html(report.graph))
+    html: str = env.from_string(source).render(report=report, graph=drawn)
     return html
 
 

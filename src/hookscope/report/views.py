@@ -43,6 +43,7 @@ from ..core.records import Call, Record, forward_order
 from ..display import Shows, table_of
 from ..errors import ShapeError
 from ..explain.targets import top_classes
+from ..graph.nodes import Graph
 from ..stats.summary import summarize
 from ..tokens import is_channels_last
 from ..viz.html import png_bytes
@@ -154,6 +155,7 @@ class Report(Shows):
     selected: int  # sites the selector picked (shown, left out, never called)
     image_names: tuple[str, ...] = ()  # one per picture (file names), or none: "image 0", "image 1", ...
     sections: tuple[Section, ...] = ()  # more sections, after the prediction (report/edits.py: patching, ablation)
+    graph: Graph | None = None  # the module graph of the pass (hookscope.graph), coloured by what was measured
 
     def __repr__(self) -> str:
         return f"<Report {self.title!r}: {self.model}, {len(self.layers)} layers, kinds={self.kinds}>"
@@ -170,6 +172,17 @@ class Report(Shows):
     def grads(self) -> bool:
         """Whether the page draws a gradient kind."""
         return any(is_gradient(kind) for kind in self.kinds)
+
+
+def coloured(graph: Graph | None, flow: FlowChart | None) -> Graph | None:
+    """The page's graph, coloured by each layer's mean |gradient| (the flow chart's bars) when there is one,
+    else by the bytes each module's forward left saved for the backward."""
+    if graph is None:
+        return None
+    if flow is not None:
+        return graph.colored({bar.name: bar.mean_abs for bar in flow.bars}, measure="mean |grad_output|")
+    saved = {node.name: float(node.saved) for node in graph.leaves()}
+    return graph.colored(saved, measure="bytes saved for backward")
 
 
 def layer_views(

@@ -88,6 +88,7 @@ def extract(
     flush_every: float | None = FLUSH_EVERY,
     target: Loss | None = None,
     layout: str = "rows",
+    graph: Any = None,
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
@@ -109,7 +110,8 @@ def extract(
     model or data fails before its first batch finished leaves no store behind (one process).
     ``layout="tokens"``: each site as one flat ``(tokens, features)`` array per shard, padding left out
     where batches carry an ``attention_mask``, so a random token is one read (``hookscope.store.token_layout``).
-    Batches with ``input_ids`` keep them beside the activations (token ids). Returns ``load(out)``.
+    Batches with ``input_ids`` keep them beside the activations (token ids). ``graph``: a ``hookscope.Graph``
+    (``module_graph``) kept in the manifest, for the store's report. Returns ``load(out)``.
     """
     chosen = _check_kinds(model, kinds, target)
     limit = parse_size(max_memory)
@@ -120,6 +122,8 @@ def extract(
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
     if check_layout(layout, stats_only) == "tokens":
         header["config"]["layout"] = layout  # a row store's config has none, as before
+    if graph is not None:
+        header["graph"] = graph.as_dict()
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = _Meter(progress if world.rank == 0 else None, total)

@@ -38,13 +38,19 @@ from .shards import dtype_name, write_shard
 
 @renamed(path="out")
 def save(
-    cap: Mapping[str, Record], out: str | os.PathLike[str], *, force: bool = False, shard_size: int | str = "1GB"
+    cap: Mapping[str, Record],
+    out: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    shard_size: int | str = "1GB",
+    graph: Any = None,
 ) -> Run:
     """Write every tensor of a capture to a new store at ``out`` and return it opened (``load``).
 
     The store is written next to ``out`` and renamed into place when complete; an existing
     ``out`` is refused unless ``force``. Shards hold at most ``shard_size`` bytes (one tensor more).
-    ``path=`` is the old spelling of ``out=``.
+    ``path=`` is the old spelling of ``out=``. ``graph``: a ``hookscope.Graph`` (``module_graph``) the
+    store keeps in its manifest, for the report of the store to draw.
     """
     root = Path(os.path.abspath(out))
     if root.exists() and not force:
@@ -60,6 +66,8 @@ def save(
             meta = {"rank": 0, "batches": [{"index": 0, "rows": None}], "tensors": group, "layouts": table}
             write_shard(staging / SHARDS / shard_name("r0", n), {k: tensors[k] for k in names}, meta)
         header = new_manifest(provenance(getattr(cap, "model", None)), _config(cap), sites(cap))
+        if graph is not None:
+            header["graph"] = graph.as_dict()
         calls = [_call_meta(record.name, call) for record in cap.values() for call in record.calls]
         write_manifest(staging, {**header, **index_parts(staging), "status": "complete", "calls": calls})
     return load(root)

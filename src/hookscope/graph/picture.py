@@ -1,0 +1,63 @@
+"""``Graph.plot()``: the overview drawn with Pillow from the same layout as the SVG (boxes, lines, names).
+
+::
+
+    graph.plot().save("graph.png")     # what the notebook shows as a picture, and the README's
+
+Curves are drawn as straight lines and back edges as elbows up the right side; colours, names
+and types are the SVG's. Pillow is imported here (``pip install 'hookscope[viz]'``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..display import shows_as
+from ..optional import require
+from .layout import BOX_H, BOX_W, arrange
+from .nodes import INPUT, OUTPUT, Graph
+from .overlay import color, ink, scale
+from .svg import JOIN, graph_html, graph_table, label_values, short
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
+
+
+def graph_picture(graph: Graph, *, within: str | None = None) -> Image:
+    """The drawing (``within``: a folded block, open) as an RGB picture."""
+    pil: Any = require("PIL.Image")
+    draw_module: Any = require("PIL.ImageDraw")
+    drawing = arrange(graph, within=within)
+    image: Image = pil.new("RGB", (int(drawing.width), int(drawing.height)), "white")
+    draw = draw_module.Draw(image)
+    for frame in drawing.frames:
+        draw.rounded_rectangle(
+            (frame.x, frame.y, frame.x + frame.w, frame.y + frame.h), 8, fill="#f5f6f9", outline="#9aa5bd"
+        )
+        draw.text((frame.x + 6, frame.y + 1), short(f"{frame.name} · {frame.type}", 40), fill="#5a6680")
+    for line in drawing.lines:
+        s, t = drawing.box(line.source), drawing.box(line.target)
+        fill = JOIN if line.via == "autograd" else "#888888"
+        if line.back:
+            x, y1, y2 = max(s.x, t.x) + BOX_W + 14, s.y + BOX_H / 2, t.y + BOX_H / 2
+            draw.line([(s.x + BOX_W, y1), (x, y1), (x, y2), (t.x + BOX_W, y2)], fill=fill, width=1)
+        else:
+            draw.line([(s.x + BOX_W / 2, s.y + BOX_H), (t.x + BOX_W / 2, t.y)], fill=fill, width=1)
+    values = label_values(graph)
+    span = scale(values)
+    for box in drawing.boxes:
+        end = box.name in (INPUT, OUTPUT)
+        fill = "#eef0f4" if end else color(values.get(box.name), *span)
+        draw.rounded_rectangle(
+            (box.x, box.y, box.x + BOX_W, box.y + BOX_H),
+            5,
+            fill=fill,
+            outline="#334" if box.folded else "#8a93a6",
+            width=2 if box.folded else 1,
+        )
+        draw.text((box.x + 8, box.y + 5), short(box.name, 26), fill=ink(fill))
+        draw.text((box.x + 8, box.y + 19), short(box.type, 28), fill=ink(fill))
+    return image
+
+
+shows_as(Graph, table=graph_table, plot=graph_picture)(graph_html)
