@@ -25,7 +25,9 @@ from typing import Any
 
 from ..display import Shows, plot_of, table_of
 
-INPUT, OUTPUT = "input", "output"  # the two ends of the data flow, beside the modules' names
+# the two ends of the data flow, beside the modules' names (not kinds: the model's input and output)
+INPUT = "input"
+OUTPUT = "output"
 
 
 @dataclass(frozen=True)
