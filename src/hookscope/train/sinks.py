@@ -74,6 +74,15 @@ def open_sinks(specs: list[tuple[str, Any]], *, name: str) -> list[Sink]:
     return opened
 
 
+def send(sinks: Sequence[Sink], table: Mapping[int, Mapping[str, float]], alerts: Sequence[Alert] = ()) -> None:
+    """Scalars by step, then alerts, to every sink."""
+    for sink in sinks:
+        for at, values in table.items():
+            sink.scalars(at, values)
+        for alert in alerts:
+            sink.alert(alert)
+
+
 def close_all(sinks: Sequence[Sink]) -> None:
     """Close every sink, even when one fails (the first failure is raised after)."""
     failure: BaseException | None = None

@@ -57,18 +57,18 @@ from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
+from .optimizer_reads import OptimizerReads
 from .ranks import RankRows, Ranks, merge
 from .scalars import Scalars, merged
 from .scaler import LossScale, fused_scale, unscaled
-from .sinks import Sink, close_all, open_sinks, parse
+from .sinks import Sink, close_all, open_sinks, parse, send
+from .sites import default_sites, model_device, output_tensors
 from .steps import StepClock, optimizers_of
 from .view import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-
-ACTIVATIONS = "torch.nn.modules.activation"  # the module of nn.ReLU, nn.GELU, nn.Sigmoid, ...
 
 
 def watch(
@@ -104,16 +104,6 @@ def watch(
                  scale=LossScale(scaler))  # fmt: skip
 
 
-def default_sites(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Every leaf with parameters, and every activation module (their outputs show dead units)."""
-
-    def chosen(name: str, module: nn.Module) -> bool:
-        leaf = next(module.children(), None) is None
-        return leaf and (next(module.parameters(), None) is not None or type(module).__module__ == ACTIVATIONS)
-
-    return select_modules(model, chosen)
-
-
 class Watch(Block, display.Shows):
     """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``).
 
@@ -138,7 +128,7 @@ class Watch(Block, display.Shows):
         self._scalars = Scalars()
         self._sinks: list[Sink] = []
         self._params = {name: list(m.parameters()) for name, m in self.sites}
-        self._owner = {id(p): name for name, ps in self._params.items() for p in ps}
+        self._reads = OptimizerReads(self.sites)  # gradients and updates around an optimizer step
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._alive: dict[str, collections.deque[Tensor]] = {n: collections.deque(maxlen=thresholds.dead_window)
                                                              for n, _ in self.sites}  # fmt: skip
@@ -148,7 +138,6 @@ class Watch(Block, display.Shows):
         self._hooks = HandleGroup()  # the module hooks of the logged step running now
         self._step_eager = contextlib.ExitStack()  # a compiled model runs eagerly while a logged step runs
         self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
-        self._before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
         self._detector = Detector(thresholds)
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
         self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
@@ -181,7 +170,7 @@ class Watch(Block, display.Shows):
             self._step_eager.close()
             self._gathered = None
             try:
-                self._send(self._scalars.settle())
+                send(self._sinks, self._scalars.settle())
             finally:
                 close_all(self._sinks)
 
@@ -258,7 +247,7 @@ class Watch(Block, display.Shows):
         self._scalars.add(self._clock.step_index, skipped_steps=len(self.skipped))
         if self._gathered is not None:
             self._gathered = {name: Gathered() for name, _ in self.sites}
-            self._before.clear()
+            self._reads.before.clear()
         return True
 
     def _forward_hook(self, name: str) -> Any:
@@ -270,7 +259,7 @@ class Watch(Block, display.Shows):
             if not call_phase().carries_grad:  # checkpointing's rerun of a call already counted (core.phase)
                 return
             self._clock.touch()
-            x = next((t for t in _tensors(output) if t.is_floating_point()), None)
+            x = next((t for t in output_tensors(output) if t.is_floating_point()), None)
             if x is None:
                 return
             if name not in self._sharded:  # once per site: is its output a tensor-parallel piece
@@ -288,10 +277,7 @@ class Watch(Block, display.Shows):
     def _pre(self, optimizer: Optimizer) -> None:
         if self._gathered is None:
             return
-        for p in (p for group in optimizer.param_groups for p in group["params"]):
-            site = self._owner.get(id(p))
-            if site is not None:
-                self._before[id(p)] = p.detach().clone()
+        self._reads.keep_weights(optimizer)
         if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
             self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
 
@@ -300,41 +286,12 @@ class Watch(Block, display.Shows):
             return
         if self._clock.closure:
             self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
-        by_site: dict[str, tuple[list[Tensor], list[Tensor]]] = {}  # site -> (updates, weights before)
-        for p in (p for group in optimizer.param_groups for p in group["params"]):
-            before, site = self._before.pop(id(p), None), self._owner.get(id(p))
-            if before is not None and site is not None:
-                updates, weights = by_site.setdefault(site, ([], []))
-                updates.append(p.detach() - before)
-                weights.append(before)
-        for site, (updates, weights) in by_site.items():
-            g = self._gathered[site]
-            delta, old = self._ranks.share(updates), self._ranks.share(weights)
-            assert delta is not None  # both lists hold a tensor
-            assert old is not None
-            g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta
-            g.before_sq = old if g.before_sq is None else g.before_sq + old
+        self._reads.updates(optimizer, self._gathered, self._ranks)
 
     def _read_grads(
         self, optimizer: Optimizer | None, gathered: dict[str, Gathered], scale: Tensor | None = None
     ) -> None:
-        """The parameter gradients of the sites that ``optimizer`` steps, or (None) of those still without."""
-        chosen = None if optimizer is None else {id(p) for group in optimizer.param_groups for p in group["params"]}
-        for site, g in gathered.items():
-            if optimizer is None and g.grad_sq is not None:
-                continue
-            named = [
-                (n, p)
-                for n, p in _named(site, self.sites)
-                if p.grad is not None and (chosen is None or id(p) in chosen)
-            ]
-            part = self._ranks.share(p.grad for _, p in named if p.grad is not None)
-            if part is None:
-                continue
-            part = part if scale is None else part / scale.to(part.device, part.dtype) ** 2
-            g.grad_sq = part if g.grad_sq is None else g.grad_sq + part
-            if self._boards:
-                g.grads.update({n: p.grad.detach().clone() for n, p in named if p.grad is not None})
+        self._reads.grads(optimizer, gathered, self._ranks, scale=scale, keep=bool(self._boards))
 
     def _ended(self, step: int) -> None:
         if self._gathered is not None:
@@ -346,10 +303,10 @@ class Watch(Block, display.Shows):
         gathered, self._gathered = self._gathered, None
         self._hooks.remove()
         self._step_eager.close()
-        self._before.clear()
+        self._reads.before.clear()
         assert gathered is not None
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
-        device = _device(self.model)
+        device = model_device(self.model)
         vectors = [self._vector(name, g, device) for name, g in gathered.items()]
         tables = [t.cpu().tolist() for t in self._ranks.gather(torch.stack(vectors))] if vectors else []  # the sync
         self._rank_rows.add(step, list(gathered), tables)
@@ -362,11 +319,11 @@ class Watch(Block, display.Shows):
             alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])))
             logged.update({f"{name}/{c}": v for c, v in row.items() if c != "step"})
             for board in self._boards:
-                board.histograms(step, name, g, dict(_named(name, self.sites)))
+                board.histograms(step, name, g, dict(self._reads.named(name)))
         self.alerts.extend(alerts)
         if self._scale.scaler is not None:
             self._scalars.add(step, loss_scale=self._scale.scale)
-        self._send(merged(self._scalars.settle(), {step: logged}), alerts)
+        send(self._sinks, merged(self._scalars.settle(), {step: logged}), alerts)
         if self._store is not None and time.monotonic() - self._store.written > self._flush_every:
             self._write(status="running", ended="")
 
@@ -380,21 +337,11 @@ class Watch(Block, display.Shows):
         weight_sq = self._ranks.share(self._params[name])
         return g.values(weight_sq, dead, device)
 
-    def _send(self, table: Mapping[int, Mapping[str, float]], alerts: Sequence[Alert] = ()) -> None:
-        """Scalars by step, then alerts, to every sink."""
-        for sink in self._sinks:
-            for at, values in table.items():
-                sink.scalars(at, values)
-            for alert in alerts:
-                sink.alert(alert)
-
     # -- the store --------------------------------------------------------------------------
     def _open_store(self) -> None:
         assert self._store is not None
         if self._ranks.rank:
             return  # rank 0 writes the store, with every rank's rows (each rank has them all)
-        sites = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
-                 for n, m in self.sites]  # fmt: skip
         config = {
             "source": SOURCE,
             "every": self.every,
@@ -402,7 +349,7 @@ class Watch(Block, display.Shows):
             "thresholds": {**vars(self.thresholds), "update_ratio": list(self.thresholds.update_ratio)},
             "world_size": self._ranks.size,
         }
-        self._store.open(self.model, config, sites)
+        self._store.open(self.model, config, self.sites)
         self._write(status="running", ended="")
 
     def _write(self, *, status: str, ended: str) -> None:
@@ -412,27 +359,6 @@ class Watch(Block, display.Shows):
         extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
                           ranks=self._rank_rows.histories(), scalars=self._scalars.rows())  # fmt: skip
-
-
-def _tensors(value: Any) -> Iterable[Tensor]:
-    """The tensors of a module's output: itself, or those inside a tuple, list or dict (one level)."""
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, dict):
-        return [v for v in value.values() if isinstance(v, Tensor)]
-    if isinstance(value, (tuple, list)):
-        return [v for v in value if isinstance(v, Tensor)]
-    return [v for v in vars(value).values() if isinstance(v, Tensor)] if hasattr(value, "__dict__") else []
-
-
-def _named(site: str, sites: list[tuple[str, nn.Module]]) -> list[tuple[str, Tensor]]:
-    return list(dict(sites)[site].named_parameters())
-
-
-def _device(model: nn.Module) -> torch.device:
-    with contextlib.suppress(StopIteration):
-        return next(model.parameters()).device
-    return torch.device("cpu")
 
 
 def _watch_table(w: Watch) -> str:

@@ -36,12 +36,15 @@ class WatchStore:
         if self.out.exists() and not self.force:
             raise OutputExistsError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
 
-    def open(self, model: nn.Module, config: dict[str, Any], sites: list[dict[str, Any]]) -> None:
-        """Make the manifest; the store itself is made whole by the first ``write`` (which replaces an old
-        one under ``force``), so a watch whose first write fails leaves nothing behind."""
+    def open(self, model: nn.Module, config: dict[str, Any], sites: list[tuple[str, nn.Module]]) -> None:
+        """Make the manifest (``sites``: the watched modules); the store itself is made whole by the first
+        ``write`` (which replaces an old one under ``force``), so a watch whose first write fails leaves
+        nothing behind."""
         if self.out.exists() and not self.out.is_dir():
             self.out.unlink()
-        self.manifest = new_manifest(provenance(model), config, sites)
+        described = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
+                     for n, m in sites]  # fmt: skip
+        self.manifest = new_manifest(provenance(model), config, described)
 
     def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any],
               ranks: Sequence[Mapping[str, History]] = (),
