@@ -379,3 +379,31 @@ def test_where_torch_export_fails_the_hooks_graph_stays_and_says_why() -> None:
         graph = module_graph(model, x, exported=True)
     assert graph.built.startswith("hooks") and "torch.export failed" in graph.note and not graph.export_ids
     assert {n.name for n in graph.nodes} == ran(model, x)
+
+
+def test_a_graph_of_401_modules_stays_readable_in_chromium(chromium: Any, tmp_path: Path) -> None:
+    """300+ modules: repeated blocks folded, boxes and labels at full size at 1280 and 400 px, the graph
+    scrolling inside its own frame (the page never wider than the window), a folded block opening."""
+    big = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.LayerNorm(8)) for _ in range(100)])
+    report = build_report(big, torch.randn(2, 8), cam_methods=(), max_layers=10)
+    assert report.graph is not None and len(report.graph.nodes) == 401
+    page = write_report(report, tmp_path / "report")
+    for width in (1280, 400):
+        tab, problems = open_page(chromium, page)
+        tab.set_viewport_size({"width": width, "height": 900})
+        tab.locator("#graph").scroll_into_view_if_needed()
+        boxes = tab.locator("#graph .hs-graph-scroll").first.locator("svg.hs-graph g.node")
+        assert 100 <= boxes.count() <= 102  # 100 folded blocks, the input and the output
+        rect = boxes.first.locator("rect").first.bounding_box()
+        assert rect["width"] == pytest.approx(BOX_W, abs=2) and rect["height"] == pytest.approx(BOX_H, abs=2)
+        sizes = tab.eval_on_selector_all(
+            "#graph svg.hs-graph g.node text", "ts => ts.map(t => t.getBoundingClientRect().height)"
+        )
+        assert sizes and min(s for s in sizes if s > 0) >= 9  # labels drawn at their size, not shrunk
+        assert tab.evaluate("document.documentElement.scrollWidth") <= width + 1  # the frame scrolls, not the page
+        ARTIFACTS.mkdir(exist_ok=True)
+        tab.locator("#graph").screenshot(path=str(ARTIFACTS / f"graph-401-{width}.png"))
+        tab.locator('#graph svg.hs-graph g.node[data-name="57"]').first.click()
+        assert tab.evaluate("document.getElementById('graph-block-57').open")
+        tab.close()
+        assert problems == []
