@@ -9,8 +9,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..display import shows_as
-from ..optional import require
 from ..text import columns, shorten
+from ..viz.charts import figure_image, new_figure
 from ..viz.html import Safe, image_tag, note, table, view
 from .numerics import Divergence, Site
 from .similarity import Similarity
@@ -18,7 +18,6 @@ from .similarity import Similarity
 if TYPE_CHECKING:
     from PIL.Image import Image
 
-DPI = 100
 MAX_LABELS = 40  # units named on an axis; more are drawn unnamed
 
 
@@ -42,7 +41,7 @@ def similarity_plot(sim: Similarity, *, cmap: str = "magma") -> Image:
     """The heatmap, with the diagonal (same-named units) as a line beside it when there is one."""
     diagonal = sim.diagonal()
     rows, cols = len(sim.rows), len(sim.columns)
-    fig = _figure(3.2 + 0.22 * cols + (3.2 if diagonal else 0), 2.0 + 0.2 * rows)
+    fig = new_figure(3.2 + 0.22 * cols + (3.2 if diagonal else 0), 2.0 + 0.2 * rows)
     grid = fig.add_gridspec(1, 2 if diagonal else 1, width_ratios=[max(cols, 4), 6] if diagonal else None)
     ax = fig.add_subplot(grid[0, 0])
     shown = ax.imshow(sim.values.numpy(), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
@@ -55,7 +54,7 @@ def similarity_plot(sim: Similarity, *, cmap: str = "magma") -> Image:
         line.set_xticks(range(len(diagonal)), [shorten(n) for n in diagonal] if len(diagonal) <= MAX_LABELS else [])
         line.tick_params(axis="x", labelrotation=90, labelsize=6)
         line.set_title("same unit in A and B", fontsize=9)
-    return _image(fig)
+    return figure_image(fig)
 
 
 def _label(ax: Any, sim: Similarity) -> None:
@@ -102,7 +101,7 @@ def divergence_plot(div: Divergence, *, rtol: float | None = None) -> Image:
     """The relative error of each site in forward order, on a log scale (``rtol``: a dashed line there)."""
     names = [r.name for r in div.sites]
     values = [max(r.relative, 1e-12) for r in div.sites]
-    fig = _figure(max(4.0, 1.6 + 0.16 * len(names)), 3.2)
+    fig = new_figure(max(4.0, 1.6 + 0.16 * len(names)), 3.2)
     ax = fig.add_subplot()
     ax.plot(range(len(values)), values, marker="o", markersize=3, color="#4f46e5")
     ax.set_yscale("log")
@@ -113,7 +112,7 @@ def divergence_plot(div: Divergence, *, rtol: float | None = None) -> Image:
     if rtol is not None:
         ax.axhline(rtol, color="#b42318", linestyle="--", linewidth=1, label=f"rtol {rtol:g}")
         ax.legend(fontsize=7, frameon=False)
-    return _image(fig)
+    return figure_image(fig)
 
 
 @shows_as(Divergence, table=divergence_table, plot=divergence_plot)
@@ -124,17 +123,3 @@ def divergence_html(div: Divergence) -> Safe:
     for line in div.notes:
         body = Safe(body + note(line))
     return view(body, title=f"Divergence over {len(div.sites)} sites")
-
-
-def _figure(width: float, height: float) -> Any:
-    figure: Any = require("matplotlib.figure")
-    return figure.Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-
-
-def _image(fig: Any) -> Image:
-    agg: Any = require("matplotlib.backends.backend_agg")
-    pil: Any = require("PIL.Image")
-    canvas = agg.FigureCanvasAgg(fig)
-    canvas.draw()
-    image: Image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    return image.convert("RGB")

@@ -11,22 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ..display import Shows, shows_as
 from ..errors import NotCapturedError
-from ..optional import require
 from ..text import closest, columns, shorten
+from ..viz.charts import figure_image, new_figure
 from ..viz.html import Safe, image_tag, note, table, view
 from .fit import LinearFit, accuracy, r2
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-
-DPI = 100
 
 
 @dataclass(frozen=True)
@@ -99,11 +97,8 @@ class Probes(Mapping[str, Probe], Shows):
 
     def plot(self) -> Image:
         """The test metric per site, in order (chance dashed): how linearly readable the labels are by depth."""
-        figure: Any = require("matplotlib.figure")
-        agg: Any = require("matplotlib.backends.backend_agg")
-        pil: Any = require("PIL.Image")
         probes = list(self.values())
-        fig = figure.Figure(figsize=(max(3.5, 0.55 * len(probes) + 1.5), 2.8), dpi=DPI, layout="constrained")
+        fig = new_figure(max(3.5, 0.55 * len(probes) + 1.5), 2.8)
         ax = fig.add_subplot()
         steps = range(len(probes))
         ax.plot(steps, [p.test for p in probes], marker="o", label="test")
@@ -113,10 +108,7 @@ class Probes(Mapping[str, Probe], Shows):
         ax.set_ylabel(probes[0].metric if probes else "")
         ax.set_title("linear probe by site", fontsize=9)
         ax.legend(fontsize=7)
-        canvas = agg.FigureCanvasAgg(fig)
-        canvas.draw()
-        image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-        return image.convert("RGB")  # type: ignore[no-any-return]
+        return figure_image(fig)
 
 
 HEADER = ("site", "method", "train", "test", "chance", "examples", "groups")

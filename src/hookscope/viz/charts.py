@@ -55,7 +55,7 @@ def histogram_plot(
     panels = _panels(tensors, kind)
     if not panels:
         raise OptionError(f"nothing to plot: no site holds {kind}; pass kinds=(..., {kind!r}) to hookscope.capture")
-    return _to_image(_histogram_figure(panels, bins=bins, log=log, columns=columns))
+    return figure_image(_histogram_figure(panels, bins=bins, log=log, columns=columns))
 
 
 def gradient_flow_plot(
@@ -78,24 +78,24 @@ def gradient_flow_plot(
         raise OptionError(
             f"nothing to plot: no site holds {kind}; capture with kinds=(..., {kind!r}) and run backward() in the block"
         )
-    return _to_image(_flow_figure(list(rows), vanish=vanish, explode=explode, kind=kind))
+    return figure_image(_flow_figure(list(rows), vanish=vanish, explode=explode, kind=kind))
 
 
 def counts_plot(counts: Sequence[int], edges: Sequence[float], *, title: str = "", log: bool = False) -> Image:
     """One histogram of ``counts`` between ``edges`` (a summary's ``histogram``); ``log`` counts on a log scale."""
-    fig = _figure(*PANEL_INCHES)
+    fig = new_figure(*PANEL_INCHES)
     ax = fig.add_subplot()
     ax.set_title(title, fontsize=8)
     ax.tick_params(labelsize=6)
     if not counts:
         ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=8)
-        return _to_image(fig)
+        return figure_image(fig)
     ax.stairs(list(counts), list(edges), fill=True, color=NORMAL, alpha=0.85)
     if log:
         ax.set_yscale("log")
     ax.margins(x=0)
     ax.locator_params(axis="x", nbins=5)
-    return _to_image(fig)
+    return figure_image(fig)
 
 
 # -- histograms ------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def _histogram_figure(panels: dict[str, Tensor], *, bins: int, log: bool, column
         raise OptionError(f"columns must be a positive int or None, got {columns!r}")
     columns = columns or min(len(panels), 8, math.ceil(math.sqrt(len(panels))))
     rows = math.ceil(len(panels) / columns)
-    fig = _figure(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows)
+    fig = new_figure(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows)
     axes = fig.subplots(rows, columns, squeeze=False).flatten()
     for ax, (name, tensor) in zip(axes, panels.items(), strict=False):
         _histogram_panel(ax, name, summarize(tensor, bins=bins, percentiles=()), log=log)
@@ -171,7 +171,7 @@ def _flow_figure(rows: list[FlowRow], *, vanish: float, explode: float, kind: st
     """The chart behind ``gradient_flow_plot``, before rasterising (tests read its lines)."""
     names = [_shorten(r.name, 40) for r in rows]
     label_inches = 0.07 * max(len(n) for n in names)  # names are rotated under the axis
-    fig = _figure(max(6.0, 0.26 * len(rows) + 1.6), 3.6 + label_inches)
+    fig = new_figure(max(6.0, 0.26 * len(rows) + 1.6), 3.6 + label_inches)
     ax = fig.add_subplot()
     floor, top = _flow_limits(rows, vanish, explode)
     for values, width, alpha in (([r.max_abs for r in rows], 0.8, 0.35), ([r.mean_abs for r in rows], 0.5, 1.0)):
@@ -225,13 +225,15 @@ def _flow_legend(ax: Axes, vanish: float, explode: float) -> None:
 
 
 # -- matplotlib and Pillow, lazily -----------------------------------------------------------
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
+    """A matplotlib figure of ``width`` x ``height`` inches at ``DPI``, laid out by matplotlib."""
     figure: Any = require("matplotlib.figure")
     fig: Figure = figure.Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     return fig
 
 
-def _to_image(fig: Figure) -> Image:
+def figure_image(fig: Figure) -> Image:
+    """``fig`` drawn, as an RGB PIL image."""
     agg: Any = require("matplotlib.backends.backend_agg")
     pil: Any = require("PIL.Image")
     canvas = agg.FigureCanvasAgg(fig)
