@@ -10,7 +10,7 @@ zero_grad, backward, optimizer step. The runs are interleaved in the same order 
 * ``bare``: the plain step.
 * ``watch, step not logged``: inside ``watch(every=10**9)`` past its first step.
 * ``watch, logged step``: inside ``watch(every=1)``: every step logged, every site's sums
-  gathered from both ranks in one ``all_gather`` (``hookscope.train.ranks``).
+  gathered from both ranks in one ``all_gather`` (``hookscope.train.rank_sums``).
 * ``the gather alone``: that one ``all_gather`` of a logged step's table, timed by itself.
 
 Targets (issue 24): the gather adds at most 2% to a logged step; steps not logged stay at 1.00x.
@@ -33,7 +33,7 @@ from torch import nn
 
 import hookscope
 from hookscope.train.collect import SLOTS
-from hookscope.train.ranks import Ranks
+from hookscope.train.rank_sums import Ranks
 
 
 def build(width: int, depth: int) -> nn.Module:

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from . import compare, edits, zoo
 from ._version import __version__
+from .base.deprecation import forward_moved_modules
 from .core.capture import Capture, capture
+from .core.channels import spatial_maps, tokens_to_grid
 from .core.hooks import HookInfo, find_hooks
 from .core.kinds import KINDS, Kind
 from .core.policy import Policy
 from .core.records import Call, Record
 from .core.select import ModuleInfo, Selector, list_modules, select_modules
-from .edits.block import Edit, edit
+from .edits.edit import Edit, edit
 from .edits.effects import PatchSweep
 from .edits.patching import patch_sweep
 from .errors import (
@@ -60,11 +62,9 @@ from .probes.probe import probe
 from .probes.result import Probes
 from .probes.top import TopExamples
 from .report.build import build_report
+from .report.content import Report
 from .report.html import render_html, write_report
 from .report.inline import show
-from .report.tokens import build_text_report
-from .report.training import build_training_report
-from .report.views import Report
 from .stats.streaming import RunningStats
 from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
 from .store.dataset import StoreDataset, StoreStream
@@ -72,14 +72,15 @@ from .store.extract import extract
 from .store.reader import Run, load
 from .store.save import save
 from .store.series import Alert, History
-from .tokens import spatial_maps, tokens_to_grid
 from .train.alerts import Thresholds
 from .train.guard import nan_guard
+from .train.page import build_training_report
 from .train.watch import Watch, watch
 from .transformer.attention import Attention, attention
 from .transformer.attribution import TokenAttribution, token_attribution
 from .transformer.grid import attention_grid
 from .transformer.lens import LogitLens, logit_lens
+from .transformer.page import build_text_report
 from .transformer.rollout import Rollout, attention_rollout
 from .viz.charts import gradient_flow_plot, histogram_plot
 from .viz.images import feature_grid, overlay, panel
@@ -179,3 +180,5 @@ __all__ = [
     "write_report",
     "zoo",
 ]
+
+forward_moved_modules()  # hookscope.cams, hookscope.report.top, ...: the paths of earlier versions, for one release

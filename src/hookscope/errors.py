@@ -31,7 +31,7 @@
      ├── NonFiniteWarning          what NonFiniteError would say, from nan_guard(mode="warn")
      └── EditWarning               what EditError would say, for an edit block with strict=False
 
-Old spellings of options warn with Python's own ``DeprecationWarning`` (see ``hookscope.deprecation``).
+Old spellings of options warn with Python's own ``DeprecationWarning`` (see ``hookscope.base.deprecation``).
 
 Every message says what was expected, what was received, and how to fix it. One mistake is one
 class wherever it happens: an unknown kind is an ``OptionError`` in ``capture``, ``extract``,

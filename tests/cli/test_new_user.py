@@ -16,9 +16,10 @@ import pytest
 import torch
 from PIL import Image
 
-from hookscope.cli import commands, demo, main, progress
+from hookscope.base.files import write_atomically
+from hookscope.cli import commands, demo, main
+from hookscope.cli import meter as progress
 from hookscope.errors import StoreError
-from hookscope.files import write_atomically
 from hookscope.store import shard_writer
 from hookscope.zoo import lenet
 

@@ -163,7 +163,7 @@ def test_vision_transformer_layers_work_through_the_token_grid() -> None:
     so the map is the first block's."""
     from torchvision.models.vision_transformer import VisionTransformer
 
-    from hookscope.tokens import tokens_to_grid
+    from hookscope.core.channels import tokens_to_grid
 
     torch.manual_seed(0)
     model = VisionTransformer(32, 8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import hookscope
-from hookscope.graph.layout import BOX_H, BOX_W, arrange
+from hookscope.graph.arrange import BOX_H, BOX_W, arrange
 from hookscope.graph.nodes import Graph
 from hookscope.graph.overlay import VIRIDIS, color, overlay_of
 from hookscope.graph.svg import svg

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.display import html_of
+from hookscope.base.display import html_of
 from hookscope.report import inline
 from hookscope.report.build import build_report
 from hookscope.report.html import render_html

@@ -21,11 +21,11 @@ from torch import nn
 
 import hookscope
 from hookscope import edits
-from hookscope.report.edits import ablation
+from hookscope.base.words import shorten
+from hookscope.edits.ablation import ablation
 from hookscope.report.inline import capture_html, report_html
-from hookscope.report.tokens import build_text_report
-from hookscope.text import shorten
 from hookscope.transformer.grid import FONT
+from hookscope.transformer.page import build_text_report
 from hookscope.viz.curves import curves_png
 from tests.browser import open_page
 

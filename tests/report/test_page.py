@@ -22,9 +22,9 @@ from torch import nn
 
 import hookscope
 from hookscope.report.build import build_report
+from hookscope.report.content import Report
 from hookscope.report.from_store import build_report_from_store
 from hookscope.report.html import format_number, render_html, write_report
-from hookscope.report.views import Report
 from hookscope.stats.summary import gradient_flow
 from tests.browser import boxes, open_page, overlapping, pseudo_line, undecoded_images
 

@@ -16,7 +16,7 @@ from torch import nn
 import hookscope
 from hookscope.cli import main
 from hookscope.cli.text_inputs import load_text_model
-from hookscope.report import tokens
+from hookscope.transformer import page as tokens
 from hookscope.transformer.text import encode
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
 from tests.transformer.hostile import HostileTokenizer
@@ -74,7 +74,7 @@ def test_the_training_page_shows_itself_with_a_row_per_layer(store: Path) -> Non
 
 
 def test_training_report_still_works_and_names_build_training_report(store: Path) -> None:
-    from hookscope.report.training import training_report
+    from hookscope.train.page import training_report
 
     run = hookscope.load(store)
     with pytest.warns(DeprecationWarning, match="use hookscope.build_training_report"):

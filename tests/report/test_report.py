@@ -24,8 +24,8 @@ import hookscope.report.html
 from hookscope import zoo
 from hookscope.errors import OptionError, OutputExistsError, StoreError
 from hookscope.report.build import build_report
+from hookscope.report.content import MAX_VALUES, Report
 from hookscope.report.html import TEMPLATE, render_html, write_report
-from hookscope.report.views import MAX_VALUES, Report
 from hookscope.stats.summary import summarize
 from tests.browser import check_sort_and_lightbox, open_page, undecoded_images, visible_rows
 from tests.models import SharedCell

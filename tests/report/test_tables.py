@@ -17,9 +17,9 @@ from torch import nn
 
 import hookscope
 from hookscope import edits
-from hookscope.display import plot_of
+from hookscope.base.display import plot_of
 from hookscope.report.html import format_number
-from tests.test_display import has_view
+from tests.base.test_display import has_view
 
 
 class Net(nn.Module):

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 import hookscope
-from hookscope import files, load
+from hookscope import load
+from hookscope.base import files
 from hookscope.errors import DamagedShardError, StoreError, StoreWarning
 from hookscope.report.html import write_page
 from hookscope.store import format as store_format

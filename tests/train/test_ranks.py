@@ -21,7 +21,7 @@ from hookscope.store.series import COLUMNS
 from hookscope.train.collect import SLOTS
 from hookscope.train.lockstep import first
 from hookscope.train.measures import activation_moments
-from hookscope.train.ranks import merge
+from hookscope.train.rank_sums import merge
 from tests.test_distributed import ROOT, TORCHRUN, job_env
 from tests.train.ranks_jobs import SETUPS, batch, mlp, reference
 

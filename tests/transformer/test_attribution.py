@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import hookscope
-from hookscope.display import html_of
+from hookscope.base.display import html_of
 from hookscope.errors import OptionError, ShapeError
 from hookscope.transformer.attribution import merge_words
 from hookscope.viz.highlight import token_html

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hookscope
-from hookscope.display import html_of
+from hookscope.base.display import html_of
 from hookscope.errors import OptionError
 
 

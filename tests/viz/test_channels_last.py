@@ -12,8 +12,8 @@ import torchvision
 from torch import Tensor, nn
 
 import hookscope
-from hookscope.report.views import picture_of
-from hookscope.tokens import channel_count, is_channels_last, spatial_maps
+from hookscope.core.channels import channel_count, is_channels_last, spatial_maps
+from hookscope.report.content import picture_of
 from hookscope.viz.images import feature_grid
 
 pytest.importorskip("PIL")

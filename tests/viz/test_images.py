@@ -14,8 +14,8 @@ from numpy.typing import NDArray
 from PIL import Image
 
 import hookscope
+from hookscope.core.channels import tokens_to_grid
 from hookscope.errors import OptionError, ShapeError
-from hookscope.tokens import tokens_to_grid
 from hookscope.viz.images import PANEL_GAP, feature_grid, overlay, panel, pick_channels, to_pil
 from tests.models import LeNet
 
@@ -282,7 +282,7 @@ def test_to_pil_layouts() -> None:
 
 def test_import_does_not_load_pil_or_matplotlib() -> None:
     code = (
-        "import sys, hookscope.viz.images, hookscope.tokens; "
+        "import sys, hookscope.viz.images, hookscope.core.channels; "
         "print(sorted(m for m in ('PIL', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

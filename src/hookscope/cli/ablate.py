@@ -21,9 +21,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..edits.ablation import ablation
 from ..edits.ops import EditOp, mean, scale, zero
-from ..report.edits import ablation
-from ..report.views import Section
+from ..report.content import Section
 
 SYNTAX = "SITE:channels=I,J | SITE:units=I,J | SITE:positions=I,J | SITE:zero | SITE:mean | SITE:scale=F"
 HELP = f"edit a layer and show the prediction before and after it, side by side ({SYNTAX}); may be repeated"

@@ -26,31 +26,32 @@ import torch
 from torch.utils.data import DataLoader
 
 from .. import reducers
+from ..base.files import write_atomically
+from ..base.optional import require
+from ..base.words import columns
 from ..core.capture import Capture, capture, probe
 from ..core.compiled import named_modules
 from ..core.select import list_modules
 from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
 from ..explain.cam import cam
-from ..files import write_atomically
 from ..graph.trace import Tracer
-from ..optional import require
+from ..probes.views import top_sections
 from ..report.build import build_report
 from ..report.from_store import build_report_from_store
 from ..report.html import write_report
-from ..report.training import build_training_report
 from ..store.extract import extract
 from ..store.reader import load
 from ..store.save import save
-from ..text import columns
+from ..train.page import build_training_report
 from ..viz.images import overlay, panel
 from .ablate import ablation_sections
 from .captions import chosen_layer, panel_labels
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
+from .meter import extract_progress, progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store
-from .progress import extract_progress, progress
 from .text_inputs import encode_texts, probe_text, run_text_report
 
 NOT_RUN = "(did not run)"  # a module the probe's forward never called
@@ -116,7 +117,8 @@ def _report_from_store(args: argparse.Namespace) -> int:
         print(write_report(build_training_report(run, max_layers=args.max_layers), args.out, force=args.force))
         return 0
     against = load(args.against) if args.against is not None else None
-    report = build_report_from_store(run, batch=args.batch, max_layers=args.max_layers, against=against)
+    tops = top_sections(run, against)
+    report = build_report_from_store(run, batch=args.batch, max_layers=args.max_layers, sections=tops)
     print(write_report(report, args.out, force=args.force))
     return 0
 

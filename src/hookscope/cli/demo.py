@@ -19,9 +19,9 @@ from ..report.build import build_report
 from ..report.html import write_report
 from ..zoo import lenet
 from .inputs import load_input
+from .meter import progress
 from .models import load_model
 from .outputs import check_folder
-from .progress import progress
 from .text_inputs import minilm_demo
 from .walkthrough import walkthrough
 

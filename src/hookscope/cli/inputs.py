@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..base.optional import require
 from ..errors import InputError
-from ..optional import require
 from ..zoo.preprocess import IMAGENET, Preprocess
 from .formats import PICKLED, describe, file_format, load_failure, refused_global
 

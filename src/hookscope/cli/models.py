@@ -42,9 +42,9 @@ import torch
 from torch import nn
 
 from .. import zoo
+from ..base.optional import require
 from ..core.compiled import eager_name
 from ..errors import HookscopeError, ModelError
-from ..optional import require
 from ..zoo import lenet
 from ..zoo.preprocess import IMAGENET, LITE, Preprocess
 from .formats import PICKLED, describe, file_format, load_failure, refused_global

@@ -18,7 +18,7 @@ several of them                one batch, padded by the tokenizer
 =============================  ==========================================================
 
 A model loaded here carries its tokenizer (``LoadedModel.tokenizer``); ``hookscope report``
-with such a model writes the text report of ``hookscope.report.tokens`` instead of the image
+with such a model writes the text report of ``hookscope.transformer.page`` instead of the image
 report. Every failure is one line: a missing folder, a folder that is no model, no tokenizer.
 """
 
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..base.optional import require
 from ..core.capture import Capture, probe
 from ..errors import InputError, ModelError
-from ..optional import require
 from ..report.html import write_report
-from ..report.tokens import build_text_report
+from ..transformer.page import build_text_report
 from ..transformer.text import encode
-from .progress import progress
+from .meter import progress
 
 # The image report's options, which the text report has no use for: given with a text model, an error.
 IMAGE_ONLY = {"grads": "--grads", "kinds": "--kinds", "cam": "--cam", "target": "--target", "output": "--output",

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..base.words import columns
 from ..core.kinds import TABLE
+from ..report.content import Report
 from ..report.html import format_number
-from ..report.views import Report
-from ..text import columns
 
 HOOK = {  # point -> the torch hook that takes a kind there
     "pre": "forward pre-hook",

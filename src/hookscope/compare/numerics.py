@@ -30,16 +30,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.display import Shows, plot_of, table_of
+from ..base.words import closest
 from ..core.capture import Capture, capture
 from ..core.compiled import is_compiled, named_modules, unwrap
 from ..core.modes import evaluating
 from ..core.records import Call, forward_order
 from ..core.select import Selector, select_modules
 from ..core.tree import flatten
-from ..display import Shows, plot_of, table_of
 from ..errors import CaptureWarning, ModelError, NotCapturedError, OptionError
 from ..store.batches import default_forward, model_device
-from ..text import closest
 from .sources import unit_name
 
 OUTPUT = "(output)"

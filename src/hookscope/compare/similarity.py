@@ -24,12 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.display import Shows, plot_of, table_of
+from ..base.words import closest
 from ..core.select import Selector
-from ..display import Shows, plot_of, table_of
 from ..errors import CaptureWarning, InputError, NotCapturedError, OptionError
 from ..progress import Progress, callback
 from ..store.reader import Run
-from ..text import closest
 from . import hsic, rdm
 from .sources import MIN_ROWS, Matrices, Matrix, Pick, model_batches, open_store, same_rows, store_batches
 

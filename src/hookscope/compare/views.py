@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..display import shows_as
-from ..text import columns, shorten
+from ..base.display import shows_as
+from ..base.words import columns, shorten
 from ..viz.charts import figure_image, new_figure
-from ..viz.html import Safe, image_tag, note, table, view
+from ..viz.fragments import Safe, image_tag, note, table, view
 from .numerics import Divergence, Site
 from .similarity import Similarity
 
@@ -66,7 +66,12 @@ def _label(ax: Any, sim: Similarity) -> None:
     ax.set_title(f"{sim.measure.upper()}, {sim.samples:,} inputs", fontsize=9)
 
 
-@shows_as(Similarity, table=similarity_table, plot=similarity_plot)
+@shows_as(
+    Similarity,
+    table=similarity_table,
+    plot=similarity_plot,
+    section=lambda sim: (f"similarity-{sim.measure}", f"Similarity ({sim.measure.upper()})"),
+)
 def similarity_html(sim: Similarity) -> Safe:
     """The heatmap and the matrix, one self-contained block."""
     header = ["A \\ B", *(shorten(c) for c in sim.columns)]
@@ -115,7 +120,12 @@ def divergence_plot(div: Divergence, *, rtol: float | None = None) -> Image:
     return figure_image(fig)
 
 
-@shows_as(Divergence, table=divergence_table, plot=divergence_plot)
+@shows_as(
+    Divergence,
+    table=divergence_table,
+    plot=divergence_plot,
+    section=lambda div: ("divergence", "Divergence of two models"),
+)
 def divergence_html(div: Divergence) -> Safe:
     """The chart and the table, one self-contained block."""
     body = image_tag(divergence_plot(div), alt="relative error per site", width=None)

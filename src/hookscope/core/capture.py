@@ -31,11 +31,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..display import Shows, table_of
+from ..base.display import Shows, table_of
+from ..base.words import closest
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
-from ..text import closest
-from ..tokens import channel_count
 from .block import Block
+from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import (
     AWAITS_RECOMPUTE,

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from ..text import closest
+from ..base.words import closest
 
 Point = Literal["pre", "forward", "input_grad", "output_grad", "param"]
 

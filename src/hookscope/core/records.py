@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from torch import Tensor
 
-from ..display import Shows, plot_of, table_of
+from ..base.display import Shows, plot_of, table_of
 from ..errors import AmbiguousCallError, NotCapturedError
 from . import kinds
 from .kinds import Kind

@@ -36,9 +36,9 @@ from typing import Union
 
 from torch import nn
 
-from ..deprecation import renamed
+from ..base.deprecation import renamed
+from ..base.words import closest
 from ..errors import SelectionError
-from ..text import closest
 from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, unwrap
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]

@@ -2,7 +2,7 @@
 
 The helpers that say what an edit does are this package's public names:
 ``from hookscope import edits``; ``hookscope.edit(model, {"layer4": edits.zero(channels=[3, 17])})``.
-Beside them: ``hookscope.edits.block`` (the ``edit`` block), ``.patching`` (``patch_sweep``),
+Beside them: ``hookscope.edits.edit`` (the ``edit`` block), ``.patching`` (``patch_sweep``),
 ``.effects`` (``PatchSweep``), ``.ops`` (each helper, with what it does), ``.values`` and ``.tally``.
 """
 

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..display import Shows, shows_as
+from ..base.display import Shows, shows_as
+from ..base.optional import require
+from ..base.words import closest, columns, shorten
 from ..errors import NotCapturedError, OptionError
-from ..optional import require
-from ..text import closest, columns, shorten
-from ..viz.html import Safe, image_tag, note, table, view
+from ..viz.fragments import Safe, image_tag, note, table, view
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -137,7 +137,7 @@ def _fixed(value: float, digits: int) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
-@shows_as(PatchSweep)
+@shows_as(PatchSweep, section=lambda sweep: ("patching", "Patch sweep"))
 def patch_sweep_html(sweep: PatchSweep) -> Safe:
     """The heatmap and the table of a sweep, one self-contained block."""
     width = sweep.positions

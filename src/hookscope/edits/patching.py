@@ -34,15 +34,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed
+from ..base.words import closest
 from ..core.capture import capture
 from ..core.modes import evaluating
 from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
-from ..deprecation import renamed
 from ..errors import CaptureWarning, EditError, EditWarning, NotCapturedError, OptionError
 from ..explain.targets import Target, logits, scores
-from ..text import closest
-from .block import edit
+from .edit import edit
 from .effects import PatchSweep
 from .ops import function
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..display import Shows, shows_as, table_of
+from ..base.display import Shows, shows_as, table_of
+from ..base.words import columns
 from ..stats.norms import square_sum
-from ..text import columns
-from ..viz.html import note, table, view
+from ..viz.fragments import note, table, view
 from .ops import EditOp
 
 

@@ -38,10 +38,10 @@ from typing import Any, Literal, get_args, overload
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import warn_renamed
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.modes import evaluating
-from ..deprecation import warn_renamed
 from ..errors import OptionError
 from ..progress import Progress, callback
 from .baselines import Baseline, gauss_legendre, make_baseline, span

@@ -5,7 +5,7 @@
     heat = hookscope.cam(model, x, method="gradcam", target=285)   # (B, H, W) in [0, 1]
 
 The maths are pure functions on a layer's activations and gradients, each (B, C, h, w) (use
-``hookscope.tokens.spatial_maps`` for token activations), returning raw maps (B, h, w) at the
+``hookscope.core.channels.spatial_maps`` for token activations), returning raw maps (B, h, w) at the
 layer's resolution, ReLU applied; ``normalize_maps`` (``hookscope.explain.normalize``) scales each
 to [0, 1], resizes it to the input and scales it again, as pytorch-grad-cam and TorchCAM do (a
 flat map, a 1x1 layer's, stays 0, and cam() warns that it is all zeros, and why).
@@ -34,14 +34,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed
 from ..core.capture import capture
+from ..core.channels import spatial_maps
 from ..core.modes import evaluating
 from ..core.records import Call
 from ..core.select import Selector
-from ..deprecation import renamed
 from ..errors import CaptureWarning, OptionError
 from ..progress import Callback, Progress, callback
-from ..tokens import spatial_maps
 from .keys import layer_key
 from .layers import choose_among, one_module
 from .normalize import flat_reason

@@ -16,9 +16,9 @@ from collections.abc import Collection
 
 from torch import Tensor
 
+from ..core.channels import spatial_maps
 from ..core.records import Call
 from ..errors import CaptureWarning, SelectionError, ShapeError
-from ..tokens import spatial_maps
 from .targets import choose_key, several_tensors
 
 

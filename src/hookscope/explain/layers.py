@@ -7,7 +7,7 @@ pass (shapes only, no memory) for it. The pick:
 - the last module call (in the order calls return) whose output is a spatial map ``(B, C, H, W)``
   larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet. Its channels
   must be where a CAM reads them: a channels-last output ``(B, H, W, C)`` (Swin's blocks and final
-  norm: its last axis is the module's channel count, ``hookscope.tokens.channel_count``) is not one,
+  norm: its last axis is the module's channel count, ``hookscope.core.channels.channel_count``) is not one,
   nor a 4-D output whose second axis is not the channel count of the module. A leaf with no
   weight keeps the layout of the call before it when it keeps its shape (an activation, a drop
   path), else is read with the channels of the last call with a weight: an attention's
@@ -35,11 +35,11 @@ from typing import NamedTuple
 from torch import Tensor, nn
 
 from ..core.capture import probe
+from ..core.channels import channel_count, is_channels_last, tokens_to_grid
 from ..core.compiled import unwrap
 from ..core.records import Call, Record
 from ..core.select import Selector, select_modules
 from ..errors import SelectionError, ShapeError
-from ..tokens import channel_count, is_channels_last, tokens_to_grid
 
 log = logging.getLogger("hookscope")
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 def once_each(wrappers: int = 0) -> Iterator[None]:
     """Run the block, then issue each distinct warning it raised once, in order, at the code that
     called the public function running the block (``with once_each():`` in its body; ``wrappers``:
-    the decorators between that function and its caller, e.g. ``hookscope.deprecation.renamed``).
+    the decorators between that function and its caller, e.g. ``hookscope.base.deprecation.renamed``).
 
     The caller's filters decide what happens to them, as if they had not been collected ("error"
     raises at the end of the block). When the block raises, its warnings are dropped: the

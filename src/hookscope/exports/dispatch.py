@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..base.words import closest
 from ..errors import OptionError
-from ..text import closest
-from . import datasets, model_explorer
+from . import model_explorer
+from . import sae_lens as datasets
 
 Writer = Callable[..., Path]
 

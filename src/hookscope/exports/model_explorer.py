@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..base.files import staged_folder, write_atomically
 from ..errors import CaptureWarning, OptionError, OutputExistsError, StoreError
-from ..files import staged_folder, write_atomically
 from ..graph.nodes import Graph
 from ..graph.overlay import VIRIDIS, overlay_of
 from ..graph.trace import module_graph

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..display import Shows, plot_of, table_of
+from ..base.display import Shows, plot_of, table_of
 
 # the two ends of the data flow, beside the modules' names (not kinds: the model's input and output)
 INPUT = "input"

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..display import shows_as
-from ..optional import require
-from .layout import BOX_H, BOX_W, arrange
+from ..base.display import shows_as
+from ..base.optional import require
+from .arrange import BOX_H, BOX_W, arrange
 from .nodes import INPUT, OUTPUT, Graph
 from .overlay import color, ink, scale
 from .svg import JOIN, graph_html, graph_table, label_values, short

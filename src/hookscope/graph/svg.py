@@ -21,8 +21,8 @@ import math
 import re
 from collections.abc import Mapping
 
-from ..text import columns, format_size
-from .layout import BOX_H, BOX_W, Box, Drawing, Line, arrange
+from ..base.words import columns, format_size
+from .arrange import BOX_H, BOX_W, Box, Drawing, Line, arrange
 from .nodes import INPUT, OUTPUT, Graph
 from .overlay import color, ink, scale
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..optional import require
+from ..base.optional import require
 from ..train.watch import Watch
 from .session import Options, Session
 

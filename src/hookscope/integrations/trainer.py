@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..optional import require
+from ..base.optional import require
 from ..train.watch import Watch
 from .session import Options, Session
 

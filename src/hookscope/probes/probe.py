@@ -26,12 +26,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..base.words import closest
 from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Record
 from ..errors import NonFiniteError, NotCapturedError, OptionError, SelectionError, ShapeError
 from ..store.reader import Run, load
-from ..text import closest
 from . import fit as fits
 from .result import Probe, Probes
 

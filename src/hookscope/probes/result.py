@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..display import Shows, shows_as
+from ..base.display import Shows, shows_as
+from ..base.words import closest, columns, shorten
 from ..errors import NotCapturedError
-from ..text import closest, columns, shorten
 from ..viz.charts import figure_image, new_figure
-from ..viz.html import Safe, image_tag, note, table, view
+from ..viz.fragments import Safe, image_tag, note, table, view
 from .fit import LinearFit, accuracy, r2
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def _cells(p: Probe) -> list[str]:
             f"{p.examples[0]:,}+{p.examples[1]:,}", f"{p.groups:,}"]  # fmt: skip
 
 
-@shows_as(Probes)
+@shows_as(Probes, section=lambda probes: ("probes", "Linear probes by site"))
 def probes_html(probes: Probes) -> Safe:
     """The plot and the table of the probes, one self-contained block."""
     rows = [_cells(p) for p in probes.values()]

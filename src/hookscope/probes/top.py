@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..base.display import Shows
+from ..base.words import closest, columns
 from ..core.kinds import Kind
-from ..display import Shows
 from ..errors import NotCapturedError, StoreError
 from ..reducers import GRID
 from ..store.reader import Run
-from ..text import closest, columns
 from ..viz.charts import counts_plot
 
 if TYPE_CHECKING:

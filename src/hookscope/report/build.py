@@ -6,7 +6,7 @@
     write_report(report, "report")     # hookscope.report.html: report/index.html, one self-contained file
 
 ``build_report`` does the work (one captured forward pass, one backward pass with ``grads``, the
-predictions, the CAMs, the remarks) and returns a ``Report`` of ``hookscope.report.views``, which
+predictions, the CAMs, the remarks) and returns a ``Report`` of ``hookscope.report.content``, which
 also draws the layers (the same way for ``from_store``'s report of a store); ``html`` turns it
 into one page and writes it.
 
@@ -51,9 +51,7 @@ from ..explain.targets import Target, class_indices, explained, logits, scores
 from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
 from ..viz.images import overlay, to_pil
-from .edits import SectionSource, as_section
-from .flow import FlowChart, flow_chart
-from .views import (
+from .content import (
     CamView,
     Report,
     coloured,
@@ -63,6 +61,8 @@ from .views import (
     png,
     predictions,
 )
+from .flow import FlowChart, flow_chart
+from .sections import as_section
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -89,7 +89,7 @@ def build_report(
     progress: Progress = None,
     output: str | None = None,
     image_names: Sequence[str] = (),
-    sections: Sequence[SectionSource] = (),
+    sections: Sequence[object] = (),
     graph: bool = True,
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
@@ -106,7 +106,7 @@ def build_report(
     at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
     after each of its steps. ``sections``: drawn after the prediction, each a ``PatchSweep``, a ``Similarity``
     or ``Divergence`` (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section``
-    (``hookscope.report.edits``). ``graph``: draw the module graph (``hookscope.graph``), traced by hooks in
+    (``hookscope.report.sections``). ``graph``: draw the module graph (``hookscope.graph``), traced by hooks in
     the same pass (which then records gradients, to measure what each module leaves saved for the backward),
     coloured by mean |gradient| with ``grads``, else by those saved bytes.
     """

@@ -33,9 +33,8 @@ from ..core.records import Record
 from ..graph.nodes import Graph
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
+from .content import LayerView, Report, Section, TensorView, coloured, human_time, layer_views
 from .flow import flow_chart
-from .top import top_sections
-from .views import LayerView, Report, TensorView, coloured, human_time, layer_views
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by
 
@@ -47,14 +46,15 @@ def build_report_from_store(
     title: str | None = None,
     notes: Sequence[str] = (),
     max_layers: int = 64,
-    against: Run | None = None,
+    sections: Sequence[Section] = (),
 ) -> Report:
-    """What the page shows of ``run`` (see the module docstring); ``against``: another top_examples store
-    of the same inputs (checkpoint A), whose change to ``run`` gets a section per site too."""
+    """What the page shows of ``run`` (see the module docstring); ``sections``: the page of a store whose
+    reduction has its own view (``hookscope.probes.views.top_sections`` of a top_examples store), drawn
+    in place of the layer cards."""
     prov = run.provenance
     table = run.statistics()
     kinds: tuple[Kind, ...]
-    tops = top_sections(run, against)
+    tops = list(sections)
     if tops:
         layers, left_out, kinds, flow, selected = [], [], ("output",), None, len(run)
         remark = f"the inputs each unit fires on most, over {_batches(run)}; {run.config.get('reduce')}"

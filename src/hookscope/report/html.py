@@ -14,7 +14,7 @@ Both take any of the three pages: a ``Report`` (``build_report``), a text report
 (``tokens.build_text_report``) or a training report (``training.build_training_report``); the
 other two register their renderer with :func:`draws_page`, so this module need not import them.
 
-``write_report`` fills a staged folder next to ``out`` (``hookscope.files.staged_folder``) that
+``write_report`` fills a staged folder next to ``out`` (``hookscope.base.files.staged_folder``) that
 is renamed into place only when complete, so an interrupted run never leaves a half-written report.
 """
 
@@ -27,15 +27,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..base.files import staged_folder
+from ..base.optional import require
+from ..base.words import format_size
 from ..core.kinds import is_gradient
 from ..errors import OptionError, OutputExistsError, StoreError
-from ..files import staged_folder
 from ..graph.nodes import Graph
 from ..graph.svg import graph_html
-from ..optional import require
-from ..text import format_size
-from ..viz.html import data_uri
-from .views import LayerView, Report
+from ..viz.fragments import data_uri
+from .content import LayerView, Report
 
 TEMPLATE = "report/templates/report.html.j2"  # the page's template, a file of the hookscope package
 Render = TypeVar("Render", bound=Callable[[Any], str])

@@ -6,11 +6,11 @@
     cap["conv1"]             # that site's calls, a grid of each kind
     hookscope.show(cap)      # the report's layer cards, inline
 
-Each view is registered with ``hookscope.display.shows_as`` for its class (``Capture``, ``Record``,
+Each view is registered with ``hookscope.base.display.shows_as`` for its class (``Capture``, ``Record``,
 ``Call``, ``Summary``, ``RunningStats``, ``Run``, ``Report``), so Jupyter, VS Code and GitHub call
 it through ``_repr_html_``, with their ``.table()`` and ``.plot()`` (``report/tables.py``);
 ``import hookscope`` imports this module. A view is built from
-``hookscope.viz.html``'s blocks and the report's layer card (``templates/cards.html.j2``): one
+``hookscope.viz.fragments``'s blocks and the report's layer card (``templates/cards.html.j2``): one
 ``<div>`` with its CSS inline, pictures as ``data:`` URIs, every name escaped, no script, no URL.
 
 Small by default: at most ``MAX_ROWS`` sites (or store rows), ``MAX_CALLS`` calls of a site and
@@ -27,23 +27,23 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..base.display import html_of, shows_as
+from ..base.words import format_size
 from ..core.capture import Capture
+from ..core.channels import is_channels_last
 from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
 from ..core.records import Call, Record, forward_order
-from ..display import html_of, shows_as
 from ..errors import OptionError, ShapeError
 from ..stats.streaming import RunningStats
 from ..stats.summary import Summary
 from ..store.reader import Run
-from ..text import format_size
-from ..tokens import is_channels_last
-from ..viz import html
-from ..viz.html import Safe, escape
+from ..viz import fragments as html
+from ..viz.fragments import Safe, escape
 from ..viz.images import feature_grid
 from . import tables
+from .content import LayerView, Report, layer_views, not_held
 from .from_store import build_report_from_store
 from .html import environment, format_number
-from .views import LayerView, Report, layer_views, not_held
 
 MAX_ROWS = html.MAX_ROWS  # sites of a capture, rows of a store
 MAX_CALLS = 8  # calls of a site

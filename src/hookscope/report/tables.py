@@ -10,7 +10,7 @@
     print(report.table())              # a row per layer of a report: shape, mean and std of each kind
 
 ``inline.py`` registers these beside each class's HTML view (``display.shows_as``); they are
-plain text and PIL images, drawn with ``hookscope.text.columns`` and ``hookscope.viz``.
+plain text and PIL images, drawn with ``hookscope.base.words.columns`` and ``hookscope.viz``.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
+from ..base.words import columns, format_size
+from ..core.channels import is_channels_last
 from ..core.kinds import Kind, is_gradient, names
 from ..core.records import Call, Record, forward_order
 from ..errors import OptionError
 from ..stats.streaming import RunningStats
 from ..stats.summary import Summary
 from ..store.reader import Run
-from ..text import columns, format_size
-from ..tokens import is_channels_last
 from ..viz.charts import counts_plot
 from ..viz.images import feature_grid
+from .content import Report
 from .html import format_number
-from .views import Report
 
 if TYPE_CHECKING:
     from PIL.Image import Image

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..base.display import Shows, plot_of, table_of
 from ..core.records import Label
-from ..display import Shows, plot_of, table_of
 from ..errors import OptionError
 from .moments import Moments, empty_moments, merge_moments, moments, moments_to
 

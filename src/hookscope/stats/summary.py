@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 from torch import Tensor
 
+from ..base.display import Shows, plot_of, table_of
 from ..core.kinds import Kind, gradient_kinds, is_gradient, per_call
 from ..core.records import Record, forward_order
-from ..display import Shows, plot_of, table_of
 from ..errors import OptionError
 
 if TYPE_CHECKING:

@@ -35,8 +35,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from ..base.words import parse_size
 from ..errors import OptionError
-from ..text import parse_size
 from .columns import Column, Source, align, columns
 
 Item = Tensor | tuple[Tensor, ...]

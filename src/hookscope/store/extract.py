@@ -42,19 +42,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed
+from ..base.words import bar, format_size, parse_size
 from ..core import kinds
 from ..core.capture import capture
+from ..core.channels import channel_count
 from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Label
 from ..core.select import Selector, select_modules, selector_text
-from ..deprecation import renamed
 from ..errors import OptionError, StoreError
 from ..progress import Callback, Progress, callback
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
-from ..text import bar, format_size, parse_size
-from ..tokens import channel_count
 from . import format as store_format
 from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
 from .format import SHARDS, STATS_PARTS

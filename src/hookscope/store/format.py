@@ -22,7 +22,7 @@ Tensors stored under several names (aliases) are written once and listed under e
 Nothing is pickled: opening a store runs no code, and every field is checked before it is used
 (``hookscope.store.schema``); the manifest's last line is the CRC-32 of the text before it.
 
-Every file is written whole or not at all (``hookscope.files``), and every shard describes its own
+Every file is written whole or not at all (``hookscope.base.files``), and every shard describes its own
 tensors (``hookscope.store.shards``). So a store whose run was killed, its manifest still marked
 ``running``, is indexed from its shards (``index_parts``) and opens with every batch written;
 a shard that cannot be read (truncated, its header damaged) is listed under ``damaged`` with the
@@ -44,8 +44,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
+from ..base.files import TEMPORARY, sync_folder, write_atomically
 from ..errors import DamagedShardError, OutputExistsError, StoreError, StoreWarning
-from ..files import TEMPORARY, sync_folder, write_atomically
 from . import lock
 from .schema import check_manifest
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats

@@ -21,8 +21,8 @@ import socket
 import time
 from pathlib import Path
 
+from ..base.files import alive, sync_folder
 from ..errors import StoreError
-from ..files import alive, sync_folder
 
 LOCK = ".lock"  # inside the store
 

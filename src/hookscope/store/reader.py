@@ -28,14 +28,14 @@ from typing import Any, TypeVar
 
 from torch import Tensor
 
+from ..base.display import Shows, table_of
+from ..base.words import closest, columns, format_size
 from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
-from ..display import Shows, table_of
 from ..errors import DamagedShardError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
-from ..text import closest, columns, format_size
 from . import series
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .index import Index, ranges, wrong_sizes

@@ -21,15 +21,15 @@ import torch
 from torch import Tensor, nn
 
 from .._version import __version__
+from ..base.deprecation import renamed
+from ..base.files import staged_folder
+from ..base.words import parse_size
 from ..core.compiled import unwrap
 from ..core.layout import layout_id, to_json
 from ..core.placement import describe, is_dtensor, local, this_rank
 from ..core.records import Call, Record
 from ..core.tree import Layout
-from ..deprecation import renamed
 from ..errors import OutputExistsError, StoreWarning
-from ..files import staged_folder
-from ..text import parse_size
 from .format import SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
 from .names import by_entry
 from .reader import Run, load

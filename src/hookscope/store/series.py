@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from .. import display
+from ..base import display
+from ..base.files import staged_folder
+from ..base.words import closest, columns, format_size
 from ..errors import DamagedShardError, NotCapturedError, StoreError
-from ..files import staged_folder
-from ..text import closest, columns, format_size
 from .format import cannot_write, write_manifest
 from .shards import MappedShards, inside, read_index, write_shard
 

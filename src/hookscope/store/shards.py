@@ -4,7 +4,7 @@ A shard is a standard ``.safetensors`` file (``safetensors.safe_open`` reads it)
 metadata holds, under ``"hookscope"``, what its tensors are (site, kind, key, batch, call): a
 shard describes itself, so a store whose manifest was never completed (a killed run) can be
 indexed from its shards' headers alone. Every shard is written whole or not at all
-(``hookscope.files.write_atomically``: a temporary name, fsync, rename).
+(``hookscope.base.files.write_atomically``: a temporary name, fsync, rename).
 
 Reading needs torch only: a shard is memory-mapped (``torch.UntypedStorage.from_file``, a
 private copy-on-write mapping: the file is never changed) and each tensor is a view into it,
@@ -33,10 +33,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
+from ..base.files import write_atomically
+from ..base.optional import require
 from ..core.records import Label
 from ..errors import DamagedShardError, StoreError
-from ..files import write_atomically
-from ..optional import require
 from ..stats.streaming import RunningStats, merge_tables
 from .header import check_shard, index_checksum
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
+from ..base.optional import require
 from ..core.placement import local
-from ..optional import require
 from ..store.series import Alert
 from .collect import Gathered
 

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from .collect import Gathered
-from .ranks import Ranks
+from .rank_sums import Ranks
 
 
 class OptimizerReads:

@@ -26,8 +26,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ..base.optional import require
 from ..errors import OptionError
-from ..optional import require
 from ..store.series import Alert
 from .board import Board
 

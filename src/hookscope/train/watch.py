@@ -43,7 +43,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .. import display
+from ..base import display
+from ..base.words import closest
 from ..core.block import Block
 from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
@@ -52,19 +53,18 @@ from ..core.placement import local, refuse_zero3, shard_note
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import CaptureWarning, NotCapturedError, OptionError
 from ..store.series import COLUMNS, SOURCE, Alert, History
-from ..text import closest
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
 from .measures import dead_fraction, unit_dim
 from .optimizer_reads import OptimizerReads
-from .ranks import RankRows, Ranks, merge
+from .rank_sums import RankRows, Ranks, merge
 from .scalars import Scalars, merged
 from .scaler import LossScale, fused_scale, unscaled
 from .sinks import Sink, close_all, open_sinks, parse, send
 from .sites import default_sites, model_device, output_tensors
 from .steps import StepClock, optimizers_of
-from .view import histories_table, series_plot, watch_html
+from .views import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
 
 if TYPE_CHECKING:

@@ -36,11 +36,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed
+from ..base.display import Shows, plot_of, table_of
+from ..base.words import closest
 from ..core.select import Selector, select_modules
-from ..deprecation import renamed
-from ..display import Shows, plot_of, table_of
 from ..errors import CaptureError, NotCapturedError, SelectionError
-from ..text import closest
 from .own import OwnAttention, own_attention_modules
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights

@@ -43,14 +43,14 @@ from typing import Any, Literal, Union
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed, warn_renamed
+from ..base.display import Shows, plot_of, shows_as, table_of
+from ..base.words import columns
 from ..core.hooks import HandleGroup
-from ..deprecation import renamed, warn_renamed
-from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import OptionError
 from ..explain.attribute import attribute_through
 from ..explain.baselines import make_baseline
 from ..explain.targets import Target, logits, scores
-from ..text import columns
 from ..viz.highlight import token_html, token_image
 from .text import encoded, model_part
 

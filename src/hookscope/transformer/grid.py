@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
-from ..display import shows_as
+from ..base.display import shows_as
+from ..base.optional import require
+from ..base.words import columns as text_columns
 from ..errors import OptionError
-from ..optional import require
-from ..text import columns as text_columns
-from ..viz.html import MAX_ROWS, Safe, image_tag, more, table, view
+from ..viz.fragments import MAX_ROWS, Safe, image_tag, more, table, view
 from .attention import Attention
 
 if TYPE_CHECKING:

@@ -29,13 +29,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed
+from ..base.display import Shows, plot_of, shows_as, table_of
+from ..base.optional import require
+from ..base.words import columns
 from ..core.capture import capture
 from ..core.select import Selector, select_modules
-from ..deprecation import renamed
-from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import CaptureWarning, OptionError
-from ..optional import require
-from ..text import columns
 from .text import encoded, model_part
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)

@@ -35,10 +35,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.optional import require
 from ..core.block import Block
 from ..core.hooks import HandleGroup
 from ..errors import CaptureError
-from ..optional import require
 from .weights import attention_probs
 
 AttentionFn = Callable[..., tuple[Tensor, Tensor | None]]

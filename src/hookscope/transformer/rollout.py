@@ -35,15 +35,15 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import renamed
+from ..base.display import Shows, plot_of, shows_as, table_of
+from ..base.words import columns
 from ..core.block import Block
+from ..core.channels import tokens_to_grid
 from ..core.hooks import HandleGroup
 from ..core.select import Selector, select_modules
-from ..deprecation import renamed
-from ..display import Shows, plot_of, shows_as, table_of
 from ..errors import CaptureWarning, OptionError, SelectionError
-from ..text import columns
-from ..tokens import tokens_to_grid
-from ..viz.html import Safe, image_tag, table, view
+from ..viz.fragments import Safe, image_tag, table, view
 from ..viz.images import feature_grid, overlay
 
 HeadFusion = Literal["mean", "max", "min"]

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..base.display import shows_as
+from ..base.optional import require
+from ..base.words import columns as text_columns
 from ..core.kinds import Kind, per_call
 from ..core.records import Record, forward_order
-from ..display import shows_as
 from ..errors import OptionError
-from ..optional import require
 from ..stats.summary import FlowRow, GradientFlow, Summary, gradient_flow, summarize
-from ..text import columns as text_columns
-from .html import image_tag, note, table, view
+from .fragments import image_tag, note, table, view
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

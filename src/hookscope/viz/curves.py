@@ -1,7 +1,7 @@
 """Pictures of statistics over training steps, as PNG bytes: curves per layer, a layers x steps heatmap, a sparkline.
 
 They take plain numbers (``{layer: (steps, values)}``), so any time series draws: a training
-report (``hookscope.report.training``) and a ``History``'s notebook view use them. matplotlib is
+report (``hookscope.train.page``) and a ``History``'s notebook view use them. matplotlib is
 imported inside the functions, figures are drawn on the Agg canvas (never pyplot), NaN is a gap.
 """
 
@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..optional import require
-from ..text import shorten
+from ..base.optional import require
+from ..base.words import shorten
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -21,8 +21,8 @@ from typing import Any
 
 from torch import Tensor
 
+from ..base.optional import require
 from ..errors import ShapeError
-from ..optional import require
 
 POSITIVE = (178, 24, 43)  # RdBu_r's red end
 NEGATIVE = (33, 102, 172)  # RdBu_r's blue end

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..base.optional import require
+from ..core.channels import spatial_maps
 from ..errors import OptionError, ShapeError
-from ..optional import require
-from ..tokens import spatial_maps
 
 if TYPE_CHECKING:
     from matplotlib.colors import Colormap
@@ -73,7 +73,7 @@ def feature_grid(
     Small maps are enlarged by a whole factor (nearest) to at least ``min_tile`` pixels. Tiles
     sit ``columns`` (default ``ceil(sqrt(k))``) to a row, ``padding`` pixels apart; each image
     of a batch is a block of rows. NaN and +-Inf are drawn in the ``background`` colour.
-    ``tokens`` and ``channels_last`` are handed to ``hookscope.tokens.spatial_maps`` (``True`` for
+    ``tokens`` and ``channels_last`` are handed to ``hookscope.core.channels.spatial_maps`` (``True`` for
     ``(B, N, C)`` tokens, and for ``(H, W, C)`` / ``(B, H, W, C)`` maps: Swin's, say).
     """
     _check_options(pick, normalize, channels, padding, columns)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..optional import require
+from ..base.optional import require
 from .preprocess import IMAGENET, LITE
 
 

@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..base.optional import require
+from ..base.words import closest
 from ..errors import OptionError
-from ..optional import require
-from ..text import closest
 
 DIGIT_LABELS = [str(i) for i in range(10)]
 MEAN, STD = 0.305, 0.323  # of the upsampled training images scaled to [0, 1]

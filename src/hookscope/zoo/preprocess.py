@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..base.optional import require
 from ..errors import InputError
-from ..optional import require
 
 
 @dataclass(frozen=True)

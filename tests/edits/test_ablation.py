@@ -11,8 +11,8 @@ from torch import nn
 
 import hookscope
 from hookscope import edits
-from hookscope.report.edits import ablation
-from hookscope.report.views import Section
+from hookscope.edits.ablation import ablation
+from hookscope.report.content import Section
 
 
 def model() -> nn.Sequential:

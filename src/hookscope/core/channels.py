@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from .errors import ShapeError
+from ..errors import ShapeError
 
 MAX_PREFIX = 8  # class + distillation + up to 4-6 register tokens fit; more is not a ViT we know
 

@@ -6,7 +6,7 @@ import base64
 
 from PIL import Image
 
-from hookscope.viz import html
+from hookscope.viz import fragments as html
 
 
 def test_table_escapes_cells_but_keeps_safe_ones() -> None:

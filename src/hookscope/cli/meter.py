@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TextIO, cast
 
-from ..text import bar
+from ..base.words import bar
 
 EVERY = 10.0  # seconds between two lines when stderr is not a terminal
 

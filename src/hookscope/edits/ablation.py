@@ -1,12 +1,10 @@
-"""The report's sections about edits: a patch sweep, and a prediction before and after an ablation.
+"""A prediction before and after an ablation, as a section of a report page.
 
 ::
 
     report = build_report(model, x, sections=[effects, ablation(model, x, {"layer4": edits.zero(channels=[3])})])
 
-``as_section`` turns what ``build_report(sections=...)`` is given into a ``Section``: a
-``PatchSweep``, a ``Similarity`` or a ``Divergence`` (``hookscope.compare``) becomes its picture and
-table (the notebook view, self-contained), a ``Section`` stays one. ``ablation`` runs the model
+``ablation`` runs the model
 twice under no_grad, bare and under ``hookscope.edit``, and lays the top-k classes of each image
 side by side, with the edit's report below.
 """
@@ -19,46 +17,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..compare.numerics import Divergence
-from ..compare.similarity import Similarity
-from ..compare.views import divergence_html, similarity_html
 from ..core.select import Selector
-from ..edits.block import EditSpec, edit
-from ..edits.effects import PatchSweep, patch_sweep_html
 from ..errors import OptionError
 from ..explain.targets import logits
-from ..probes.result import Probes
-from ..probes.top import TopExamples
-from ..viz.html import Safe, escape, table, view
-from .probes import probes_section
-from .top import top_examples_section
-from .views import Guess, Section, predictions
+from ..report.content import Guess, Section, predictions
+from ..viz.fragments import Safe, escape, table, view
+from .edit import EditSpec, edit
 
 MAX_IMAGES = 8  # images whose predictions are laid side by side
-
-
-# what build_report(sections=...) takes
-SectionSource = Section | PatchSweep | Similarity | Divergence | Probes | TopExamples
-
-
-def as_section(item: SectionSource) -> Section:
-    """What ``build_report(sections=...)`` draws for ``item``."""
-    if isinstance(item, Section):
-        return item
-    if isinstance(item, PatchSweep):
-        return Section("patching", "Patch sweep", str(patch_sweep_html(item)))
-    if isinstance(item, Similarity):
-        return Section(f"similarity-{item.measure}", f"Similarity ({item.measure.upper()})", str(similarity_html(item)))
-    if isinstance(item, Divergence):
-        return Section("divergence", "Divergence of two models", str(divergence_html(item)))
-    if isinstance(item, Probes):
-        return probes_section(item)
-    if isinstance(item, TopExamples):
-        return top_examples_section(item)
-    raise OptionError(
-        f"a report section is a Section or a PatchSweep, got {type(item).__name__}; a Similarity or a Divergence "
-        "(hookscope.compare), Probes or TopExamples (hookscope.probe) go in too"
-    )
 
 
 def ablation(

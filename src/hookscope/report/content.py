@@ -38,15 +38,15 @@ from typing import TYPE_CHECKING, Any
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..base.display import Shows, table_of
+from ..core.channels import is_channels_last
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
-from ..display import Shows, table_of
 from ..errors import ShapeError
 from ..explain.targets import top_classes
 from ..graph.nodes import Graph
 from ..stats.summary import summarize
-from ..tokens import is_channels_last
-from ..viz.html import png_bytes
+from ..viz.fragments import png_bytes
 from ..viz.images import feature_grid
 from .flow import FlowChart
 

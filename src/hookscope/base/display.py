@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .errors import OptionError
+from ..errors import OptionError
 
 T = TypeVar("T")
 Renderer = Callable[[Any], str]
@@ -26,6 +26,7 @@ _HTML: dict[type, Renderer] = {}
 _PNG: dict[type, Callable[[Any], bytes | None]] = {}
 _TABLE: dict[type, Callable[..., str]] = {}
 _PLOT: dict[type, Callable[..., Any]] = {}
+_SECTION: dict[type, Callable[[Any], tuple[str, str]]] = {}
 
 
 def shows_as(
@@ -34,13 +35,18 @@ def shows_as(
     png: Callable[[Any], bytes | None] | None = None,
     table: Callable[..., str] | None = None,
     plot: Callable[..., Any] | None = None,
+    section: Callable[[Any], tuple[str, str]] | None = None,
 ) -> Callable[[Renderer], Renderer]:
     """Register the decorated function as the HTML view of ``cls``; ``png`` as its notebook picture,
-    ``table(obj, **options)`` as its ``.table()`` (text) and ``plot(obj, **options)`` as its ``.plot()`` (PIL)."""
+    ``table(obj, **options)`` as its ``.table()`` (text), ``plot(obj, **options)`` as its ``.plot()`` (PIL)
+    and ``section(obj) -> (anchor, title)`` as where its view goes on a report page (``build_report(sections=)``).
+    """
 
     def register(html: Renderer) -> Renderer:
         _HTML[cls] = html
-        registries: tuple[tuple[dict[type, Any], Any], ...] = ((_PNG, png), (_TABLE, table), (_PLOT, plot))
+        registries: tuple[tuple[dict[type, Any], Any], ...] = (
+            (_PNG, png), (_TABLE, table), (_PLOT, plot), (_SECTION, section),
+        )  # fmt: skip
         for registry, func in registries:
             if func is not None:
                 registry[cls] = func
@@ -57,6 +63,18 @@ def html_of(obj: object) -> str | None:
     """The registered HTML view of ``obj``, or None when no room draws its class."""
     render = _lookup(_HTML, obj)
     return None if render is None else render(obj)
+
+
+def section_of(obj: object) -> tuple[str, str, str] | None:
+    """``(anchor, title, html)`` of ``obj`` as a section of a report page, or None when its class has none."""
+    place = _lookup(_SECTION, obj)
+    html = html_of(obj)
+    return None if place is None or html is None else (*place(obj), html)
+
+
+def sectioned() -> list[str]:
+    """The names of the classes that can be a section of a report page, sorted."""
+    return sorted(cls.__name__ for cls in _SECTION)
 
 
 class Shows:

@@ -3,7 +3,7 @@
 ``History`` (one module's rows) shows a row per statistic: its last value and a sparkline over the
 logged steps. A ``Watch`` (registered in ``hookscope.train.watch``) shows its alerts, then a row per
 module: last gradient norm, update ratio and dead fraction, and a sparkline of the gradient norm.
-Made of ``hookscope.viz.html``'s pieces: escaped, inline, no script, nothing fetched.
+Made of ``hookscope.viz.fragments``'s pieces: escaped, inline, no script, nothing fetched.
 
 ``.table()`` and ``.plot()`` of both are here too: a ``History``'s table is a row per logged
 step, a ``Watch``'s a row per module (its last logged row); their plot is the training report's
@@ -17,13 +17,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import display
+from ..base import display
+from ..base.optional import require
+from ..base.words import columns as text_columns
 from ..errors import OptionError
-from ..optional import require
 from ..store.series import COLUMNS, Alert, History
-from ..text import columns as text_columns
 from ..viz.curves import curves_png, sparkline_png
-from ..viz.html import MAX_ROWS, Safe, escape, image_tag, more, note, table, view
+from ..viz.fragments import MAX_ROWS, Safe, escape, image_tag, more, note, table, view
 
 if TYPE_CHECKING:
     from PIL.Image import Image

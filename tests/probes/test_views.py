@@ -11,9 +11,9 @@ from torch import nn
 
 import hookscope
 from hookscope.cli import main
+from hookscope.probes.views import receptive_box, top_examples_html, top_examples_section
 from hookscope.reducers import top_examples
 from hookscope.report.from_store import build_report_from_store
-from hookscope.report.top import receptive_box, top_examples_html, top_examples_section
 from hookscope.zoo import lenet
 from tests.browser import open_page, undecoded_images
 from tests.report.test_narrow import check_widths

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hookscope.core.channels import spatial_maps, tokens_to_grid
 from hookscope.errors import HookscopeError, ShapeError
-from hookscope.tokens import spatial_maps, tokens_to_grid
 
 
 def _tokens(batch: int, prefix: int, h: int, w: int, channels: int) -> torch.Tensor:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hookscope
-from hookscope import display
-from hookscope.display import Shows
+from hookscope.base import display
+from hookscope.base.display import Shows
 
 
 def has_view(cls: type) -> bool:

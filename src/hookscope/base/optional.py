@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .errors import MissingDependencyError
+from ..errors import MissingDependencyError
 
 _EXTRA = {
     "PIL": "viz",

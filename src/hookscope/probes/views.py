@@ -24,16 +24,16 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from ..base.display import shows_as
 from ..core.capture import capture
-from ..display import shows_as
 from ..errors import CaptureWarning, ShapeError, StoreError
-from ..probes.top import TopExamples
+from ..report.content import Section
 from ..store.reader import Run
 from ..viz.charts import counts_plot
+from ..viz.fragments import Safe, escape, image_tag, note, view
 from ..viz.highlight import token_html
-from ..viz.html import Safe, escape, image_tag, note, view
 from ..viz.images import to_pil
-from .views import Section
+from .top import TopExamples
 
 UNITS = 8  # units a view shows, largest best value first
 BINS = 24
@@ -63,7 +63,15 @@ def top_examples_html(top: TopExamples, *, inputs: Tensor | None = None,
     )
 
 
-shows_as(TopExamples)(lambda top: top_examples_html(top))  # the notebook view: no inputs, the first units
+def _place(top: TopExamples) -> tuple[str, str]:
+    """Where a ``TopExamples`` goes on a report page: its anchor and its heading."""
+    moved = top.label == "difference"
+    anchor = ("change-" if moved else "top-") + "".join(c if c.isalnum() else "-" for c in top.site)
+    return anchor, f"{'Change A to B' if moved else 'Top examples'}: {top.site or '(model)'}"
+
+
+# the notebook view (no inputs, the first units), and the section it makes of a report page
+shows_as(TopExamples, section=_place)(lambda top: top_examples_html(top))
 
 
 def top_examples_section(top: TopExamples, *, inputs: Tensor | None = None,
@@ -71,9 +79,7 @@ def top_examples_section(top: TopExamples, *, inputs: Tensor | None = None,
                          model: nn.Module | None = None) -> Section:  # fmt: skip
     """The view as a section of a report page (``build_report(sections=[...])``, ``report --from``)."""
     html = top_examples_html(top, inputs=inputs, tokens=tokens, units=units, model=model)
-    moved = top.label == "difference"
-    anchor = ("change-" if moved else "top-") + "".join(c if c.isalnum() else "-" for c in top.site)
-    return Section(anchor, f"{'Change A to B' if moved else 'Top examples'}: {top.site or '(model)'}", str(html))
+    return Section(*_place(top), str(html))
 
 
 def top_sections(run: Run, against: Run | None = None) -> list[Section]:
@@ -143,7 +149,7 @@ def _field(model: nn.Module, site: str, image: Tensor, unit: int, cell: tuple[in
     """The input under the activation's receptive field (its gradient's support), min-max scaled."""
     rows, cols = receptive_box(model, site, image, unit, (cell[0], cell[1]))
     if rows.stop == rows.start:
-        warnings.warn(f"hookscope.report.top: {site!r} unit {unit} at {cell} has a zero gradient on its input, "
+        warnings.warn(f"hookscope.probes.views: {site!r} unit {unit} at {cell} has a zero gradient on its input, "
                       "so its patch is the scaled map cell instead of its receptive field", CaptureWarning,
                       stacklevel=2)  # fmt: skip
         return None

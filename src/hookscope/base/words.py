@@ -12,7 +12,7 @@ import difflib
 import re
 from collections.abc import Iterable, Sequence
 
-from .errors import OptionError
+from ..errors import OptionError
 
 BAR_WIDTH = 24
 LABEL_CHARS = 40  # the longest name a chart's legend or tick label shows whole

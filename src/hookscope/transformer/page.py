@@ -38,19 +38,19 @@ from typing import Any
 from torch import Tensor, nn
 
 from .._version import __version__
+from ..base.display import Shows, shows_as, table_of
+from ..base.optional import require
+from ..base.words import columns
 from ..core.capture import capture
 from ..core.records import forward_order
 from ..core.select import BLOCKS, Selector
-from ..display import Shows, shows_as, table_of
 from ..errors import CaptureWarning, OptionError
-from ..optional import require
 from ..progress import Progress, callback
-from ..text import columns
-from ..transformer.attention import Attention, attention
-from ..transformer.grid import FONT, attention_grid
-from ..viz.html import Safe, figure, more, note, table, view
-from .html import draws_page, environment, write_page
-from .views import human_time, png
+from ..report.content import human_time, png
+from ..report.html import draws_page, environment, write_page
+from ..viz.fragments import Safe, figure, more, note, table, view
+from .attention import Attention, attention
+from .grid import FONT, attention_grid
 
 TEMPLATE = "tokens.html.j2"  # beside report.html.j2
 MAX_SENTENCES = 4  # sequences of a batch the page draws

@@ -28,13 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..base.files import staged_folder
+from ..base.optional import require
+from ..base.words import parse_size
 from ..errors import OptionError, OutputExistsError, StoreError, StoreWarning
-from ..files import staged_folder
-from ..optional import require
 from ..store.columns import Column, columns, read_input
 from ..store.reader import Run, load
 from ..store.shards import inside, one_line, read_index
-from ..text import parse_size
 
 
 def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: str | list[str] | None = None,
@@ -86,7 +86,7 @@ def _features(picked: list[Column], kept: dict[int, dict[str, Tensor]]) -> Any:
 
 def _arrow_dtype(dtype: str) -> str:
     if dtype == "bfloat16":  # Arrow has no bfloat16
-        warnings.warn("hookscope.exports.datasets: bfloat16 activations are written as float32 (Arrow has no "
+        warnings.warn("hookscope.exports.sae_lens: bfloat16 activations are written as float32 (Arrow has no "
                       "bfloat16)", StoreWarning, stacklevel=5)  # fmt: skip
         return "float32"
     return dtype

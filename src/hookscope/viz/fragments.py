@@ -6,7 +6,7 @@
     body = table(("site", "output"), rows) + more(len(shown), total, "sites")
     html = view(body, title="Capture of LeNet")   # one <div>, its CSS inline, nothing fetched
 
-Every view a result registers with ``hookscope.display.shows_as`` is made of these, so each is
+Every view a result registers with ``hookscope.base.display.shows_as`` is made of these, so each is
 self-contained the same way: text is HTML-escaped unless it is a ``Safe`` string built here,
 pictures are ``data:image/png`` URIs, the CSS is one ``<style>`` scoped to ``.hookscope-view``
 (it cannot restyle the notebook around it), and there is no script and no URL.

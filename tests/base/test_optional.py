@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from hookscope.base.optional import require
 from hookscope.errors import MissingDependencyError
-from hookscope.optional import require
 
 
 @pytest.mark.parametrize(

@@ -27,20 +27,20 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..deprecation import warn_renamed
-from ..display import Shows, shows_as, table_of
+from ..base.deprecation import warn_renamed
+from ..base.display import Shows, shows_as, table_of
+from ..base.optional import require
+from ..base.words import columns
 from ..errors import OptionError
 from ..graph.nodes import Graph
 from ..graph.overlay import overlay_of
 from ..graph.svg import graph_html
-from ..optional import require
+from ..report.content import human_time
+from ..report.html import draws_page, format_number, write_page
 from ..store.reader import Run
 from ..store.series import Alert, History
-from ..text import columns
 from ..viz.curves import curves_png, heatmap_png, sparkline_png
-from ..viz.html import data_uri, figure, more, note, view
-from .html import draws_page, format_number, write_page
-from .views import human_time
+from ..viz.fragments import data_uri, figure, more, note, view
 
 TEMPLATE = "report/templates/training.html.j2"
 
@@ -142,7 +142,7 @@ def _alert_graph(graph: Graph | None, alerts: Sequence[Alert], histories: Mappin
 
 def training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:
     """Deprecated spelling of ``build_training_report``."""
-    warn_renamed("hookscope.report.training.training_report", "hookscope.build_training_report")
+    warn_renamed("hookscope.train.page.training_report", "hookscope.build_training_report")
     return build_training_report(run, title=title, max_layers=max_layers)
 
 
