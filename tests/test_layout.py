@@ -187,3 +187,62 @@ def test_the_edit_helpers_are_the_edits_package() -> None:
 
     assert hookscope.edits.ops.zero is hookscope.edits.zero
     assert callable(hookscope.edit) and not isinstance(hookscope.edit, types.ModuleType)
+
+
+ROLE_NAMES = {"__init__", "views", "page"}  # the same job in every room: a room's faces, a room's HTML page
+LOW_RESULTS = {"report.inline", "viz.charts"}  # the faces of results that sit below their drawing (report/inline.py)
+# store/series.History is read by store.reader.Run.history(); moving it up to train/ would close a circle
+FACE_ELSEWHERE = {"History": "train.views"}
+
+
+def test_one_module_name_one_meaning() -> None:
+    """A module name used in two rooms must be a role name (``views.py``: a room's faces, ``page.py``: its page)."""
+    rooms: dict[str, set[str]] = {}
+    for path in MODULES.values():
+        rooms.setdefault(path.stem, set()).add(str(path.parent.relative_to(SRC)))
+    twins = {stem: sorted(where) for stem, where in rooms.items() if len(where) > 1 and stem not in ROLE_NAMES}
+    assert twins == {}
+
+
+def test_the_top_level_is_the_api_and_the_rooms() -> None:
+    """Loose modules at the top: the curated API, the entry point, the version and the public leaves only."""
+    loose = sorted(p.stem for p in SRC.glob("*.py"))
+    assert loose == ["__init__", "__main__", "_version", "errors", "progress", "reducers"]
+
+
+def test_a_result_registers_its_face_in_its_own_room() -> None:
+    """``shows_as(Cls)`` sits in the room that defines ``Cls``, or among the faces of the low results."""
+    defined = {
+        node.name: name
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+    }
+    wrong, seen = [], 0
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            called = node.func if isinstance(node, ast.Call) else None
+            if getattr(called, "attr", getattr(called, "id", "")) != "shows_as":
+                continue
+            assert isinstance(node, ast.Call) and isinstance(node.args[0], ast.Name), f"{name}: shows_as(a class name)"
+            seen += 1
+            cls_name = node.args[0].id
+            home = _home(defined[cls_name])
+            if home != _home(name) and name not in LOW_RESULTS and FACE_ELSEWHERE.get(cls_name) != name:
+                wrong.append(f"{name} registers the face of {cls_name} (defined in {defined[cls_name]})")
+    assert wrong == []
+    assert seen >= 20
+
+
+def test_report_draws_no_capability() -> None:
+    """The page engine turns any result into a section through the display registry: it imports no room above it."""
+    above = {room for room, rank in RANKS.items() if rank > RANKS["report"]}
+    found = [
+        f"{name} imports {target}"
+        for name, path in MODULES.items()
+        if _home(name) == "report"
+        for target, names, _ in _imports(name, path)
+        for imported in _resolved(target, names)
+        if _home(imported) in above
+    ]
+    assert found == []

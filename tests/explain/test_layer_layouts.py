@@ -13,7 +13,7 @@ import torchvision
 from torch import Tensor, nn
 
 import hookscope
-from hookscope.core.capture import probe
+from hookscope.core.capture import shapes_of
 from hookscope.explain.layers import choose_layer
 
 
@@ -66,7 +66,7 @@ class TinyCrossViT(nn.Module):
 
 def last_4d(model: nn.Module, x: Tensor) -> str:
     """The old rule: the last call returning a 4-D floating output larger than 1x1 along its last two axes."""
-    calls = sorted((c for n, r in probe(model, x).items() if n for c in r.calls), key=lambda c: c.order)
+    calls = sorted((c for n, r in shapes_of(model, x).items() if n for c in r.calls), key=lambda c: c.order)
     four = [c for c in calls if c.keys("output") and c.get("output").dim() == 4 and c.get("output")[0, 0].numel() > 1]
     return four[-1].site
 
@@ -113,7 +113,7 @@ def test_every_torchvision_classifier_gets_a_map_of_the_input() -> None:
             continue
         if name.startswith("maxvit"):
             continue  # its attention windows are fixed to 224 x 224 inputs
-        shapes = [probe(model, x)[choice.layer].calls[choice.call].get("output").shape for x in (small, large)]
+        shapes = [shapes_of(model, x)[choice.layer].calls[choice.call].get("output").shape for x in (small, large)]
         pooled = isinstance(model.get_submodule(choice.layer), nn.AdaptiveAvgPool2d)  # AlexNet, VGG: a fixed grid
         assert shapes[0][1] == shapes[1][1] and (pooled or shapes[1][2] >= 2 * shapes[0][2] - 1), (name, shapes)
         if name.startswith("swin"):

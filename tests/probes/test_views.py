@@ -11,7 +11,7 @@ from torch import nn
 
 import hookscope
 from hookscope.cli import main
-from hookscope.probes.views import receptive_box, top_examples_html, top_examples_section
+from hookscope.probes.views import receptive_box, top_examples_html, top_examples_section, top_sections
 from hookscope.reducers import top_examples
 from hookscope.report.from_store import build_report_from_store
 from hookscope.zoo import lenet
@@ -29,7 +29,8 @@ def test_a_top_store_reports_each_unit_with_its_examples_and_histogram(chromium:
     model, (x, _) = lenet.lenet(), lenet.digits("test")
     x = x[:120]
     top = lenet_top(tmp_path, "top", model, x)
-    stored = build_report_from_store(hookscope.load(tmp_path / "top"))
+    run = hookscope.load(tmp_path / "top")
+    stored = build_report_from_store(run, sections=top_sections(run))
     assert [s.id for s in stored.sections] == ["top-relu2"] and stored.layers == ()
     hookscope.write_report(stored, tmp_path / "stored")
     check_widths(chromium, tmp_path / "stored" / "index.html", "top-store")

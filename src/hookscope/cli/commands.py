@@ -29,7 +29,7 @@ from .. import reducers
 from ..base.files import write_atomically
 from ..base.optional import require
 from ..base.words import columns
-from ..core.capture import Capture, capture, probe
+from ..core.capture import Capture, capture, shapes_of
 from ..core.compiled import named_modules
 from ..core.select import list_modules
 from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
@@ -292,7 +292,7 @@ def _probe_image(loaded: LoadedModel, spec: str | None, device: str) -> Capture:
     if spec is not None:
         args, kwargs = load_input([spec], loaded.preprocess).feed(device)
     with _ForwardGuard(loaded.model, args, kwargs):
-        return probe(loaded.model, *args, **kwargs)
+        return shapes_of(loaded.model, *args, **kwargs)
 
 
 def _shape_cell(calls: Sequence[Any], module: torch.nn.Module) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..base.optional import require
-from ..core.capture import Capture, probe
+from ..core.capture import Capture, shapes_of
 from ..errors import InputError, ModelError
 from ..report.html import write_report
 from ..transformer.page import build_text_report
@@ -169,7 +169,7 @@ def encode_texts(loaded: Loaded, specs: Sequence[str], device: str) -> Any:
 def probe_text(loaded: Loaded, spec: str | None, device: str) -> Capture:
     """Every module's output shapes on ``spec``'s text, or on a sample sentence (``hookscope list``)."""
     texts = read_texts([spec]) if spec else [DEMO_SENTENCES[0]]
-    return probe(loaded.model, **encode(loaded.tokenizer, texts).to(device))
+    return shapes_of(loaded.model, **encode(loaded.tokenizer, texts).to(device))
 
 
 def image_only(args: argparse.Namespace) -> list[str]:

@@ -34,20 +34,11 @@ from torch import Tensor, nn
 from ..base.display import Shows, table_of
 from ..base.words import closest
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
+from .backward import GradientHooks
 from .block import Block
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
-from .diagnosis import (
-    AWAITS_RECOMPUTE,
-    IN_TRANSFORM,
-    IN_TRANSFORM_START,
-    NO_GRAD_MODE,
-    NO_TRAINABLE,
-    annotate,
-    does_not_require_grad,
-    problems,
-    transformed,
-)
+from .diagnosis import IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
 from .hooks import HandleGroup
 from .inference import transform
 from .kinds import Kind, at, choose, misspelled, names
@@ -82,7 +73,7 @@ def capture(
     return Capture(model, select, kinds=kinds, policy=policy, reduce=reduce)
 
 
-def probe(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
+def shapes_of(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
     """Run ``model(*args, **kwargs)`` once under no_grad, recording every module call's outputs as
     meta tensors: shapes and dtypes, in call order, at no memory cost. Modules that never ran
     (containers such as ``nn.ModuleList``) simply have no calls; nothing is warned."""
@@ -93,7 +84,7 @@ def probe(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
     return cap
 
 
-class Capture(Block, Mapping[str, Record], Shows):
+class Capture(GradientHooks, Block, Mapping[str, Record], Shows):
     """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
 
     noun, remake = "capture", "hookscope.capture(...)"
@@ -172,7 +163,9 @@ class Capture(Block, Mapping[str, Record], Shows):
     def _finish(self, exc: BaseException | None) -> None:
         self._keeper.wait()
         if exc is None:
-            self._diagnose()
+            eager = self._eager is not None and self._eager.note is not None
+            warn_at_exit(self._records, self._keeper, self.kinds, eager, cleared=self._cleared,
+                         params_reached=self._params_reached, grads_seen=self._grads_seen)  # fmt: skip
         else:
             annotate(exc, self._raised)
 
@@ -331,13 +324,6 @@ class Capture(Block, Mapping[str, Record], Shows):
         if phase.reentrant:
             self._rewatch(logical, self._output_grads, flatten_layout(output)[0], "output")
 
-    def _rewatch(self, call: Call, grad_kinds: tuple[Kind, ...], leaves: Leaves, what: str) -> None:
-        """Hook a reentrant recomputation's tensors: its graph is the one gradients flow through."""
-        for kind in grad_kinds:
-            if call.missing.get(kind) == AWAITS_RECOMPUTE:
-                del call.missing[kind]
-            self._watch(call, kind, leaves, what)
-
     def _keep_all(self, leaves: Leaves, site: str, kind: Kind) -> dict[str, Tensor]:
         keep, held = self._keeper.keep, {}
         for key, tensor in leaves:  # a plain loop: this runs on every hooked call
@@ -345,64 +331,6 @@ class Capture(Block, Mapping[str, Record], Shows):
             if kept is not None:
                 held[key] = kept
         return held
-
-    def _watch(self, call: Call, kind: Kind, leaves: Leaves, what: str, phase: CallPhase | None = None) -> None:
-        """Hook the gradient of every tensor in ``leaves`` that will receive one."""
-        if phase is not None and phase.phase == "first_pass":
-            call.missing[kind] = AWAITS_RECOMPUTE  # until the recomputation hooks its tensors (_rewatch)
-            return
-        if not torch.is_grad_enabled():
-            call.missing[kind] = NO_GRAD_MODE
-            return
-        watched = [(key, t) for key, t in leaves if t.requires_grad]
-        if not watched:
-            call.missing[kind] = does_not_require_grad(what)
-            return
-        call.watched[kind] = [key for key, _ in watched]
-        for key, tensor in watched:
-            self._handles.on_grad(tensor, partial(self._on_grad, call, kind, key))
-
-    def _on_grad(self, call: Call, kind: Kind, key: str, grad: Tensor) -> None:
-        self._grads_seen = True
-        call.reached.add(kind)
-        kept = self._keeper.keep(grad, (call.site, kind, key))
-        if kept is None:
-            return
-        held = call.tensors.setdefault(kind, {})
-        if key in held:  # several backward passes: summed, once the copies have landed
-            self._keeper.wait()
-            held[key] = held[key] + kept
-        else:
-            held[key] = kept
-
-    def _on_param_grad(self, record: Record, name: str, param: Tensor) -> None:
-        self._grads_seen = True
-        self._params_reached.add(record.name)
-        kept = None if param.grad is None else self._keeper.keep(param.grad, (record.name, "param_grad", name))
-        if kept is not None:
-            record.param_grads[name].append(kept)
-
-    # -- diagnosis, once, at exit --------------------------------------------------------------
-    def _diagnose(self) -> None:
-        found = problems(
-            self._records,
-            (*self._input_grads, *self._output_grads),
-            cleared=self._cleared,
-            params_reached=self._params_reached,
-            grads_seen=self._grads_seen,
-            eager=self._eager is not None and self._eager.note is not None,
-        )
-        in_transform = transformed(self._records.values(), self.kinds[0])
-        for line in [*in_transform, *(line for line in found if IN_TRANSFORM_START not in line)]:
-            warnings.warn(line, CaptureWarning, stacklevel=4)
-        modified = self.changed_in_place()
-        if modified:
-            warnings.warn(
-                f"hookscope: {', '.join(modified[:6])} changed in place after capture (clone=False stores "
-                "references); capture with clone=True to keep the values the hooks saw",
-                CaptureWarning,
-                stacklevel=4,
-            )
 
 
 def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:

@@ -11,11 +11,17 @@ likely cause is named (``never_called_reason``): a model run inside a compiled f
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
+from ..errors import CaptureWarning
 from .compiled import compiled_frames
-from .kinds import Kind
+from .kinds import Kind, at
 from .records import Call, Record
+
+if TYPE_CHECKING:
+    from .policy import Keeper
 
 NO_GRAD_MODE = "the forward pass ran under torch.no_grad() or torch.inference_mode(); run it with gradients enabled"
 NO_BACKWARD = "no backward pass ran inside the `with` block; call .backward() or torch.autograd.grad() before it ends"
@@ -156,3 +162,30 @@ def _grad_problem(call: Call, kind: Kind, grads_seen: bool) -> str | None:
     if kind not in call.missing and kind not in call.reached and call.watched.get(kind):
         call.missing[kind] = no_grad_reason(grads_seen)
     return call.missing.get(kind)
+
+
+def warn_at_exit(
+    records: Mapping[str, Record],
+    keeper: Keeper,
+    kinds: tuple[Kind, ...],
+    eager: bool,
+    *,
+    cleared: set[str],
+    params_reached: set[str],
+    grads_seen: bool,
+) -> None:
+    """The capture's warnings when its block ends: what could not be captured, and references changed in place."""
+    grad_kinds = (*at("input_grad", kinds), *at("output_grad", kinds))
+    found = problems(records, grad_kinds, cleared=cleared, params_reached=params_reached, grads_seen=grads_seen,
+                     eager=eager)  # fmt: skip
+    in_transform = transformed(records.values(), kinds[0])
+    for line in [*in_transform, *(line for line in found if IN_TRANSFORM_START not in line)]:
+        warnings.warn(line, CaptureWarning, stacklevel=5)
+    modified = keeper.modified_references()
+    if modified:
+        warnings.warn(
+            f"hookscope: {', '.join(modified[:6])} changed in place after capture (clone=False stores "
+            "references); capture with clone=True to keep the values the hooks saw",
+            CaptureWarning,
+            stacklevel=5,
+        )

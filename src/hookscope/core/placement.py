@@ -23,9 +23,9 @@ import math
 import sys
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
+from ..base.world import World
 from ..errors import OptionError
 
 
@@ -42,8 +42,7 @@ def dtensor_type() -> type | None:
 
 def this_rank() -> int:
     """This process's rank under torchrun (0 without a process group)."""
-    joined = torch.distributed.is_available() and torch.distributed.is_initialized()
-    return torch.distributed.get_rank() if joined else 0
+    return World.current().rank
 
 
 def is_dtensor(t: object) -> bool:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from torch import Tensor, nn
 
-from ..core.capture import probe
+from ..core.capture import shapes_of
 from ..core.channels import channel_count, is_channels_last, tokens_to_grid
 from ..core.compiled import unwrap
 from ..core.records import Call, Record
@@ -75,7 +75,7 @@ def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
 
 def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
     """The layer a CAM reads without ``select=`` (see the module docstring), logged on "hookscope"."""
-    return choose_among(model, probe(model, x))
+    return choose_among(model, shapes_of(model, x))
 
 
 def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:

@@ -25,17 +25,16 @@ full, it is shuffled and half of it yielded.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..base.words import parse_size
+from ..base.world import World
 from ..errors import OptionError
 from .columns import Column, Source, align, columns
 
@@ -100,7 +99,8 @@ class StoreStream(IterableDataset[Item]):
         ):
             raise OptionError(f"batch_size must be a positive int or None (single items), got {batch_size!r}")
         self.batch_size, self.limit, self.seed, self.epoch = batch_size, parse_size(max_memory), seed, 0
-        self.rank, self.world = _rank()
+        world = World.current(environment=True)
+        self.rank, self.world = world.rank, world.size
 
     def set_epoch(self, epoch: int) -> None:
         """Shuffle for ``epoch`` (call it before each epoch, as with ``DistributedSampler``)."""
@@ -234,10 +234,3 @@ def _one(parts: list[Tensor], *, squeeze: bool) -> Item:
 
 def _generator(*seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(hash(seed) & 0x7FFF_FFFF_FFFF_FFFF)
-
-
-def _rank() -> tuple[int, int]:
-    """This process's rank and the number of ranks: torch.distributed's, else torchrun's environment."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from ..base.deprecation import renamed
 from ..base.words import bar, format_size, parse_size
+from ..base.world import World
 from ..core import kinds
 from ..core.capture import capture
 from ..core.channels import channel_count
@@ -59,7 +60,7 @@ from . import format as store_format
 from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
 from .format import SHARDS, STATS_PARTS
 from .names import by_entry
-from .ranks import World, share
+from .ranks import share
 from .reader import Run, load
 from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter, StatsCheckpoint

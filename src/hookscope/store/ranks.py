@@ -21,52 +21,13 @@ Batches already in the store (``resume=True``) are skipped the same way.
 
 from __future__ import annotations
 
-import atexit
-import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
+from ..base.world import World
 from ..errors import OptionError
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's rank among ``size``."""
-
-    rank: int = 0
-    size: int = 1
-
-    @classmethod
-    def join(cls, device: torch.device) -> World:
-        """The running process group, or one started from torchrun's environment, or a world of one.
-
-        A group hookscope starts stays up until the process exits (then ``atexit`` destroys it):
-        destroying it and starting another in the same job can read the old group's addresses
-        from torchrun's store and fail to connect.
-        """
-        if dist.is_available() and dist.is_initialized():
-            return cls(dist.get_rank(), dist.get_world_size())
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        if size <= 1 or not dist.is_available():
-            return cls()
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        atexit.register(_destroy)
-        return cls(dist.get_rank(), dist.get_world_size())
-
-    def barrier(self) -> None:
-        """Wait for every rank (nothing to wait for in a world of one)."""
-        if self.size > 1:
-            dist.barrier()
-
-
-def _destroy() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def share(loader: Iterable[Any], world: World, done: set[int]) -> tuple[Iterator[tuple[int, Any]], int | None]:

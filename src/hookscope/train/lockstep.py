@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ..base.world import World
 from ..errors import NonFiniteError
 
 PHASES = ("forward", "backward", "optimizer")
@@ -29,8 +30,8 @@ class Lockstep:
     """
 
     def __init__(self, *, stepped: bool) -> None:
-        joined = stepped and dist.is_available() and dist.is_initialized()
-        self.rank, self.size = (dist.get_rank(), dist.get_world_size()) if joined else (0, 1)
+        world = World.current() if stepped else World()
+        self.rank, self.size = world.rank, world.size
         self.held: NonFiniteError | None = None
 
     def hold(self, err: NonFiniteError) -> bool:

@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
+from ..base.world import World
 from ..core.placement import local, replicas
 from ..stats.norms import row_norms
 from ..store.series import COLUMNS, History
@@ -40,17 +40,9 @@ MOMENTS = (*ACT, "grad_output_sq")  # per rank: an activation, its gradient; equ
 
 
 @dataclass(frozen=True)
-class Ranks:
-    """This process's ``rank`` among ``size`` (a world of one outside torchrun)."""
-
-    rank: int = 0
-    size: int = 1
-
-    @classmethod
-    def current(cls) -> Ranks:
-        if dist.is_available() and dist.is_initialized():
-            return cls(dist.get_rank(), dist.get_world_size())
-        return cls()
+class Ranks(World):
+    """This process among its ranks (``base.world.World``: ``current()``, ``gather``, ``barrier``), with the
+    watch's share of a global sum of squares."""
 
     def share(self, tensors: Iterable[Tensor]) -> Tensor | None:
         """This rank's share of the global sum of squares of ``tensors`` (float64), None when there is none."""
@@ -64,18 +56,6 @@ class Ranks:
             for p, t in zip(pieces, chosen, strict=True)
         ]
         return torch.stack(parts).sum()
-
-    def gather(self, table: Tensor) -> list[Tensor]:
-        """Every rank's ``table`` (the same shape on each), in rank order: one ``all_gather``."""
-        if self.size == 1:
-            return [table]
-        tables = [torch.empty_like(table) for _ in range(self.size)]
-        dist.all_gather(tables, table.contiguous())
-        return tables
-
-    def barrier(self) -> None:
-        if self.size > 1:
-            dist.barrier()
 
 
 class RankRows:
