@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import math
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,15 +43,12 @@ from ..core.capture import Capture, capture
 from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
 from ..core.modes import evaluating, mode_note
 from ..core.select import Selector
-from ..errors import CaptureWarning, OptionError, SelectionError
-from ..explain.cam import CAM_METHODS, cam
-from ..explain.layers import choose_layer
-from ..explain.targets import Target, class_indices, explained, logits, scores
+from ..errors import CaptureWarning, OptionError
+from ..explain.cam import CAM_METHODS
+from ..explain.targets import Target, explained, logits, scores
 from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
-from ..viz.images import overlay, to_pil
 from .content import (
-    CamView,
     Report,
     coloured,
     human_time,
@@ -62,13 +58,13 @@ from .content import (
     predictions,
 )
 from .flow import FlowChart, flow_chart
+from .pictures import cam_views, pictures_of
 from .sections import as_section
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
 MAX_IMAGES = 8  # images of the batch that get a prediction, a picture and CAMs
-PICTURE_SIDE = (192, 448)  # pictures are enlarged (nearest) or shrunk to fit these sides
 
 
 def build_report(
@@ -123,8 +119,10 @@ def build_report(
             cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
         )
         shown = min(len(x), MAX_IMAGES)
-        images = _pictures(x[:shown], pictures[:shown] if pictures is not None else None)
-        cam_layer, cams = _cams(model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks)
+        images = pictures_of(x[:shown], pictures[:shown] if pictures is not None else None)
+        cam_layer, cams = cam_views(
+            model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks
+        )
     return Report(
         title=title,
         model=type(model).__name__,
@@ -222,96 +220,6 @@ def _general_remarks(switched: list[str], x: Tensor, scores_2d: Tensor | None, l
         more = f"{len(left_out)} more layers were captured but left out (raise max_layers=, --max-layers)"
         remarks.append(f"{more}: {named}")
     return remarks
-
-
-# -- pictures and CAMs ------------------------------------------------------------------------
-def _pictures(x: Tensor, given: Sequence[Image] | None) -> list[Image]:
-    """One picture per image: the ones given, or each image of ``x`` min-max scaled; none for non-images."""
-    if given is not None:
-        return [_fit(to_pil(picture).convert("RGB")) for picture in given]
-    if x.dim() != 4 or not x.is_floating_point():
-        return []
-    return [_fit(to_pil(_as_rgb(image))) for image in x.detach().cpu().double()]
-
-
-def _as_rgb(image: Tensor) -> Tensor:
-    """(C, H, W) -> (3, H, W) in [0, 1]: three channels as they are, anything else as grey."""
-    rgb = image if image.shape[0] == 3 else image.mean(dim=0, keepdim=True).expand(3, -1, -1)
-    finite = rgb[rgb.isfinite()]
-    if not finite.numel():
-        return torch.zeros_like(rgb)
-    lo, hi = finite.min(), finite.max()
-    return torch.nan_to_num((rgb - lo) / (hi - lo) if hi > lo else rgb - lo).clamp(0, 1)
-
-
-def _fit(picture: Image) -> Image:
-    """Small pictures enlarged by a whole factor (nearest), large ones shrunk, to sides in PICTURE_SIDE."""
-    low, high = PICTURE_SIDE
-    width, height = picture.size
-    if min(width, height) < low:
-        factor = math.ceil(low / min(width, height))
-        return picture.resize((width * factor, height * factor), resample=0)  # 0: nearest
-    if max(width, height) > high:
-        picture = picture.copy()
-        picture.thumbnail((high, high))
-    return picture
-
-
-def _cams(
-    model: nn.Module,
-    x: Tensor,
-    pictures: list[Image],
-    methods: Sequence[str],
-    explain: tuple[Target, str],
-    scores_2d: Tensor | None,
-    labels: Sequence[str] | None,
-    step: Callback,
-    remarks: list[str],
-) -> tuple[str, tuple[CamView, ...]]:
-    """(the layer in words, one CamView per image) for each of ``methods``; ("", ()) with a remark when
-    impossible. ``explain``: the target, and the key of the model's output it indexes."""
-    target, key = explain
-    if not methods:
-        return "", ()
-    reason = _why_no_cam(x, pictures, target, scores_2d)
-    try:
-        layer, call, words = choose_layer(model, x) if not reason else ("", 0, "")
-    except SelectionError as err:
-        reason = str(err)
-    if reason:
-        remarks.append(f"no CAM: {reason}")
-        return "", ()
-    classes = None
-    if scores_2d is not None and not callable(target):
-        classes = class_indices(scores_2d, target)[: len(x)].tolist()
-    heats = []
-    step("cam", 0, len(methods))
-    for i, method in enumerate(methods):
-        chosen = classes if classes is not None else target
-        heats.append(cam(model, x, method, chosen, select=layer, call=call, output=key))
-        step("cam", i + 1, len(methods))
-    views = tuple(
-        CamView(
-            image=i,
-            target="custom target" if classes is None else _class_title(classes[i], labels),
-            overlays=tuple((m, png(overlay(picture, heat[i]))) for m, heat in zip(methods, heats, strict=True)),
-        )
-        for i, picture in enumerate(pictures)
-    )
-    return words.replace("`", ""), views
-
-
-def _why_no_cam(x: Tensor, pictures: list[Image], target: Target, scores_2d: Tensor | None) -> str:
-    if x.dim() != 4 or not pictures:
-        return f"the input {tuple(x.shape)} is not a batch of images (B, C, H, W)"
-    if scores_2d is None and not callable(target):
-        return "the model's output is not (batch, classes); pass a callable target"
-    return ""
-
-
-def _class_title(index: int, labels: Sequence[str] | None) -> str:
-    """A CAM row's title: ``Egyptian Mau #285``, or ``class 285`` without labels."""
-    return f"{labels[index]} #{index}" if labels is not None else f"class {index}"
 
 
 # -- checks and small helpers -------------------------------------------------------------------
