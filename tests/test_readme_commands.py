@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from hookscope.cli import main
-from hookscope.cli.parser import parser
+from hookscope.cli.parser import build_parser
 
 README = Path(__file__).parents[1] / "README.md"
 SHELL_BLOCKS = ("bash", "console", "sh", "shell")
@@ -287,7 +287,7 @@ def test_readme_command(command: str, claim: str, tmp_path: Path, monkeypatch, c
     argv = shlex.split(re.sub(r"^(torchrun .*?-m hookscope|python -m hookscope|hookscope)\s", "", command))
     monkeypatch.chdir(tmp_path)
     if plan.how == "parse":
-        parser().parse_args(argv)  # every option of the line exists and takes what it is given
+        build_parser().parse_args(argv)  # every option of the line exists and takes what it is given
         with pytest.raises(SystemExit) as done:
             main([argv[0], "--help"])
         assert done.value.code == 0

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.cli.parser import parser
+from hookscope.cli.parser import build_parser
 from hookscope.core import kinds
 from hookscope.core.kinds import TABLE, KindInfo
 from hookscope.store.reader import load
@@ -81,5 +81,5 @@ def test_no_module_but_the_table_spells_out_the_list_of_kinds() -> None:
 
 
 def _subcommand(name: str) -> object:
-    sub = next(a for a in parser()._actions if a.dest == "command" or getattr(a, "choices", None))
+    sub = next(a for a in build_parser()._actions if a.dest == "command" or getattr(a, "choices", None))
     return sub.choices[name]  # type: ignore[attr-defined]

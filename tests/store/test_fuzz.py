@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.cli.parser import parser
+from hookscope.cli.parser import build_parser
 from hookscope.core.tree import flatten
 from hookscope.errors import HookscopeError, HookscopeWarning
 from hookscope.store.extract import extract
@@ -112,7 +112,7 @@ def read_everything(path: Path) -> Values:
     for label, stats in run.statistics().items():
         values.update({("stats", *label, n): t for n, t in stats.to_tensors().items()})
     repr(run), run.describe(), run.contents(), run.alerts, run.rows
-    args = parser().parse_args(["info", str(path)])
+    args = build_parser().parse_args(["info", str(path)])
     with contextlib.redirect_stdout(io.StringIO()):
         args.run(args)
     return values

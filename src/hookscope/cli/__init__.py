@@ -22,12 +22,12 @@ from typing import Any
 
 from ..errors import HookscopeError, HookscopeWarning
 from .outputs import cli_flags
-from .parser import parser
+from .parser import build_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return its exit status."""
-    args = parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         with warnings.catch_warnings():  # restores showwarning after; formatwarning by hand

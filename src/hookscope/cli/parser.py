@@ -1,6 +1,6 @@
 """The ``hookscope`` command line as argparse sees it: every subcommand, its arguments and its help.
 
-``parser()`` builds it afresh on each call, so the ``--kinds`` choices are the rows of
+``build_parser()`` builds it afresh on each call, so the ``--kinds`` choices are the rows of
 ``hookscope.core.kinds`` at that moment (a row added at run time is among them). Each subcommand
 sets ``run`` to its body in ``hookscope.cli.commands`` (``demo``'s lives in ``hookscope.cli.demo``);
 ``hookscope.cli.main`` parses and calls it.
@@ -46,7 +46,7 @@ INPUT_HELP = (
 )
 
 
-def parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     """The whole command line: the options every command takes, then one subparser per command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show the full traceback of an error")
