@@ -182,3 +182,4 @@ __all__ = [
 ]
 
 forward_moved_modules()  # hookscope.cams, hookscope.report.top, ...: the paths of earlier versions, for one release
+del forward_moved_modules
