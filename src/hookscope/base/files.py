@@ -147,7 +147,8 @@ def new_output(
 def ours(folder: Path) -> tuple[str, list[str]]:
     """The kind of hookscope output ``folder`` holds ("" for none, or an empty folder) and the entries in it
     hookscope did not write (a sub-folder's name ends in ``/``), sorted."""
-    entries = sorted(p.name + "/" * (p.is_dir() and not p.is_symlink()) for p in folder.iterdir())
+    with os.scandir(folder) as found:
+        entries = sorted(e.name + "/" * e.is_dir(follow_symlinks=False) for e in found)
     marker = _read_json(folder / MARKER)
     if isinstance(marker, dict) and isinstance(marker.get("kind"), str):
         own = {MARKER, *(str(name) for name in marker.get("files", []))}
