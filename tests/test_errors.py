@@ -189,23 +189,33 @@ def test_a_kind_a_function_does_not_take_is_an_option_error_without_a_false_hint
 
 
 # -- an output that exists: OutputExistsError (a StoreError and a FileExistsError) ----------------------
-def test_an_existing_output_without_force_is_output_exists_everywhere(tmp_path: Path) -> None:
+def test_a_folder_holding_a_file_hookscope_did_not_write_is_refused_by_every_writer_even_with_force(
+    tmp_path: Path,
+) -> None:
+    """One gate (base.files.new_output): force replaces only what hookscope wrote, so the user's kept.txt
+    is named and nothing is touched; and the refusal does not offer force, which would not help."""
     model, x = mlp(), torch.randn(2, 4, dtype=D)
     report = hookscope.build_report(model, x)
-    writers: list[tuple[str, Callable[[Path], Any]]] = [
-        ("save", lambda out: hookscope.save(captured(), out)),
-        ("extract", lambda out: hookscope.extract(model, [x], out=out, select="fc1", progress=False)),
-        ("watch", lambda out: hookscope.watch(model, out=out).__enter__()),
-        ("write_report", lambda out: hookscope.write_report(report, out)),
-    ]
+    writers: list[tuple[str, Callable[[Path, bool], Any]]] = [
+        ("save", lambda out, force: hookscope.save(captured(), out, force=force)),
+        ("extract", lambda out, force: hookscope.extract(model, [x], out=out, select="fc1", progress=False,
+                                                         force=force)),
+        ("watch", lambda out, force: hookscope.watch(model, out=out, force=force).__enter__()),
+        ("write_report", lambda out, force: hookscope.write_report(report, out, force=force)),
+    ]  # fmt: skip
     for name, write in writers:
         out = tmp_path / name
         out.mkdir()
         (out / "kept.txt").write_text("mine")
-        with pytest.raises(hookscope.OutputExistsError, match=r"already exists.*force=True") as info:
-            write(out)
-        assert isinstance(info.value, hookscope.StoreError) and isinstance(info.value, FileExistsError), name
-        assert [p.name for p in out.iterdir()] == ["kept.txt"], name  # untouched
+        for force in (False, True):
+            with pytest.raises(
+                hookscope.OutputExistsError, match=r"holds 1 file hookscope did not write \(kept\.txt\)"
+            ) as info:
+                write(out, force)
+            assert isinstance(info.value, hookscope.StoreError) and isinstance(info.value, FileExistsError), name
+            assert "force" not in str(info.value), name  # force would not be allowed: not offered
+            assert [p.name for p in out.iterdir()] == ["kept.txt"], name  # untouched
+            assert (out / "kept.txt").read_bytes() == b"mine", name
     assert hookscope.find_hooks(model) == []
 
 

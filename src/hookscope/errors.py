@@ -18,7 +18,8 @@
      ├── ModelError                a model spec or weights file that cannot be loaded
      │    └── ForwardError         the model's own forward raised (the message names the module)
      ├── StoreError                a store or report that cannot be written (full disk, unwritable) or read
-     │    ├── OutputExistsError    the output exists and ``force`` was not given (also a FileExistsError)
+     │    ├── OutputExistsError    the output exists without ``force``, or is not hookscope's to replace
+     │    │                        (also a FileExistsError)
      │    └── DamagedShardError    one shard of a store is truncated, missing or fails its checksum
      ├── EditError                 an edit that never took effect (site never ran, key absent,
      │                             nothing changed), or one built or applied the wrong way
@@ -36,7 +37,7 @@ Old spellings of options warn with Python's own ``DeprecationWarning`` (see ``ho
 Every message says what was expected, what was received, and how to fix it. One mistake is one
 class wherever it happens: an unknown kind is an ``OptionError`` in ``capture``, ``extract``,
 ``build_report`` and ``show`` alike, an existing output without ``force`` an ``OutputExistsError``
-in ``save``, ``extract``, ``watch`` and ``write_report``.
+in ``save``, ``extract``, ``watch``, ``write_report`` and ``export`` (one gate: ``base.files.new_output``).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class StoreError(HookscopeError):
 
 
 class OutputExistsError(StoreError, FileExistsError):
-    """The output (a store, a report folder or file) exists and ``force=True`` was not given."""
+    """The output (a store, a report folder or file) exists and ``force=True`` was not given, or it holds files
+    hookscope did not write, or it is a folder hookscope never replaces (``base.files.new_output``)."""
 
 
 class DamagedShardError(StoreError):

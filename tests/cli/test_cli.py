@@ -80,7 +80,7 @@ def test_cam_writes_a_picture(capsys, cat_jpg: Path, tmp_path: Path) -> None:
         assert drawn.size == (224, 224)
     code, _, err = run(capsys, "cam", "efficientnet-lite0", str(cat_jpg), "--out", str(out), "--panel")
     assert code == 1
-    assert err.strip().endswith("exists; pass --force to replace it")
+    assert err.strip().endswith("cam.png already exists; pass --force to replace it, or pick another path")
     assert run(capsys, "cam", "efficientnet-lite0", str(cat_jpg), "--out", str(out), "--panel", "--force")[0] == 0
     with Image.open(out) as drawn:
         assert drawn.size[0] > 3 * 224
@@ -130,7 +130,7 @@ def test_report_end_to_end_refuses_to_overwrite_and_names_bad_layers(capsys, tmp
     before = (out / "index.html").stat().st_mtime_ns
     code, _, err = run(capsys, *argv)
     assert code == 1
-    assert "already exists and is not empty; pass --force" in err
+    assert "already exists; pass --force to replace it (the hookscope report there)" in err
     assert (out / "index.html").stat().st_mtime_ns == before
     lenet = ["report", "tests.models:LeNet", "random:1x3x32x32"]
     code, _, err = run(capsys, *lenet, "--select", "conv9", "--out", str(tmp_path / "r2"))

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from hookscope.base.files import write_atomically
+from hookscope.base.files import mark, write_atomically
 from hookscope.cli import commands, demo, main
 from hookscope.cli import meter as progress
 from hookscope.errors import StoreError
@@ -215,6 +215,7 @@ def test_an_existing_output_is_refused_before_any_work(
 ) -> None:
     (tmp_path / "dir").mkdir()
     (tmp_path / "dir" / "index.html").write_text("old")
+    mark(tmp_path / "dir", "report")  # hookscope's own: --force would replace it, so the message offers it
     (tmp_path / "file.png").write_bytes(b"old")
     assert main(["capture", "lenet", TINY, "--out", str(tmp_path / "store")]) == 0
     capsys.readouterr()

@@ -35,8 +35,13 @@ def test_the_export_opens_with_load_from_disk_in_sae_lens_layout(tmp_path: Path)
     assert torch.equal(ds["attention_mask"], torch.cat([b["attention_mask"] for b in batches]).to(torch.int8))
     made = json.loads(made_text)
     assert made["provenance"]["weights_sha256"] == run.provenance["weights_sha256"]
-    with pytest.raises(OutputExistsError, match="force=True"):
+    with pytest.raises(OutputExistsError, match=r"pass force=True to replace it \(the hookscope export there\)"):
         hookscope.export(run.path, out, format="datasets", select="mlp")
+    assert hookscope.export(run.path, out, format="datasets", select="mlp", force=True) == out
+    (out / "README.md").write_text("mine")  # force replaces the export, never a file the user added
+    with pytest.raises(OutputExistsError, match=r"holds 1 file hookscope did not write \(README\.md\)"):
+        hookscope.export(run.path, out, format="datasets", select="mlp", force=True)
+    assert (out / "README.md").read_text() == "mine"
 
 
 def test_sae_lens_reads_the_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

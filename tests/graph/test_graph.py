@@ -232,7 +232,13 @@ def test_model_explorer_one_file_per_logged_step(resnet: Any, tmp_path: Path) ->
     histories = {"conv1": History("conv1", "Conv2d", rows)}
     folder = hookscope.export(histories, tmp_path / "steps", format="model-explorer", graph=graph)
     files = sorted(p.name for p in folder.iterdir())
-    assert files == ["step-10.json", "step-20.json"]
+    assert files == [".hookscope", "step-10.json", "step-20.json"]  # the marker: force may replace it
+    with pytest.raises(hookscope.OutputExistsError, match=r"pass force=True to replace it \(the hookscope export"):
+        hookscope.export(histories, folder, format="model-explorer", graph=graph)
+    assert hookscope.export(histories, folder, format="model-explorer", graph=graph, force=True) == folder
+    (folder / "notes.md").write_text("mine")
+    with pytest.raises(hookscope.OutputExistsError, match=r"hookscope did not write \(notes\.md\)"):
+        hookscope.export(histories, folder, format="model-explorer", graph=graph, force=True)
     data = json.loads((folder / "step-20.json").read_text())["graph"]["results"]
     assert data == {node: {"value": 2.5} for node in graph.export_ids["conv1"]}
     with pytest.raises(hookscope.errors.OptionError, match="exported=True"):

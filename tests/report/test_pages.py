@@ -16,6 +16,7 @@ from torch import nn
 import hookscope
 from hookscope.cli import main
 from hookscope.cli.text_inputs import load_text_model
+from hookscope.train.page import write_training_report
 from hookscope.transformer import page as tokens
 from hookscope.transformer.text import encode
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
@@ -51,9 +52,13 @@ def test_the_training_report_from_python_is_the_cli_s_page(store: Path, tmp_path
     assert (tmp_path / "cli" / "index.html").read_text(encoding="utf-8") == html
     index = hookscope.write_report(page, tmp_path / "py")
     assert index == tmp_path / "py" / "index.html" and index.read_text(encoding="utf-8") == html
-    with pytest.raises(hookscope.OutputExistsError, match="already exists and is not empty; pass --force"):
+    with pytest.raises(hookscope.OutputExistsError, match=r"already exists; pass force=True to replace it"):
         hookscope.write_report(page, tmp_path / "py")
     assert hookscope.write_report(page, tmp_path / "py", force=True) == index
+    (tmp_path / "py" / "train.py").write_text("mine")  # force replaces hookscope's page, never the user's file
+    with pytest.raises(hookscope.OutputExistsError, match=r"hookscope did not write \(train\.py\)"):
+        write_training_report(page, tmp_path / "py", force=True)
+    assert (tmp_path / "py" / "train.py").read_text() == "mine"
 
 
 def test_the_training_page_shows_itself_with_a_row_per_layer(store: Path) -> None:

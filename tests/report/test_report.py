@@ -380,16 +380,24 @@ def test_efficientnet_on_the_cat_names_a_cat_class() -> None:
 
 
 # -- writing -----------------------------------------------------------------------------------
-def test_write_refuses_a_non_empty_folder_and_replaces_it_with_force(plain: Report, tmp_path: Path) -> None:
+def test_write_replaces_its_own_report_with_force_and_never_the_user_s_files(plain: Report, tmp_path: Path) -> None:
     out = tmp_path / "report"
     out.mkdir()
     assert write_report(plain, out) == out / "index.html"  # an empty folder is fine
-    with pytest.raises(OutputExistsError, match=r"already exists and is not empty; pass --force"):
+    assert sorted(p.name for p in out.iterdir()) == [".hookscope", "index.html"]  # marked as hookscope's
+    with pytest.raises(OutputExistsError, match=r"already exists; pass force=True to replace it \(the hookscope "
+                                                r"report there\), or pick another path$"):  # fmt: skip
         write_report(plain, out)
-    (out / "old.txt").write_text("old")
+    (out / "old.txt").write_text("old")  # the user's file: force would delete it, so it is refused
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(OutputExistsError, match=r"holds 1 file hookscope did not write \(old\.txt\)"):
+        write_report(plain, out, force=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    (out / "old.txt").unlink()
+    (out / "index.html").write_text("stale")
     index = write_report(plain, out, force=True)
     assert index.read_text(encoding="utf-8") == render_html(plain)
-    assert sorted(p.name for p in out.iterdir()) == ["index.html"]
+    assert sorted(p.name for p in out.iterdir()) == [".hookscope", "index.html"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # nothing staged left behind
 
 

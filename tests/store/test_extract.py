@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import hookscope
 from hookscope import reducers
 from hookscope.errors import OptionError, OutputExistsError, StoreError
+from hookscope.report.html import write_page
 from hookscope.store.extract import extract
 from hookscope.store.reader import Run, load
 from tests.jobs import images, small_net
@@ -241,6 +242,25 @@ def test_resuming_a_finished_store_adds_the_new_batches_only(tmp_path: Path) -> 
             assert (a.count, a.hist.tolist()) == (b.count, b.hist.tolist()) and a.var == pytest.approx(b.var)
         else:
             assert_equal_runs(grown, reference)
+
+
+def test_force_replaces_hookscope_s_output_never_the_user_s_folder(tmp_path: Path) -> None:
+    """extract(force=True) once emptied any folder; now only a store or another hookscope output goes."""
+    model, data = small_net(), dataset()
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("mine")
+    for resume in (False, True):
+        with pytest.raises(OutputExistsError, match=r"holds 1 file hookscope did not write \(train\.py\)"):
+            extract(model, [data.tensors[0]], out=project, select="0", force=True, resume=resume, progress=False)
+    assert [p.name for p in project.iterdir()] == ["train.py"] and (project / "train.py").read_text() == "mine"
+    (tmp_path / "empty").mkdir()
+    assert extract(model, [data.tensors[0]], out=tmp_path / "empty", select="0", progress=False).batches == [0]
+    write_page(lambda: "<p>page</p>", tmp_path / "page")
+    with pytest.raises(OutputExistsError, match=r"pass force=True to replace it \(the hookscope report there\)"):
+        extract(model, [data.tensors[0]], out=tmp_path / "page", select="0", progress=False)
+    replaced = extract(model, [data.tensors[0]], out=tmp_path / "page", select="0", force=True, progress=False)
+    assert replaced.batches == [0] and not (tmp_path / "page" / "index.html").exists()
 
 
 def test_resume_refuses_other_settings_and_unordered_loaders(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import AmbiguousCallError, NotCapturedError, OutputExistsError, StoreError
+from hookscope.report.html import write_page
 from hookscope.store.format import FORMAT, VERSION
 from hookscope.store.reader import load
 from hookscope.store.save import save, weights_hash
@@ -196,6 +197,22 @@ def test_loading_runs_no_pickle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(pickle, "Unpickler", refuse)
     monkeypatch.setattr(torch, "load", refuse)
     assert_same(load(tmp_path / "safe"), cap)
+
+
+def test_force_replaces_a_store_never_a_folder_of_the_user_s_data(tmp_path: Path) -> None:
+    """hookscope.save(cap, "data", force=True) once deleted data/labels.csv; now it names it and touches nothing."""
+    cap = lenet_capture()
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "labels.csv").write_bytes(b"cat,0\n")
+    refused = r"data already exists and holds 1 file hookscope did not write \(labels\.csv\); hookscope replaces"
+    with pytest.raises(OutputExistsError, match=refused):
+        save(cap, data, force=True)
+    assert [p.name for p in data.iterdir()] == ["labels.csv"] and (data / "labels.csv").read_bytes() == b"cat,0\n"
+    (tmp_path / "empty").mkdir()
+    assert_same(save(cap, tmp_path / "empty"), cap)  # an empty folder needs no force, for every writer
+    write_page(lambda: "<p>page</p>", tmp_path / "page")
+    assert_same(save(cap, tmp_path / "page", force=True), cap)  # hookscope's own report: force replaces it
 
 
 def test_errors_are_one_line_and_say_what_to_do(tmp_path: Path) -> None:

@@ -71,6 +71,19 @@ def test_tensorboard_holds_scalars_and_histograms(watched: tuple[Any, Path, Path
     assert events.Histograms("0/weight/weight")[0].histogram_value.num == 16 * 8
 
 
+def test_force_never_replaces_the_user_s_files(tmp_path: Path) -> None:
+    model = nn.Linear(2, 2)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.py").write_text("mine")
+    with pytest.raises(hookscope.OutputExistsError, match=r"hookscope did not write \(train\.py\)"):
+        hookscope.watch(model, out=tmp_path / "run", force=True).__enter__()
+    (tmp_path / "log.txt").write_text("mine")  # a file where the store goes: once deleted under force
+    with pytest.raises(hookscope.OptionError, match=r"log\.txt is a file, not a folder; pick another folder"):
+        hookscope.watch(model, out=tmp_path / "log.txt", force=True).__enter__()
+    assert (tmp_path / "run" / "train.py").read_text() == "mine" and (tmp_path / "log.txt").read_text() == "mine"
+    assert hookscope.find_hooks(model) == []
+
+
 def test_an_existing_store_is_refused_unless_force(watched: tuple[Any, Path, Path]) -> None:
     _, store, _ = watched
     model = nn.Linear(2, 2)

@@ -56,5 +56,9 @@ def test_attributions_have_their_section(report: Any, tmp_path: Path) -> None:
     assert 'id="attributions"' in html and "similarity to sentence 1" in html and HOSTILE not in html
     index = write_text_report(shaded, tmp_path / "r")
     assert index.read_text(encoding="utf-8") == html.replace(shaded.created, shaded.created)
-    with pytest.raises(OutputExistsError, match="already exists and is not empty; pass --force"):
+    with pytest.raises(OutputExistsError, match=r"already exists; pass force=True to replace it"):
         write_text_report(shaded, tmp_path / "r")
+    (tmp_path / "r" / "notes.txt").write_text("mine")  # force replaces hookscope's page, never the user's file
+    with pytest.raises(OutputExistsError, match=r"holds 1 file hookscope did not write \(notes\.txt\)"):
+        write_text_report(shaded, tmp_path / "r", force=True)
+    assert (tmp_path / "r" / "notes.txt").read_text() == "mine" and index.read_text(encoding="utf-8") == html

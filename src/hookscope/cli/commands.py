@@ -51,7 +51,7 @@ from .inputs import LoadedInput, load_input
 from .meter import extract_progress, progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
-from .outputs import check_file, check_folder, check_store
+from .outputs import check_file, check_folder, check_store, read_by
 from .text_inputs import encode_texts, probe_text, run_text_report
 
 NOT_RUN = "(did not run)"  # a module the probe's forward never called
@@ -76,7 +76,7 @@ def run_report(args: argparse.Namespace) -> int:
         return _report_from_store(args)
     if args.model is None or not args.inputs:
         args.parser.error("report needs MODEL and INPUT..., or --from STORE")
-    check_folder(args.out, force=args.force)
+    check_folder(args.out, force=args.force, inputs=read_by(args))
     loaded = _load(args)
     if loaded.tokenizer is not None:  # a text model reads text: the text report
         return run_text_report(args, loaded)
@@ -111,7 +111,7 @@ def _report_from_store(args: argparse.Namespace) -> int:
         args.parser.error("--from STORE reports a store: pass no MODEL or INPUT with it")
     if args.kinds:
         args.parser.error("--from STORE draws the kinds the store holds: pass no --kinds with it")
-    check_folder(args.out, force=args.force)
+    check_folder(args.out, force=args.force, inputs=read_by(args))
     run = load(args.store)
     if run.histories():  # a store written by hookscope.watch: the training report
         print(write_report(build_training_report(run, max_layers=args.max_layers), args.out, force=args.force))
@@ -125,7 +125,7 @@ def _report_from_store(args: argparse.Namespace) -> int:
 
 def run_cam(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    check_file(out, force=args.force)
+    check_file(out, force=args.force, inputs=read_by(args))
     image_format = _image_format(out)
     loaded = _load(args)
     if loaded.tokenizer is not None:
@@ -153,7 +153,7 @@ def run_cam(args: argparse.Namespace) -> int:
 
 
 def run_capture(args: argparse.Namespace) -> int:
-    check_store(args.out, force=args.force)
+    check_store(args.out, force=args.force, inputs=read_by(args))
     loaded = _load(args)
     if loaded.tokenizer is not None:  # a text model reads sentences or a .txt file (cli/text_inputs)
         inputs: tuple[tuple[Any, ...], dict[str, Any]] = ((), dict(encode_texts(loaded, args.inputs, args.device)))
@@ -170,7 +170,7 @@ def run_extract(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and ":" not in args.device and "LOCAL_RANK" in os.environ:
         args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # torchrun: one GPU per rank
     if os.environ.get("RANK", "0") == "0":  # rank 0 makes the store; the others may find it already made
-        check_store(args.out, force=args.force, resume=args.resume)
+        check_store(args.out, force=args.force, resume=args.resume, inputs=read_by(args))
     loaded = _load(args)
     if loaded.tokenizer is not None:
         raise OptionError(f"extract reads folders of images and {loaded.name} is a text model; use `hookscope "

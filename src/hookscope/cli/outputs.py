@@ -1,12 +1,13 @@
 """What the commands write, checked before any work, and the store's errors in the command line's words.
 
-Every command that writes checks its output first, by the rule of the function that writes it at
-the end (``write_report``, ``save``, ``extract``), so an output that exists without ``--force``
-is refused before the model is loaded, not after minutes of work (``OutputExistsError``, as there):
+Every command that writes checks its output first, through the one gate the function that writes it
+at the end calls (``base.files.new_output``), so an output that exists without ``--force``, one holding
+files hookscope did not write, or the folder holding an input, is refused before the model is loaded,
+not after minutes of work (``OutputExistsError``, as there):
 
-``check_folder``  a report folder (``report``, ``report --from``, ``demo``): an existing non-empty one
+``check_folder``  a report folder (``report``, ``report --from``, ``demo``)
 ``check_file``    a picture (``cam``): an existing file, or a folder in its place
-``check_store``   a store (``capture``, ``extract``): an existing one, unless ``--resume`` continues it
+``check_store``   a store (``capture``, ``extract``), unless ``--resume`` continues the one there
 
 ``cli_flags(message)`` spells the API's keywords in an error or warning raised later (a full disk
 during ``extract`` says "rerun with resume=True"; a model returning a dict says "pass
@@ -18,13 +19,17 @@ output="out['logits']"") as the flags: ``--resume``, ``--force``, ``--grads``, `
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import OptionError, OutputExistsError
+from ..base.files import new_output
+from ..errors import OptionError
+from ..store.format import MANIFEST
 
 FLAGS = {"force=True": "--force", "resume=True": "--resume", "grads=True": "--grads"}
 # output="out['logits']", output='out[1]', output=KEY: the value as --output takes it (the first step without out)
@@ -57,38 +62,35 @@ def _why_not(folder: Path, err: OSError) -> str:
     return f"{folder} takes no new files (a virtual or read-only filesystem: {err.strerror})"
 
 
-def check_folder(out: str, *, force: bool) -> None:
-    """Refuse a report folder ``write_report`` would refuse: a file, or a non-empty folder without ``--force``."""
-    path = Path(os.path.abspath(out))
-    if path.exists() and not path.is_dir():
-        raise OptionError(f"{path} is a file, not a folder; pick another --out")
-    if path.is_dir() and any(path.iterdir()) and not force:
-        raise OutputExistsError(f"{path} already exists and is not empty; pass --force to replace it")
-    check_writable(path)
+def check_folder(out: str, *, force: bool, inputs: Sequence[str | None] = ()) -> None:
+    """Refuse a report folder ``write_report`` would refuse (``base.files.new_output``), or one not writable."""
+    check_writable(new_output(out, force=force, kind="report", inputs=given(inputs)))
 
 
-def check_file(out: Path, *, force: bool) -> None:
-    """Refuse to write the file ``out`` over a folder, or over a file without ``--force``."""
-    if out.is_dir():
-        raise OptionError(f"{str(out)!r} is a folder; pass --out with a file name such as cam.png")
-    if out.exists() and not force:
-        raise OutputExistsError(f"{str(out)!r} exists; pass --force to replace it")
-    check_writable(out)
+def check_file(out: Path, *, force: bool, inputs: Sequence[str | None] = ()) -> None:
+    """Refuse to write the file ``out`` over a folder, over an input, or over a file without ``--force``."""
+    check_writable(new_output(out, force=force, kind="picture", inputs=given(inputs), file=True))
 
 
-def check_store(out: str, *, force: bool, resume: bool | None = None) -> None:
-    """Refuse a store that exists, unless ``--force`` replaces it or ``--resume`` continues it.
-
-    ``resume`` is None for ``capture``, which cannot continue a store (nor write into an empty folder);
-    ``extract`` may also fill an empty folder."""
+def check_store(out: str, *, force: bool, resume: bool | None = None, inputs: Sequence[str | None] = ()) -> None:
+    """Refuse a store ``save`` or ``extract`` would refuse, unless ``--resume`` continues the store there
+    (``resume`` is None for ``capture``, which cannot continue one)."""
     path = Path(out)
     check_writable(path)
-    if force or resume or not path.exists():
-        return
-    if resume is None:
-        raise OutputExistsError(f"{path} already exists; pass --force to replace it")
-    if not (path.is_dir() and not any(path.iterdir())):
-        raise OutputExistsError(f"{path} already exists; pass --resume to continue it or --force to replace it")
+    if not (resume and (path / MANIFEST).is_file()):
+        new_output(path, force=force, kind="store", inputs=given(inputs), resumable=resume is not None)
+
+
+def given(specs: Sequence[str | None]) -> list[str]:
+    """The paths a command reads (model, weights, inputs, stores), each spec as typed: ``new_output`` ignores
+    those that are no file (``resnet18``, ``randn:1,3,32,32``)."""
+    return [spec for spec in specs if spec]
+
+
+def read_by(args: argparse.Namespace) -> list[str | None]:
+    """What a command reads: its model, weights, inputs, image and stores (those it has)."""
+    names = ("model", "weights", "image", "store", "against")
+    return [*(getattr(args, name, None) for name in names), *(getattr(args, "inputs", None) or [])]
 
 
 def cli_flags(message: str) -> str:

@@ -126,7 +126,7 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
                    help="layer cards drawn, in model order; a remark counts the rest (default: 64)")  # fmt: skip
     p.add_argument("--ablate", action="append", type=ablation_spec, metavar="SITE:EDIT", help=ABLATE_HELP)
     p.add_argument("--out", default="hookscope-report", help="output folder (default: hookscope-report)")
-    p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    p.add_argument("--force", action="store_true", help="replace the output folder if hookscope wrote it")
     _shared(p, "preprocess")
     p.set_defaults(run=run_report, parser=p)
 
@@ -158,7 +158,7 @@ def _add_demo(sub: Subcommands, common: argparse.ArgumentParser) -> None:
                  "hookscope demo --model lenet --out lenet-demo/")  # fmt: skip
     p.add_argument("--model", default="efficientnet-lite0", choices=list(DEMO_MODELS))
     p.add_argument("--out", default="hookscope-demo", help="output folder (default: hookscope-demo)")
-    p.add_argument("--force", action="store_true", help="replace the output folder if it exists")
+    p.add_argument("--force", action="store_true", help="replace the output folder if hookscope wrote it")
     p.set_defaults(run=run_demo)
 
 
@@ -174,7 +174,7 @@ def _add_capture(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="KEY",
                    help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
     p.add_argument("--out", required=True, help="the store to write (a folder)")
-    p.add_argument("--force", action="store_true", help="replace the store if it exists")
+    p.add_argument("--force", action="store_true", help="replace the output folder if hookscope wrote it")
     _shared(p, "preprocess")
     p.set_defaults(run=run_capture)
 
@@ -202,7 +202,7 @@ def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--stats-only", action="store_true", help="write running statistics only, not tensors")
     p.add_argument("--per-channel", action="store_true", help="with --stats-only: also per channel (dim 1)")
     p.add_argument("--resume", action="store_true", help="continue a store an interrupted run left")
-    p.add_argument("--force", action="store_true", help="replace the store if it exists")
+    p.add_argument("--force", action="store_true", help="replace the output folder if hookscope wrote it")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     _shared(p, "preprocess")
     p.set_defaults(run=run_extract)

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..base.files import staged_folder, write_atomically
-from ..errors import CaptureWarning, OptionError, OutputExistsError, StoreError
+from ..base.files import mark, new_output, staged_folder, write_atomically
+from ..errors import CaptureWarning, OptionError, StoreError
 from ..graph.nodes import Graph
 from ..graph.overlay import VIRIDIS, overlay_of
 from ..graph.trace import module_graph
@@ -45,11 +45,9 @@ def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, **op
     unknown = set(options) - {"graph", "model", "x", "measure"}
     if unknown:
         raise OptionError(f"format='model-explorer' takes graph=, model=, x=, measure=; got {sorted(unknown)}")
-    path = Path(os.path.abspath(out))
-    if path.exists() and not force:
-        raise OutputExistsError(f"{path} already exists; pass force=True to replace it, or pick another path")
+    histories = _histories(source)  # a watch run's: a folder of steps; anything else: one file
+    path = new_output(out, force=force, kind="export", file=histories is None)
     graph = _graph(source, options)
-    histories = _histories(source)
     if histories is not None:
         return _write_steps(histories, graph, path, options.get("measure") or "grad_norm")
     values, measure = (
@@ -125,4 +123,5 @@ def _write_steps(histories: Mapping[str, History], graph: Graph, path: Path, col
             values = {name: h.row(step)[column] for name, h in histories.items() if step in h.steps}
             data = node_data(values, graph, name=f"{column}, step {step}")
             (staging / f"step-{step}.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+        mark(staging, "export")
     return path

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..base.files import staged_folder
+from ..base.files import mark, new_output, staged_folder
 from ..base.optional import require
 from ..base.words import parse_size
-from ..errors import OptionError, OutputExistsError, StoreError, StoreWarning
+from ..errors import OptionError, StoreError, StoreWarning
 from ..store.columns import Column, columns, read_input
 from ..store.reader import Run, load
 from ..store.shards import inside, one_line, read_index
@@ -46,14 +46,13 @@ def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, sele
         raise OptionError(f"{run.path} is token-major: its sequences are gone; export a store written with "
                           "extract(..., layout='rows') (the default)")  # fmt: skip
     picked = columns(run, select, kind, key, "rows", True)
-    root = Path(os.path.abspath(out))
-    if root.exists() and not force:
-        raise OutputExistsError(f"{root} already exists; pass force=True to replace it, or pick another path")
+    root = new_output(out, force=force, kind="export")
     kept = _inputs(run)
     features = _features(picked, kept)
     with staged_folder(root, lambda err, folder: StoreError(f"cannot write {root}: {err} ({folder})")) as staging:
         files = _write_rows(picked, kept, features, staging, parse_size(shard_size))
         _write_state(run, features, staging, files)
+        mark(staging, "export")
     return root
 
 

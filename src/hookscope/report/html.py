@@ -27,11 +27,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..base.files import staged_folder
+from ..base.files import mark, new_output, staged_folder
 from ..base.optional import require
 from ..base.words import format_size
 from ..core.kinds import is_gradient
-from ..errors import OptionError, OutputExistsError, StoreError
+from ..errors import OptionError, StoreError
 from ..graph.nodes import Graph
 from ..graph.svg import graph_html
 from ..viz.fragments import data_uri
@@ -117,23 +117,20 @@ def environment() -> Any:
 
 def write_report(report: object, out: str | Path, *, force: bool = False) -> Path:
     """Write ``out/index.html`` of any page ``render_html`` draws and return its path; ``out`` is replaced
-    only once the new one is complete, and an existing non-empty ``out`` only with ``force``."""
+    only once the new one is complete, and an existing one only with ``force`` (``base.files.new_output``)."""
     return write_page(lambda: render_html(report), out, force=force)
 
 
 def write_page(render: Callable[[], str], out: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Write the page ``render()`` makes to ``out/index.html`` and return its path (every report's writer).
 
-    An existing non-empty ``out`` is refused unless ``force`` (``OutputExistsError``). The page is
-    written into a hidden folder next to ``out`` (same file system), which is then renamed into
-    place; on any error that folder is removed and ``out`` is left as it was (a disk that fails is
-    a ``StoreError`` naming the path and the reason).
+    An existing ``out`` is replaced only with ``force`` and only when hookscope wrote it
+    (``base.files.new_output``); the page is marked as hookscope's (``mark``). It is written into a
+    hidden folder next to ``out`` (same file system), which is then renamed into place; on any error
+    that folder is removed and ``out`` is left as it was (a disk that fails is a ``StoreError`` naming
+    the path and the reason).
     """
-    folder = Path(os.path.abspath(out))  # "." and ".." have no name to put a staging folder next to
-    if folder.exists() and not folder.is_dir():
-        raise OptionError(f"{folder} is a file, not a folder; pick another output folder")
-    if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise OutputExistsError(f"{folder} already exists and is not empty; pass --force (force=True) to replace it")
+    folder = new_output(out, force=force, kind="report")  # absolute: "." and ".." have no name to stage next to
 
     def cannot(err: OSError, where: Path) -> StoreError:
         return StoreError(f"cannot write the report to {folder}: {err.strerror or err} ({where})")
@@ -142,6 +139,7 @@ def write_page(render: Callable[[], str], out: str | os.PathLike[str], *, force:
     try:
         with staged_folder(folder, cannot) as staging:
             (staging / "index.html").write_text(page, encoding="utf-8")
+            mark(staging, "report")
     except OSError as err:  # the page, or the rename into place (a full disk, a folder made read-only)
         raise cannot(err, Path(err.filename or folder)) from err
     return folder / "index.html"

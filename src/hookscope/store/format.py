@@ -44,8 +44,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ..base.files import TEMPORARY, sync_folder, write_atomically
-from ..errors import DamagedShardError, OutputExistsError, StoreError, StoreWarning
+from ..base.files import TEMPORARY, new_output, sync_folder, write_atomically
+from ..errors import DamagedShardError, StoreError, StoreWarning
 from . import lock
 from .schema import check_manifest
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
@@ -210,17 +210,11 @@ def open_for_extract(root: Path, header: dict[str, Any], *, resume: bool, force:
             lock.release(root)
             raise
         return
-    if root.exists() and not (root.is_dir() and not any(root.iterdir())):  # anything but an empty folder
-        if not force:
-            raise OutputExistsError(
-                f"{root} already exists; pass resume=True to continue it or force=True to replace it"
-            )
-        if not root.is_dir():
-            root.unlink()
+    new_output(root, force=force, kind="store", resumable=True)
     make_folder(root, root, exist_ok=True)
     lock.hold(root)
     try:
-        for old in (p for p in root.iterdir() if p.name != lock.LOCK):  # force: what was there goes
+        for old in (p for p in root.iterdir() if p.name != lock.LOCK):  # force: what hookscope wrote there goes
             shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
         make_folder(root / SHARDS, root)
         (root / STATS_PARTS).mkdir()

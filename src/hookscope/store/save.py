@@ -14,7 +14,6 @@ import os
 import platform
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,14 +21,14 @@ from torch import Tensor, nn
 
 from .._version import __version__
 from ..base.deprecation import renamed
-from ..base.files import staged_folder
+from ..base.files import new_output, staged_folder
 from ..base.words import parse_size
 from ..core.compiled import unwrap
 from ..core.layout import layout_id, to_json
 from ..core.placement import describe, is_dtensor, local, this_rank
 from ..core.records import Call, Record
 from ..core.tree import Layout
-from ..errors import OutputExistsError, StoreWarning
+from ..errors import StoreWarning
 from .format import SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
 from .names import by_entry
 from .reader import Run, load
@@ -48,13 +47,12 @@ def save(
     """Write every tensor of a capture to a new store at ``out`` and return it opened (``load``).
 
     The store is written next to ``out`` and renamed into place when complete; an existing
-    ``out`` is refused unless ``force``. Shards hold at most ``shard_size`` bytes (one tensor more).
+    ``out`` is replaced only with ``force`` and only when hookscope wrote it (``base.files.new_output``).
+    Shards hold at most ``shard_size`` bytes (one tensor more).
     ``path=`` is the old spelling of ``out=``. ``graph``: a ``hookscope.Graph`` (``module_graph``) the
     store keeps in its manifest, for the report of the store to draw.
     """
-    root = Path(os.path.abspath(out))
-    if root.exists() and not force:
-        raise OutputExistsError(f"{root} already exists; pass force=True to replace it, or pick another path")
+    root = new_output(out, force=force, kind="store")
     limit = parse_size(shard_size)
     with staged_folder(root, lambda err, folder: cannot_write(err, folder, root), parents=True) as staging:
         listed, tensors, table = entries(cap)

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..errors import OutputExistsError
+from ..base.files import new_output
 from ..store.format import new_manifest
 from ..store.save import provenance
 from ..store.series import Alert, History, write_watch
@@ -32,16 +32,13 @@ class WatchStore:
         self.written = -float("inf")
 
     def check(self) -> None:
-        """Refuse an existing output unless ``force``: before the block touches anything."""
-        if self.out.exists() and not self.force:
-            raise OutputExistsError(f"{self.out} already exists; pass force=True to replace it, or pick another path")
+        """Refuse an existing output unless ``force`` (``base.files.new_output``): before the block touches anything."""
+        new_output(self.out, force=self.force, kind="store")
 
     def open(self, model: nn.Module, config: dict[str, Any], sites: list[tuple[str, nn.Module]]) -> None:
         """Make the manifest (``sites``: the watched modules); the store itself is made whole by the first
         ``write`` (which replaces an old one under ``force``), so a watch whose first write fails leaves
         nothing behind."""
-        if self.out.exists() and not self.out.is_dir():
-            self.out.unlink()
         described = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
                      for n, m in sites]  # fmt: skip
         self.manifest = new_manifest(provenance(model), config, described)
