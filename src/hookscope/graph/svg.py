@@ -89,7 +89,7 @@ def _box(
     text = ink(fill)
     second = box.type + (f" · {_number(value)}" if value is not None else "")
     if box.folded:
-        second = f"{box.type} ▸ {len(graph.under(box.name)) - 1} modules"
+        second = f"{box.type} ▸ {len({node.module for node in graph.under(box.name)}) - 1} modules"
     href = f"#graph-block-{_slug(box.name)}" if box.folded else links.get(box.name, links.get(split_name(box.name)[0]))
     shape = (
         f'<rect x="{box.x:.0f}" y="{box.y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" '
