@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import graphlib
+import itertools
 import re
 from typing import Any
 
@@ -50,7 +51,7 @@ def resnet18_edges() -> Edges:
         for i in range(2):
             b = f"layer{layer}.{i}"
             chain = [last, f"{b}.conv1", f"{b}.bn1", f"{b}.relu#0", f"{b}.conv2", f"{b}.bn2", f"{b}.relu#1"]
-            edges |= {(s, t, "tensor") for s, t in zip(chain, chain[1:], strict=False)}
+            edges |= {(s, t, "tensor") for s, t in itertools.pairwise(chain)}
             identity = last
             if layer > 1 and i == 0:  # stride 2: identity = downsample(x)
                 edges |= {(last, f"{b}.downsample.0", "tensor"), (f"{b}.downsample.0", f"{b}.downsample.1", "tensor")}
@@ -73,7 +74,8 @@ def test_each_basicblock_relu_call_is_its_own_node_with_the_inputs_of_its_forwar
     assert edges_of(graph) == resnet18_edges() and acyclic(graph)
     relus = graph.calls_of("layer2.0.relu")
     assert [n.name for n in relus] == ["layer2.0.relu#0", "layer2.0.relu#1"]
-    assert [(n.module, n.call, n.calls, n.parent) for n in relus] == [("layer2.0.relu", i, 2, "layer2.0") for i in (0, 1)]
+    assert [(n.module, n.call, n.calls, n.parent) for n in relus] == [("layer2.0.relu", 0, 2, "layer2.0"),
+                                                                      ("layer2.0.relu", 1, 2, "layer2.0")]  # fmt: skip
     assert graph.node("relu").call is None and "relu#0" not in {n.name for n in graph.nodes}  # the stem's: once
     with pytest.raises(KeyError, match=re.escape("its nodes are ['layer1.0.relu#0', 'layer1.0.relu#1']")):
         graph.node("layer1.0.relu")
@@ -116,10 +118,7 @@ def test_the_demo_model_traces_the_same_edges_with_or_without_grad_and_has_no_cy
 
 def test_the_demo_reports_graph_is_the_trace_with_or_without_grads(lite: Any) -> None:
     model, x = lite
-    drawn = [
-        build_report(model, x, select="_conv_head", grads=grads, cam_methods=()).graph
-        for grads in (False, True)
-    ]
+    drawn = [build_report(model, x, select="_conv_head", grads=grads, cam_methods=()).graph for grads in (False, True)]
     assert drawn[0] is not None and drawn[1] is not None
     assert drawn[0].edges == drawn[1].edges == module_graph(model, x).edges
     assert drawn[1].measure == "mean |grad_output|" and acyclic(drawn[1])
@@ -185,7 +184,7 @@ def test_a_compiled_model_runs_eagerly_in_the_trace_and_says_so_once() -> None:
         graph = module_graph(model, x)
     assert edges_of(graph) == edges_of(eager) and [n.name for n in graph.nodes] == [n.name for n in eager.nodes]
     assert len(caught) == 1 and hookscope.find_hooks(model) == []
-    with pytest.warns(CaptureWarning, match="inside this capture it runs eagerly") as both:
-        with hookscope.capture(model, "0") as cap, Tracer(model) as tracer:
-            model(x)
+    said = pytest.warns(CaptureWarning, match="inside this capture it runs eagerly")
+    with said as both, hookscope.capture(model, "0") as cap, Tracer(model) as tracer:
+        model(x)
     assert len(both) == 1 and cap["0"].calls and edges_of(tracer.graph()) == edges_of(eager)  # said once

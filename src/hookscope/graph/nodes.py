@@ -114,9 +114,9 @@ class Graph(Shows):
     def _by_name(self) -> dict[str, Node]:
         return {node.name: node for node in self.nodes}
 
-    def calls_of(self, module: str) -> list[Node]:
-        """The nodes of ``module``: itself, or one per call (``module#0``, ``module#1``...) in call order."""
-        return [node for node in self.nodes if node.module == module]
+    def calls_of(self, name: str) -> list[Node]:
+        """The nodes of module ``name``: itself, or one per call (``name#0``, ``name#1``...) in call order."""
+        return [node for node in self.nodes if node.module == name]
 
     def leaves(self) -> list[Node]:
         """The calls that ran no other module, in call order: the boxes of the drawing."""
