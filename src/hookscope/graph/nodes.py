@@ -25,6 +25,7 @@ output object itself was the input, ``via="autograd"`` when it got there through
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,14 +106,23 @@ class Graph(Shows):
 
     def node(self, name: str) -> Node:
         """The node ``name``: a module that ran once, or one call, ``module#i``, of a module that ran more."""
-        found = self._by_name().get(name)
+        found = self._by_name.get(name)
         if found is None:
             calls = [node.name for node in self.calls_of(name)]
             raise KeyError(f"{name!r} ran {len(calls)} times: its nodes are {calls}" if calls else name)
         return found
 
+    @functools.cached_property
     def _by_name(self) -> dict[str, Node]:
         return {node.name: node for node in self.nodes}
+
+    @functools.cached_property
+    def _children(self) -> dict[str | None, list[str]]:
+        """Each node's name -> the nodes that ran directly inside it, in call order."""
+        children: dict[str | None, list[str]] = {}
+        for node in sorted(self.nodes, key=lambda n: n.order):
+            children.setdefault(node.parent, []).append(node.name)
+        return children
 
     def calls_of(self, name: str) -> list[Node]:
         """The nodes of module ``name``: itself, or one per call (``name#0``, ``name#1``...) in call order."""
@@ -124,12 +134,13 @@ class Graph(Shows):
 
     def under(self, name: str) -> list[Node]:
         """``name`` and every node that ran inside it (by ``parent``, so a call's own children only)."""
-        inside, found = {name}, []
-        for node in sorted(self.nodes, key=lambda n: n.order):  # a parent starts before its children
-            if node.name == name or node.parent in inside:
-                inside.add(node.name)
-                found.append(node)
-        return found
+        names, seen = [name], {name}
+        for inside in names:  # grows as it goes: breadth first
+            for child in self._children.get(inside, []):
+                if child not in seen:
+                    seen.add(child)
+                    names.append(child)
+        return sorted((self._by_name[n] for n in names if n in self._by_name), key=lambda node: node.order)
 
     def saved_under(self, name: str) -> int:
         """Bytes the forward of ``name`` and everything inside it left saved for the backward."""
