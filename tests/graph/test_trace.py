@@ -17,6 +17,7 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import BlockError, CaptureWarning
+from hookscope.exports.model_explorer import node_data
 from hookscope.graph.nodes import Graph
 from hookscope.graph.svg import svg
 from hookscope.graph.trace import Tracer, module_graph
@@ -142,6 +143,10 @@ def test_model_explorer_ids_of_each_call(resnet: Any) -> None:
     both = graph.export_ids["layer1.0.relu"]
     assert len(both) == 2 and (graph.export_ids["layer1.0.relu#0"] + graph.export_ids["layer1.0.relu#1"]) == both
     assert edges_of(graph) == {(s, t, "export") for s, t, _ in resnet18_edges()}
+    data = node_data({"layer1.0.relu": 1.0, "layer1.1.relu#1": 2.0}, graph, name="test")["graph"]["results"]
+    assert data == {node: {"value": 1.0} for node in both} | {
+        node: {"value": 2.0} for node in graph.export_ids["layer1.1.relu#1"]
+    }
 
 
 class Faulty(nn.Module):
