@@ -18,6 +18,7 @@ from torch import nn
 import hookscope
 from hookscope.errors import BlockError, CaptureWarning
 from hookscope.exports.model_explorer import node_data
+from hookscope.graph.arrange import arrange
 from hookscope.graph.nodes import Graph
 from hookscope.graph.svg import svg
 from hookscope.graph.trace import Tracer, module_graph
@@ -193,3 +194,36 @@ def test_a_compiled_model_runs_eagerly_in_the_trace_and_says_so_once() -> None:
     with said as both, hookscope.capture(model, "0") as cap, Tracer(model) as tracer:
         model(x)
     assert len(both) == 1 and cap["0"].calls and edges_of(tracer.graph()) == edges_of(eager)  # said once
+
+
+class Step(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, act: nn.Module) -> torch.Tensor:
+        return act(self.fc(x))
+
+
+class SharedAct(nn.Module):
+    """One Tanh, owned by the model, called inside each of three repeated blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = nn.Tanh()
+        self.blocks = nn.ModuleList([Step() for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, self.act)
+        return x
+
+
+def test_a_shared_module_called_inside_each_block_folds_into_the_block_it_ran_in() -> None:
+    graph = module_graph(SharedAct(), torch.randn(2, 4))
+    assert [(n.name, n.parent) for n in graph.calls_of("act")] == [(f"act#{i}", f"blocks.{i}") for i in range(3)]
+    drawing = arrange(graph)  # its calls ran inside the blocks: drawn inside them, not as boxes between
+    assert [b.name for b in drawing.boxes] == ["input", "blocks.0", "blocks.1", "blocks.2", "output"]
+    assert not any(line.back for line in drawing.lines) and acyclic(graph)
+    opened = arrange(graph, within="blocks.1")
+    assert [b.name for b in opened.boxes] == ["input", "blocks.1.fc", "act#1", "output"]
