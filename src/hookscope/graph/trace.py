@@ -11,9 +11,9 @@ A forward pre-hook and a forward hook on every module see each call: the call or
 each one ran inside (the boxes that nest), and its tensors. Each call is a node of its own: a
 module that runs more than once in a pass (a ReLU reused in every ResNet block) gives
 ``relu#0``, ``relu#1``... (``hookscope.graph.nodes``), so the graph has no cycle. A call that ran
-no other module (a *leaf*) maps its output tensors to itself, by identity (``id`` checked through a weak reference,
-so nothing is kept alive); a later module that receives one of those objects gets an edge from
-it (``via="tensor"``). Where a tensor got there through functional code (``a + b``, a reshape,
+no other module (a *leaf*) maps its output tensors to itself, by identity (``id`` checked through
+a weak reference, so nothing is kept alive); a later module that receives one of those objects
+gets an edge from it (``via="tensor"``). Where a tensor got there through functional code (``a + b``, a reshape,
 ``out += identity``), the autograd graph it carries is walked back to the outputs of leaves
 (``via="autograd"``): that is how residual joins show. The walk needs every tensor of the pass to
 carry a ``grad_fn``, so the model runs on a copy of each float input that requires grad (made in
