@@ -5,6 +5,7 @@ Screenshots go to test-artifacts/ (ignored by git) so a person can look at what 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,13 @@ def test_the_efficientnet_demo_works_in_chromium(chromium: Any, demo: dict[str, 
     page.screenshot(path=str(ARTIFACTS / "demo-efficientnet.png"), full_page=True)
     page.close()
     assert problems == []
+
+
+def test_the_efficientnet_demos_graph_draws_each_swish_call_as_a_box(demo: dict[str, Path]) -> None:
+    """The demo's graph comes from the trace that gives a reused module a node per call (hookscope.graph.nodes)."""
+    names = set(re.findall(r'data-name="([^"]+)"', demo["efficientnet-lite0"].read_text(encoding="utf-8")))
+    assert {"_swish#0", "_swish#1", "_blocks.1._swish#0", "_blocks.1._swish#1", "_blocks.0._swish"} <= names
+    assert not {"_swish", "_blocks.1._swish"} & names  # no box for a module called twice: one per call
 
 
 def test_the_lenet_demo_works_in_chromium(chromium: Any, demo: dict[str, Path]) -> None:

@@ -45,6 +45,7 @@ def _example(name: str) -> types.ModuleType:
         ("pictures", "pictures", ""),
         ("rollout_digits", "rollout-digits", "rollout.jpg"),
         ("compare_pictures", "compare", "cka.png"),
+        ("graph_picture", "graph", "graph.png"),
     ],
 )
 def test_the_picture_examples_leave_docs_images_alone_unless_asked(

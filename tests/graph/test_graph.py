@@ -67,7 +67,7 @@ def test_a_dict_output_model_has_the_edges_of_a_hand_trace() -> None:
     torch.manual_seed(0)
     model, x = DictOut(), torch.randn(3, 4)
     graph = module_graph(model, x)
-    assert {n.name for n in graph.nodes} == ran(model, x)
+    assert {n.module for n in graph.nodes} == ran(model, x)
     edges = {(e.source, e.target, e.via) for e in graph.edges}
     assert edges == {
         ("input", "trunk.0", "tensor"), ("trunk.0", "trunk.1", "tensor"), ("input", "skip", "tensor"),
@@ -76,22 +76,25 @@ def test_a_dict_output_model_has_the_edges_of_a_hand_trace() -> None:
         ("mean", "output", "tensor"), ("scale", "output", "autograd"),  # .exp() after the module
     }  # fmt: skip
     assert graph.node("trunk").leaf is False and graph.node("trunk.0").parent == "trunk"
-    frozen = copy.deepcopy(model).requires_grad_(False)  # nothing requires grad: identity edges only, and said
-    plain = module_graph(frozen, x)
+    frozen = copy.deepcopy(model).requires_grad_(False)  # nothing requires grad: the trace's copy of x does
+    assert {(e.source, e.target, e.via) for e in module_graph(frozen, x).edges} == edges
+    assert not x.requires_grad and not any(p.requires_grad for p in frozen.parameters())  # flags as they were
+    with torch.inference_mode():  # nothing is recorded: identity edges only, and said
+        plain = module_graph(model, x)
     assert {(e.source, e.target) for e in plain.edges} == {(s, t) for s, t, via in edges if via == "tensor"}
     assert plain.built == "hooks" and "identity only" in plain.note
 
 
 def test_resnet_nodes_are_the_modules_that_ran_and_hooks_agree_with_torch_export(resnet: Any) -> None:
     model, x, graph = resnet
-    assert {n.name for n in graph.nodes} == ran(model, x)
+    assert {n.module for n in graph.nodes} == ran(model, x)
     assert graph.built == "torch.export"
     hooks = module_graph(model, x)  # the same edges from the run as from the program
     assert {(e.source, e.target) for e in hooks.edges} == {(e.source, e.target) for e in graph.edges}
     by_hooks = {(e.source, e.target): e.via for e in hooks.edges}
-    assert by_hooks[("maxpool", "layer1.0.relu")] == "autograd"  # the residual join of the first block
-    assert by_hooks[("layer2.0.downsample.1", "layer2.0.relu")] == "autograd"
-    assert by_hooks[("layer1.0.bn2", "layer1.0.relu")] == "tensor"  # out += identity keeps bn2's tensor
+    assert by_hooks[("maxpool", "layer1.0.relu#1")] == "autograd"  # the residual join of the first block
+    assert by_hooks[("layer2.0.downsample.1", "layer2.0.relu#1")] == "autograd"
+    assert by_hooks[("layer1.0.bn2", "layer1.0.relu#1")] == "tensor"  # out += identity keeps bn2's tensor
     assert graph.blocks == tuple(f"layer{i}.{j}" for i in range(1, 5) for j in range(2))
 
 
@@ -181,7 +184,7 @@ def test_efficientnet_lite0_graph_folds_its_16_blocks() -> None:
 
     model, x = zoo.efficientnet_lite0(), torch.randn(1, 3, 96, 96)
     graph = module_graph(model, x)
-    assert {n.name for n in graph.nodes} == ran(model, x)
+    assert {n.module for n in graph.nodes} == ran(model, x)
     assert len(graph.blocks) == 16 and len(arrange(graph).boxes) < 30
     joins = {(e.source, e.target) for e in graph.edges if e.via == "autograd"}
     assert any(t.startswith("_blocks.2.") for _, t in joins) or any(s.startswith("_blocks.1.") for s, _ in joins)
@@ -190,7 +193,7 @@ def test_efficientnet_lite0_graph_folds_its_16_blocks() -> None:
 def test_minilm_graph_without_torch_export(minilm: Any, minilm_tokenizer: Any) -> None:
     batch = dict(minilm_tokenizer(["the graph of a transformer"], return_tensors="pt"))
     graph = module_graph(minilm, batch)
-    assert {n.name for n in graph.nodes} == ran(minilm, **batch)
+    assert {n.module for n in graph.nodes} == ran(minilm, **batch)
     edges = {(e.source, e.target): e.via for e in graph.edges}
     assert edges[("embeddings.dropout", "encoder.layer.0.attention.self.query")] == "tensor"
     assert edges[("embeddings.dropout", "encoder.layer.0.attention.output.LayerNorm")] == "autograd"  # residual
@@ -330,7 +333,7 @@ def test_hookscope_capture_keeps_the_graph_and_report_from_the_store_draws_it(tm
 
     assert main(["capture", "lenet", "random:1x1x32x32", "--out", str(tmp_path / "store")]) == 0
     kept = Graph.from_dict(hookscope.load(tmp_path / "store").manifest["graph"])
-    assert {n.name for n in kept.nodes} == ran(lenet(), torch.randn(1, 1, 32, 32))
+    assert {n.module for n in kept.nodes} == ran(lenet(), torch.randn(1, 1, 32, 32))
     assert main(["report", "--from", str(tmp_path / "store"), "--out", str(tmp_path / "page")]) == 0
     assert 'class="hs-graph"' in (tmp_path / "page" / "index.html").read_text()
 
@@ -384,7 +387,7 @@ def test_where_torch_export_fails_the_hooks_graph_stays_and_says_why() -> None:
     with pytest.warns(hookscope.CaptureWarning, match="torch.export failed on Branchy"):
         graph = module_graph(model, x, exported=True)
     assert graph.built.startswith("hooks") and "torch.export failed" in graph.note and not graph.export_ids
-    assert {n.name for n in graph.nodes} == ran(model, x)
+    assert {n.module for n in graph.nodes} == ran(model, x)
 
 
 def test_a_graph_of_401_modules_stays_readable_in_chromium(chromium: Any, tmp_path: Path) -> None:

@@ -138,18 +138,23 @@ class Eagerly:
     (``run_eagerly``) and one ``CaptureWarning`` has said so; for an eager model, nothing.
 
     ``open()`` goes inside the block's ``__enter__`` try (a warning turned error undoes it all),
-    ``close()`` in its ``finally`` (a second close does nothing). Used by ``capture``, ``edit`` and
-    ``nan_guard``; ``watch`` holds ``run_eagerly`` on its logged steps only.
+    ``close()`` in its ``finally`` (a second close does nothing). Used by ``capture``, ``edit``,
+    ``nan_guard`` and the module graph's ``Tracer``; ``watch`` holds ``run_eagerly`` on its logged
+    steps only. ``quiet_when_held``: no warning when another open block already runs the model
+    eagerly (the tracer beside the report's capture: the capture has said so).
     """
 
-    def __init__(self, model: nn.Module | None, block: str = "capture") -> None:
+    def __init__(self, model: nn.Module | None, block: str = "capture", *, quiet_when_held: bool = False) -> None:
         self.note = compiled_note(model, block)  # None unless the model is compiled
+        self._quiet = quiet_when_held
         self._stack = ExitStack()
 
     def open(self) -> None:
         if self.note is not None:
+            held = _STANCE.depth > 0
             self._stack.enter_context(run_eagerly())
-            warnings.warn(self.note, CaptureWarning, stacklevel=3)  # the user's `with` line
+            if not (held and self._quiet):
+                warnings.warn(self.note, CaptureWarning, stacklevel=3)  # the user's `with` line
 
     def close(self) -> None:
         self._stack.close()

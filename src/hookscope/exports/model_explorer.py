@@ -11,7 +11,9 @@ Google's Model Explorer draws a ``torch.export`` program (its PyTorch adapter: `
 and colours its nodes by *node data*: JSON ``{graph id: {"results": {node id: {"value": v}},
 "name", "gradient"}}`` (``model_explorer.node_data_builder``). Its node ids are the FX node names,
 which ``hookscope.graph.exported`` ties to modules through ``nn_module_stack``: a module's value
-goes to every op that ran directly inside it (a convolution's one op, a block's residual add).
+goes to every op that ran directly inside it (a convolution's one op, a block's residual add), in
+each of its calls; a value keyed by one call of a module that ran more than once (``layer1.0.relu#1``,
+``hookscope.graph.nodes``) goes to that call's ops only.
 
 ``source``: a ``Graph`` with an overlay, or anything ``hookscope.graph.overlay.overlay_of`` reads
 (then ``graph=``, a graph built with ``exported=True``, or ``model=`` and ``x=`` to build one).

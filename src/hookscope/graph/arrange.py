@@ -5,11 +5,13 @@
     drawing = arrange(graph)                  # the overview: each repeated block folded to one box
     drawing = arrange(graph, within="layer1.0")   # one block opened: the modules inside it
 
-The boxes are the modules that ran nothing inside (``Graph.leaves``), a folded block standing for
-all of its own; ``input`` and ``output`` end the flow. Boxes go down in layers: a box sits one
-layer below the lowest box that feeds it (the longest path from the input), where "feeds" counts
-only edges that go forward in call order, so a module called twice (a shared ReLU) makes a back
-edge, drawn curving up the side, instead of a cycle. Within a layer, boxes start in call order and
+The boxes are the calls that ran nothing inside (``Graph.leaves``: a module called twice, a shared
+ReLU, is two boxes, ``relu#0`` and ``relu#1``), a folded block standing for every call that ran
+inside it; ``input`` and ``output`` end the flow. The graph has no cycle and its edges go forward
+in call order; boxes go down in layers: a box sits one layer below the lowest box that feeds it
+(the longest path from the input), where "feeds" counts only edges that go forward in call order,
+so the one edge that can go up (between two folded blocks whose calls interleave) is drawn curving
+up the side instead of making a cycle. Within a layer, boxes start in call order and
 are then sorted a few times by the mean position of their neighbours above, then below
 (barycentric ordering), which untangles parallel branches. A container (``layer1``,
 ``encoder``) is a frame around its boxes. No graphviz: this module is the whole layout.
@@ -90,16 +92,27 @@ def arrange(graph: Graph, *, within: str | None = None) -> Drawing:
 
 
 def _owners(graph: Graph, within: str | None) -> dict[str, str]:
-    """Each leaf -> the box it is drawn in: its folded block, itself, or outside ``within`` (dropped)."""
+    """Each leaf -> the box it is drawn in: the outermost folded block it ran inside, itself, or (a leaf that
+    did not run inside ``within``) nothing."""
+    parents = {node.name: node.parent for node in graph.nodes}
     owner = {}
     for node in graph.leaves():
+        chain = _chain(node.name, parents)
         if within is not None:
-            if node.name.startswith(f"{within}."):
+            if within in chain[1:]:
                 owner[node.name] = node.name
             continue
-        block = next((b for b in graph.blocks if node.name.startswith(f"{b}.") or node.name == b), None)
-        owner[node.name] = block or node.name
+        folded = [name for name in chain if name in graph.blocks]
+        owner[node.name] = folded[-1] if folded else node.name
     return owner
+
+
+def _chain(name: str, parents: dict[str, str | None]) -> list[str]:
+    """``name``, the node it ran inside, the one that ran inside, ... out to the model."""
+    chain = [name]
+    while (up := parents.get(chain[-1])) is not None and up not in chain:
+        chain.append(up)
+    return chain
 
 
 def _items(graph: Graph, owner: dict[str, str]) -> list[str]:
@@ -188,10 +201,12 @@ def _frames(graph: Graph, boxes: list[Box], within: str | None) -> tuple[Frame, 
     frames = []
     containers = [n for n in graph.nodes if not n.leaf and n.name and n.name not in graph.blocks]
     if within is not None:
-        containers = [n for n in containers if n.name.startswith(f"{within}.")]
+        opened = {n.name for n in graph.under(within)} - {within}
+        containers = [n for n in containers if n.name in opened]
     top = min((n.name.count(".") for n in containers), default=0)
     for node in containers:
-        inside = [b for b in boxes if b.name.startswith(f"{node.name}.")]
+        held = {n.name for n in graph.under(node.name)} - {node.name}
+        inside = [b for b in boxes if b.name in held]
         if not inside:
             continue
         pad = max(2, 8 - 3 * (node.name.count(".") - top))  # outer frames wider: nested ones show inside

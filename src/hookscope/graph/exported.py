@@ -12,7 +12,10 @@ graph belongs to that leaf, any other op (an add inside a block, a flatten) is f
 that passes on where its inputs came from. An edge goes from a leaf to the next leaf that consumes
 what it (or functional code after it) produced: the same edges the hooks find, read from the
 program instead of the run. Model Explorer's PyTorch adapter names its nodes by the FX node names,
-so ``export_ids`` keys overlays for it (``hookscope.exports.model_explorer``).
+so ``export_ids`` keys overlays for it (``hookscope.exports.model_explorer``). A module that ran more
+than once has a node per call (``relu#1``): torch.export marks its later calls in the key of
+``nn_module_stack`` (``L__self___relu@1``), which picks the call's node; ``export_ids`` holds the
+module's names (every call's ops) and each call's (``export_ids["relu#1"]``).
 
 ``torch.export`` fails on dynamic control flow and on many Hugging Face models (caches, data-
 dependent shapes); then the hooks' graph stays and a ``CaptureWarning`` names the error.
@@ -29,7 +32,7 @@ import torch
 from torch import nn
 
 from ..errors import CaptureWarning
-from .nodes import INPUT, OUTPUT, Edge, Graph
+from .nodes import INPUT, OUTPUT, Edge, Graph, call_name
 
 
 def with_export(graph: Graph, model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Graph:
@@ -51,11 +54,23 @@ def with_export(graph: Graph, model: nn.Module, args: tuple[Any, ...], kwargs: M
     return dataclasses.replace(graph, edges=tuple(edges), built="torch.export", note=note, export_ids=ids)
 
 
-def _owner(node: Any, leaves: set[str]) -> str | None:
-    """The leaf module an FX node ran inside (the innermost of its ``nn_module_stack``), or None."""
+def _site(node: Any) -> tuple[str, str] | None:
+    """``(module, its call's node name)`` of the innermost module an FX node ran inside, or None: torch.export
+    keys a module's call ``i > 0`` with ``@i`` (``nn_module_stack``)."""
     stack = node.meta.get("nn_module_stack") or {}
-    paths = [path for path, _ in stack.values()]
-    return paths[-1] if paths and paths[-1] in leaves else None
+    if not stack:
+        return None
+    key, (path, _) = list(stack.items())[-1]
+    mark, call = key.rpartition("@")[1:]
+    return path, call_name(path, int(call) if mark and call.isdigit() else 0)
+
+
+def _owner(site: tuple[str, str] | None, leaves: set[str]) -> str | None:
+    """The leaf node of ``site``: the module's own (it ran once) or its call's, or None (not a leaf)."""
+    if site is None:
+        return None
+    module, call = site
+    return module if module in leaves else call if call in leaves else None
 
 
 def _flow(program: Any, leaves: set[str]) -> tuple[list[Edge], dict[str, tuple[str, ...]]]:
@@ -71,10 +86,12 @@ def _flow(program: Any, leaves: set[str]) -> tuple[list[Edge], dict[str, tuple[s
         elif node.op == "output":
             edges.update(((s, OUTPUT), None) for s in sorted(sources))
         else:
-            owner = _owner(node, leaves)
-            stack = node.meta.get("nn_module_stack") or {}
-            if stack:
-                ids.setdefault(list(stack.values())[-1][0], []).append(node.name)
+            site = _site(node)
+            owner = _owner(site, leaves)
+            if site is not None:
+                ids.setdefault(site[0], []).append(node.name)
+                if site[0] not in leaves and owner == site[1]:  # a module that ran more than once: its call too
+                    ids.setdefault(site[1], []).append(node.name)
             if owner is None:
                 made[node.name] = sources
             else:

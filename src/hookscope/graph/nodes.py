@@ -8,8 +8,14 @@
     graph.saved_under("layer1.0")                     # bytes that block's forward left saved for the backward
     graph.node("layer1.0").checkpoint                  # of which torch.utils.checkpoint on it would free this
 
-A ``Node`` is a module that ran (the model is ``""``), an ``Edge`` says a tensor went from one
-module (or the model's ``"input"``) to another (or its ``"output"``): ``via="tensor"`` when the
+A ``Node`` is a call of a module (the model is ``""``). A module that ran once is one node named
+as the module; a module that ran more than once in a pass (ResNet's ReLU, reused in each block,
+EfficientNet's ``_swish``) has one node per call, named ``module#i`` with ``i`` the call's index
+from 0, as in ``cap[module].calls[i]``: ``layer1.0.relu#0`` and ``layer1.0.relu#1``. So the graph
+has no cycle, and each call has its own inputs. ``graph.calls_of("layer1.0.relu")`` lists them;
+a value keyed by the module (``graph.colored({"layer1.0.relu": 2.0})``) colours each of its calls,
+one keyed by a call colours that call. An ``Edge`` says a tensor went from one
+node (or the model's ``"input"``) to another (or its ``"output"``): ``via="tensor"`` when the
 output object itself was the input, ``via="autograd"`` when it got there through functional code
 (an add, a reshape: a residual join), ``via="export"`` when ``torch.export``'s data flow said so.
 ``built`` says which way the edges were found. Drawing is ``hookscope.graph.svg`` (and
@@ -19,6 +25,7 @@ output object itself was the input, ``via="autograd"`` when it got there through
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,21 +35,44 @@ from ..base.display import Shows, plot_of, table_of
 # the two ends of the data flow, beside the modules' names (not kinds: the model's input and output)
 INPUT = "input"
 OUTPUT = "output"
+CALL = "#"  # "layer1.0.relu#1": call 1 (from 0) of a module that ran more than once
+
+
+def call_name(module: str, call: int) -> str:
+    """The node of call ``call`` (from 0) of a ``module`` that ran more than once: ``module#call``."""
+    return f"{module}{CALL}{call}"
+
+
+def split_name(name: str) -> tuple[str, int | None]:
+    """``(module, call)`` of a node's name: ``("layer1.0.relu", 1)`` for ``layer1.0.relu#1``, ``(name, None)``
+    for a module that ran once."""
+    module, mark, call = name.rpartition(CALL)
+    return (module, int(call)) if mark and call.isdigit() else (name, None)
 
 
 @dataclass(frozen=True)
 class Node:
-    """A module that ran in the pass."""
+    """A module's call in the pass: the module, or one of its calls when it ran more than once."""
 
-    name: str  # its qualified name; "" is the model
+    name: str  # its qualified name, "" the model; "name#i" for call i of a module that ran more than once
     type: str
-    parent: str | None  # the module it ran inside ("" the model; None for the model itself)
-    order: int  # when its first call started, 0 for the model
-    calls: int
-    leaf: bool  # no other module ran inside its calls
+    parent: str | None  # the node it ran inside ("" the model; None for the model itself)
+    order: int  # when its call started (its first, over several passes), 0 for the model
+    calls: int  # how many times its module ran in the block (each of its call nodes says the same)
+    leaf: bool  # no other module ran inside its call
     saved: int = 0  # bytes its own ops left saved for the backward (its children's not included)
-    inputs: int = 0  # bytes of the tensors its first call received
+    inputs: int = 0  # bytes of the tensors its call received
     checkpoint: int = 0  # bytes torch.utils.checkpoint on it would free (0 for leaves)
+
+    @property
+    def module(self) -> str:
+        """The module this node is a call of (its name without ``#i``)."""
+        return split_name(self.name)[0]
+
+    @property
+    def call(self) -> int | None:
+        """Which call of its module this node is (from 0), None for a module that ran once."""
+        return split_name(self.name)[1]
 
 
 @dataclass(frozen=True)
@@ -70,31 +100,62 @@ class Graph(Shows):
 
     def __repr__(self) -> str:
         coloured = f", coloured by {self.measure}" if self.overlay else ""
-        return f"<Graph {self.model}: {len(self.nodes)} modules, {len(self.edges)} edges, by {self.built}{coloured}>"
+        modules, calls = len({node.module for node in self.nodes}), len(self.nodes)
+        ran = f"{modules} modules" + (f" in {calls} calls" if calls != modules else "")
+        return f"<Graph {self.model}: {ran}, {len(self.edges)} edges, by {self.built}{coloured}>"
 
     def node(self, name: str) -> Node:
-        """The node of module ``name``."""
-        return self._by_name()[name]
+        """The node ``name``: a module that ran once, or one call, ``module#i``, of a module that ran more."""
+        found = self._by_name.get(name)
+        if found is None:
+            calls = [node.name for node in self.calls_of(name)]
+            raise KeyError(f"{name!r} ran {len(calls)} times: its nodes are {calls}" if calls else name)
+        return found
 
+    @functools.cached_property
     def _by_name(self) -> dict[str, Node]:
         return {node.name: node for node in self.nodes}
 
+    @functools.cached_property
+    def _children(self) -> dict[str | None, list[str]]:
+        """Each node's name -> the nodes that ran directly inside it, in call order."""
+        children: dict[str | None, list[str]] = {}
+        for node in sorted(self.nodes, key=lambda n: n.order):
+            children.setdefault(node.parent, []).append(node.name)
+        return children
+
+    def calls_of(self, name: str) -> list[Node]:
+        """The nodes of module ``name``: itself, or one per call (``name#0``, ``name#1``...) in call order."""
+        return [node for node in self.nodes if node.module == name]
+
     def leaves(self) -> list[Node]:
-        """The modules that ran no other module, in call order: the boxes of the drawing."""
+        """The calls that ran no other module, in call order: the boxes of the drawing."""
         return [node for node in self.nodes if node.leaf]
 
     def under(self, name: str) -> list[Node]:
-        """``name`` and every module that ran inside it."""
-        prefix = f"{name}." if name else ""
-        return [node for node in self.nodes if node.name == name or node.name.startswith(prefix)]
+        """``name`` and every node that ran inside it (by ``parent``, so a call's own children only)."""
+        names, seen = [name], {name}
+        for inside in names:  # grows as it goes: breadth first
+            for child in self._children.get(inside, []):
+                if child not in seen:
+                    seen.add(child)
+                    names.append(child)
+        return sorted((self._by_name[n] for n in names if n in self._by_name), key=lambda node: node.order)
 
     def saved_under(self, name: str) -> int:
         """Bytes the forward of ``name`` and everything inside it left saved for the backward."""
         return sum(node.saved for node in self.under(name))
 
     def colored(self, overlay: Mapping[str, float], *, measure: str = "value") -> Graph:
-        """This graph with its boxes coloured by ``overlay`` (module name -> number; see ``graph.overlay``)."""
+        """This graph with its boxes coloured by ``overlay`` (module name, or a call's ``module#i``, -> number;
+        see ``graph.overlay``); a module's value colours each of its calls."""
         return dataclasses.replace(self, overlay={str(k): float(v) for k, v in overlay.items()}, measure=measure)
+
+    def value(self, name: str) -> float | None:
+        """The overlay's number for node ``name``: its own, else its module's, else None."""
+        if name in self.overlay:
+            return self.overlay[name]
+        return self.overlay.get(split_name(name)[0])
 
     def as_dict(self) -> dict[str, Any]:
         """The graph as JSON-ready data (what a store keeps in its manifest); ``from_dict`` reads it back."""

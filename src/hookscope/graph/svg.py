@@ -6,8 +6,10 @@ block opened below it (``graph_html``, the report's section and the notebook vie
     html = graph_html(graph, links={"conv1": "#layer-0"})   # clicking a box goes to its layer card
     print(graph.table())
 
-Each box is a module that ran nothing inside (or a repeated block, folded: click it to open the
-block's own drawing); its title (hover) says its name, type, calls, the overlay's value and the
+Each box is a call that ran no other module (or a repeated block, folded: click it to open the
+block's own drawing); a module that ran more than once has a box per call, ``relu#0``, ``relu#1``
+(``hookscope.graph.nodes``), linked to the module's card and coloured by the module's value unless
+the overlay has one for the call; its title (hover) says its name, type, calls, the overlay's value and the
 bytes its forward left saved for the backward; a folded block also says what checkpointing it
 would free. Solid lines carry a module's output to the next module; dashed orange ones come
 through functional code (residual joins). The SVG has its size in px, so it stays readable on a
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 
 from ..base.words import columns, format_size
 from .arrange import BOX_H, BOX_W, Box, Drawing, Line, arrange
-from .nodes import INPUT, OUTPUT, Graph
+from .nodes import INPUT, OUTPUT, Graph, split_name
 from .overlay import color, ink, scale
 
 NAME_CHARS = 26  # longer names are cut from the left: "…layer4.1.conv2"
@@ -62,11 +64,12 @@ def svg(graph: Graph, *, within: str | None = None, links: Mapping[str, str] | N
 
 
 def label_values(graph: Graph) -> dict[str, float]:
-    """The overlay, with each folded block given its own value or else the largest of the modules inside it."""
-    values = dict(graph.overlay)
+    """Each node's number (its own, else its module's: ``Graph.value``), with each folded block given its own
+    value or else the largest of the nodes inside it."""
+    values = {node.name: value for node in graph.nodes if (value := graph.value(node.name)) is not None}
     for block in graph.blocks:
         if block not in values:
-            inside = [v for k, v in graph.overlay.items() if k.startswith(f"{block}.")]
+            inside = [values[node.name] for node in graph.under(block) if node.name in values]
             if inside:
                 values[block] = max(inside, key=lambda v: math.inf if math.isnan(v) else v)
     return values
@@ -86,8 +89,8 @@ def _box(
     text = ink(fill)
     second = box.type + (f" · {_number(value)}" if value is not None else "")
     if box.folded:
-        second = f"{box.type} ▸ {len(graph.under(box.name)) - 1} modules"
-    href = f"#graph-block-{_slug(box.name)}" if box.folded else links.get(box.name)
+        second = f"{box.type} ▸ {len({node.module for node in graph.under(box.name)}) - 1} modules"
+    href = f"#graph-block-{_slug(box.name)}" if box.folded else links.get(box.name, links.get(split_name(box.name)[0]))
     shape = (
         f'<rect x="{box.x:.0f}" y="{box.y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" '
         f'stroke="{"#334" if box.folded else "#8a93a6"}" stroke-width="{2 if box.folded else 1}"'
@@ -102,11 +105,13 @@ def _box(
 
 def _title(graph: Graph, box: Box, value: float | None) -> str:
     node = graph.node(box.name)
-    lines = [f"{box.name} ({node.type}), {node.calls} call{'s' if node.calls > 1 else ''}"]
+    calls = f"{node.calls} call{'s' if node.calls > 1 else ''}"
+    if node.call is not None:
+        calls = f"call {node.call} of {node.module} ({calls} in all)"
+    lines = [f"{box.name} ({node.type}), {calls}"]
     if value is not None:
-        lines.append(
-            f"{graph.measure}: {_number(value)}" + (" (largest inside)" if box.name not in graph.overlay else "")
-        )
+        inside = box.folded and box.name not in graph.overlay
+        lines.append(f"{graph.measure}: {_number(value)}" + (" (largest inside)" if inside else ""))
     lines.append(f"saved for backward: {format_size(graph.saved_under(box.name))}")
     if box.folded:
         lines.append(f"checkpointing it would free {format_size(node.checkpoint)}; click to open")
@@ -155,8 +160,9 @@ def graph_html(graph: Graph, *, links: Mapping[str, str] | None = None) -> str:
     """The overview, its legend, and each folded block's drawing in a ``<details>`` its box opens."""
     total = sum(n.saved for n in graph.nodes)
     head = (
-        f'<p class="hs-graph-note">{len(graph.nodes)} modules ran, {len(graph.leaves())} drawn as boxes; built by '
-        f"{_e(graph.built)} ({_e(graph.note)}). Saved for backward: {format_size(total)}.</p>"
+        f'<p class="hs-graph-note">{len({n.module for n in graph.nodes})} modules ran ({len(graph.nodes)} calls), '
+        f"{len(graph.leaves())} drawn as boxes; built by {_e(graph.built)} ({_e(graph.note)}). "
+        f"Saved for backward: {format_size(total)}.</p>"
     )
     blocks = "".join(
         f'<details id="graph-block-{_slug(b)}" class="hs-block"><summary>{_e(b)} · {_e(graph.node(b).type)}, '
@@ -186,7 +192,7 @@ def _e(text: str) -> str:
 
 
 def graph_table(graph: Graph) -> str:
-    """A row per module that ran, in call order."""
+    """A row per node (a module, or a call of one that ran more than once), in call order."""
     rows = [
         (
             "  " * n.name.count(".") + (n.name or "(model)"),
@@ -195,7 +201,7 @@ def graph_table(graph: Graph) -> str:
             format_size(n.saved),
             format_size(graph.saved_under(n.name)),
             "" if n.leaf else format_size(n.checkpoint),
-            _number(graph.overlay[n.name]) if n.name in graph.overlay else "",
+            "" if (value := graph.value(n.name)) is None else _number(value),
         )
         for n in sorted(graph.nodes, key=lambda n: n.order)
     ]

@@ -79,12 +79,15 @@ def _report_page(report: Report) -> str:
 
 def graph_parts(graph: Graph | None, layers: Sequence[LayerView]) -> tuple[Any, dict[str, int]]:
     """The graph's HTML (its boxes link to the layer cards, ``#layer-N``) and the bytes each layer's forward
-    left saved for the backward, by name; (None, {}) without a graph."""
+    left saved for the backward, by name (a module that ran more than once: over all its calls); (None, {})
+    without a graph."""
     if graph is None:
         return None, {}
     markupsafe: Any = require("markupsafe")
     links = {layer.name: f"#layer-{layer.index}" for layer in layers}
-    saved = {node.name: graph.saved_under(node.name) for node in graph.nodes}
+    saved: dict[str, int] = {}
+    for node in graph.nodes:
+        saved[node.module] = saved.get(node.module, 0) + graph.saved_under(node.name)
     return markupsafe.Markup(graph_html(graph, links=links)), saved
 
 
