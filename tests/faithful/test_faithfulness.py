@@ -152,7 +152,7 @@ def test_the_result_shows_itself_and_becomes_a_report_section() -> None:
     assert f"{result['gradcam'].deletion_auc.item():.4f}" in lines[1]
     assert result.plot().size[0] > 400
     section = as_section(result)
-    assert (section.anchor, section.title) == ("faithfulness", "Is the map faithful?")
+    assert (section.id, section.title) == ("faithfulness", "Is the map faithful?")
     assert "gradcam" in (result._repr_html_() or "")
 
 
