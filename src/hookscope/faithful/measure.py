@@ -8,8 +8,9 @@
 
 Deletion and insertion (``perturb``) remove or reveal the map's top positions step by step;
 ROAD (``road``, images) imputes the removed pixels from their neighbours; confidence multiplies
-the image by the map. Each map is measured beside a random map (seeded) and, for images, an edge
-detector's map: a map no better than its random control says so in ``remarks``.
+the image by the map. Each map is measured beside a random map (seeded; for images drawn on a grid a
+sixteenth of each side and resized, so it removes blobs, not scattered pixels) and, for images, an
+edge detector's map: a map no better than its random control says so in ``remarks``.
 
 Conventions (``convention=``) fix whose numbers come out:
 
@@ -107,7 +108,7 @@ def faithfulness(
         heats = {name: per_position(heat, tuple(x.shape)) for name, heat in named.items()}
         if controls:
             generator = torch.Generator().manual_seed(seed)
-            heats["random control"] = torch.rand(next(iter(heats.values())).shape, generator=generator)
+            heats["random control"] = _random_map(next(iter(heats.values())).shape, generator)
             if not tokens:
                 heats["edge control"] = sobel(x)
         fractions = torch.tensor(counts(heats_size(heats), steps), dtype=torch.float32) / heats_size(heats)
@@ -239,6 +240,16 @@ def _road(run: _Runner, x: Tensor, heats: Mapping[str, Tensor], results: Mapping
         found = results[name]
         found.road_morf, found.road_lerf = changes[True], changes[False]
         found.road = (changes[False] - changes[True]) / 2
+
+
+def _random_map(shape: torch.Size, generator: torch.Generator) -> Tensor:
+    """A random map of ``shape``: for images, uniform noise on a grid a sixteenth of each side, resized
+    bilinearly, so the control removes blobs as a CAM does rather than scattered pixels (which alone
+    wreck a network's score); for tokens, uniform noise per token."""
+    if len(shape) == 2:
+        return torch.rand(shape, generator=generator)
+    coarse = torch.rand(shape[0], 1, max(1, shape[1] // 16), max(1, shape[2] // 16), generator=generator)
+    return F.interpolate(coarse, size=tuple(shape[1:]), mode="bilinear", align_corners=False)[:, 0]
 
 
 def _remarks(results: Mapping[str, MapScores]) -> list[str]:
