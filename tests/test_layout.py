@@ -17,7 +17,7 @@ SRC = Path(hookscope.__file__).parent
 # A module of a sub-package may import from its own sub-package, from a lower one, and from the leaves.
 RANKS = {
     "base": 0,
-    **{"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3, "graph": 4, "compare": 4},
+    **{"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3, "graph": 4, "compare": 4, "faithful": 4},
     **{"report": 5, "exports": 5, "edits": 6, "train": 6, "transformer": 6, "probes": 6},
     **{"cli": 7, "integrations": 7},
 }
@@ -189,7 +189,7 @@ def test_the_edit_helpers_are_the_edits_package() -> None:
     assert callable(hookscope.edit) and not isinstance(hookscope.edit, types.ModuleType)
 
 
-ROLE_NAMES = {"__init__", "views", "page"}  # the same job in every room: a room's faces, a room's HTML page
+ROLE_NAMES = {"__init__", "views", "page", "result"}  # the same job in every room: its faces, its page, its result
 LOW_RESULTS = {"report.inline", "viz.charts"}  # the faces of results that sit below their drawing (report/inline.py)
 # store/series.History is read by store.reader.Run.history(); moving it up to train/ would close a circle
 FACE_ELSEWHERE = {"History": "train.views"}

@@ -63,6 +63,7 @@ SUBJECTS = {
     "edits",  # edit(model, {selector: spec}): the mapping's keys are Selectors
     "source",  # export(source, out, format=): a store, a capture, a graph overlay, ... in another tool's format
     "model_a", "model_b",  # compare.cka / compare.divergence: the two models (or stores) compared
+    "maps",  # faithfulness(model, x, maps): the heatmaps measured
 }  # fmt: skip
 OPTIONS = {
     # capture
@@ -95,6 +96,8 @@ OPTIONS = {
     "select_b", "measure", "autocast",
     # probes: who shares a split, the share of groups tested, the L2 strength, the split's seed
     "groups", "holdout", "penalty",
+    # faithfulness: which metrics, whose numbers, the random and edge controls; build_report(faithfulness=) adds it
+    "metrics", "convention", "controls", "faithfulness",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -106,6 +109,7 @@ POSITIONAL = {
     "save": {"out"}, "write_report": {"out"}, "export": {"out"},
     "attention_grid": {"layer"}, "render_html": set(),
     "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
+    "faithfulness": {"maps"},  # faithfulness(model, x, maps): the maps are what is measured
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.
@@ -113,6 +117,8 @@ POSITIONAL = {
 SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks", "build_text_report": ":blocks"}
 DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None}
 PROGRESS_DEFAULTS = {"extract": True}  # a dataset run is long; else None (quiet)
+# steps= is 50 points on an integration path (Captum's n_steps), and 20 intervals of a deletion curve (TorchCAM's)
+STEPS_DEFAULTS = {"faithfulness": 20}
 
 
 def _parameters(name: str) -> list[inspect.Parameter]:
@@ -143,6 +149,7 @@ def test_shared_options_have_one_default(name: str) -> None:
     params = {p.name: p for p in _parameters(name)}
     for option, default in DEFAULTS.items():
         if option in params:
+            default = STEPS_DEFAULTS.get(name, default) if option == "steps" else default
             assert params[option].default == default, f"{name}({option}=) must default to {default!r}"
     if "progress" in params:
         assert params["progress"].default == PROGRESS_DEFAULTS.get(name), f"{name}(progress=)'s default"

@@ -56,6 +56,8 @@ from .explain.attribute import attribute
 from .explain.cam import cam
 from .explain.layers import pick_layer
 from .exports.dispatch import export
+from .faithful.measure import faithfulness
+from .faithful.result import Faithfulness, MapScores
 from .graph.nodes import Graph
 from .graph.trace import module_graph
 from .probes.probe import probe
@@ -99,6 +101,7 @@ __all__ = [
     "Edit",
     "EditError",
     "EditWarning",
+    "Faithfulness",
     "ForwardError",
     "GradientFlow",
     "Graph",
@@ -109,6 +112,7 @@ __all__ = [
     "InputError",
     "Kind",
     "LogitLens",
+    "MapScores",
     "MissingDependencyError",
     "ModelError",
     "ModuleInfo",
@@ -153,6 +157,7 @@ __all__ = [
     "edits",
     "export",
     "extract",
+    "faithfulness",
     "feature_grid",
     "find_hooks",
     "gradient_flow",

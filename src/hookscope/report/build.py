@@ -58,7 +58,7 @@ from .content import (
     predictions,
 )
 from .flow import FlowChart, flow_chart
-from .pictures import cam_views, pictures_of
+from .pictures import cam_views, measured, pictures_of, with_badges
 from .sections import as_section
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ def build_report(
     image_names: Sequence[str] = (),
     sections: Sequence[object] = (),
     graph: bool = True,
+    faithfulness: bool = False,
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
@@ -104,7 +105,9 @@ def build_report(
     or ``Divergence`` (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section``
     (``hookscope.report.sections``). ``graph``: draw the module graph (``hookscope.graph``), traced by hooks in
     the same pass (which then records gradients, to measure what each module leaves saved for the backward),
-    coloured by mean |gradient| with ``grads``, else by those saved bytes.
+    coloured by mean |gradient| with ``grads``, else by those saved bytes. ``faithfulness``: measure each CAM's
+    deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC badge under each
+    CAM and a section with the curves.
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)
@@ -120,9 +123,13 @@ def build_report(
         )
         shown = min(len(x), MAX_IMAGES)
         images = pictures_of(x[:shown], pictures[:shown] if pictures is not None else None)
-        cam_layer, cams = cam_views(
+        cam_layer, cams, heats, explained_target = cam_views(
             model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks
         )
+        faithful = (
+            [measured(model, x[:shown], cam_methods, heats, explained_target, key)] if faithfulness and heats else []
+        )
+        cams = with_badges(cams, faithful[0]) if faithful else cams
     return Report(
         title=title,
         model=type(model).__name__,
@@ -141,7 +148,7 @@ def build_report(
         layers=tuple(layers),
         selected=len(cap),
         image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
-        sections=tuple(as_section(section) for section in sections),
+        sections=tuple(as_section(section) for section in (*faithful, *sections)),
         graph=coloured(tracer.graph() if tracer is not None else None, flow),
     )
 

@@ -82,6 +82,7 @@ class CamView:
     image: int
     target: str  # "Egyptian Mau #285", "class 285" without labels, "custom target" for a callable
     overlays: tuple[tuple[str, bytes], ...]  # (method, PNG)
+    badges: tuple[str, ...] = ()  # per overlay, its faithfulness in words (build_report(faithfulness=True))
 
 
 @dataclass(frozen=True)

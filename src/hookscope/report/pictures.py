@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,6 +19,8 @@ from ..errors import SelectionError
 from ..explain.cam import cam
 from ..explain.layers import choose_layer
 from ..explain.targets import Target, class_indices
+from ..faithful.measure import faithfulness
+from ..faithful.result import Faithfulness
 from ..progress import Callback
 from ..viz.images import overlay, to_pil
 from .content import CamView, png
@@ -70,12 +73,13 @@ def cam_views(
     labels: Sequence[str] | None,
     step: Callback,
     remarks: list[str],
-) -> tuple[str, tuple[CamView, ...]]:
-    """(the layer in words, one CamView per image) for each of ``methods``; ("", ()) with a remark when
-    impossible. ``explain``: the target, and the key of the model's output it indexes."""
+) -> tuple[str, tuple[CamView, ...], list[Tensor], Target]:
+    """(the layer in words, one CamView per image, the maps of each of ``methods``, the target they explain)
+    ; ("", (), [], target) with a remark when impossible. ``explain``: the target, and the key of the model's
+    output it indexes."""
     target, key = explain
     if not methods:
-        return "", ()
+        return "", (), [], target
     reason = _why_no_cam(x, pictures, target, scores_2d)
     try:
         layer, call, words = choose_layer(model, x) if not reason else ("", 0, "")
@@ -83,7 +87,7 @@ def cam_views(
         reason = str(err)
     if reason:
         remarks.append(f"no CAM: {reason}")
-        return "", ()
+        return "", (), [], target
     classes = None
     if scores_2d is not None and not callable(target):
         classes = class_indices(scores_2d, target)[: len(x)].tolist()
@@ -101,7 +105,28 @@ def cam_views(
         )
         for i, picture in enumerate(pictures)
     )
-    return words.replace("`", ""), views
+    return words.replace("`", ""), views, heats, classes if classes is not None else target
+
+
+def measured(model: nn.Module, x: Tensor, methods: Sequence[str], heats: list[Tensor], target: Target,
+             key: str) -> Faithfulness:  # fmt: skip
+    """Deletion and insertion of each CAM (``hookscope.faithfulness``, 20 steps), beside a random and an edge map."""
+    return faithfulness(model, x, dict(zip(methods, heats, strict=True)), target=target, output=key,
+                        metrics=("deletion", "insertion"))  # fmt: skip
+
+
+def with_badges(views: tuple[CamView, ...], found: Faithfulness) -> tuple[CamView, ...]:
+    """Each CAM's overlay captioned with its deletion and insertion AUCs on that image."""
+
+    def badge(method: str, image: int) -> str:
+        scores = found[method]
+        assert scores.deletion_auc is not None
+        assert scores.insertion_auc is not None
+        return f"deletion {scores.deletion_auc[image]:.2f} · insertion {scores.insertion_auc[image]:.2f}"
+
+    return tuple(
+        replace(view, badges=tuple(badge(method, view.image) for method, _ in view.overlays)) for view in views
+    )
 
 
 def _why_no_cam(x: Tensor, pictures: list[Image], target: Target, scores_2d: Tensor | None) -> str:
