@@ -58,8 +58,6 @@ def render_html(report: object) -> str:
     ``report``: a ``Report`` (``build_report``), a text report (``build_text_report``) or a training
     report (``build_training_report``).
     """
-    if isinstance(report, Report):
-        return _report_page(report)
     render = next((_PAGES[k] for k in type(report).__mro__ if k in _PAGES), None)
     if render is None:
         raise OptionError(
@@ -69,6 +67,7 @@ def render_html(report: object) -> str:
     return render(report)
 
 
+@draws_page(Report)
 def _report_page(report: Report) -> str:
     types = sorted({layer.type for layer in report.layers})
     graph, saved = graph_parts(report.graph, report.layers)
