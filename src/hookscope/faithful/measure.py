@@ -42,15 +42,13 @@ from ..errors import OptionError, ShapeError
 from ..explain.targets import Target, logits, scores
 from ..progress import Progress, callback
 from . import views  # noqa: F401  (registers the table, picture, notebook view and section)
-from .perturb import auc, counts, per_position, perturbed, ranks, sobel
+from .perturb import Baseline, auc, baseline_of, counts, per_position, perturbed, ranks, sobel
 from .result import Faithfulness, MapScores
 from .road import PERCENTILES, impute, kept, noisy
 
 METRICS = ("deletion", "insertion", "road", "confidence")
 CONVENTIONS = ("hookscope", "torchcam", "grad-cam")
-BASELINES = ("zeros", "mean", "blur")
 Maps = Union[Tensor, Mapping[str, Any], Any]
-Baseline = Union[str, int, float, Tensor]
 
 
 def faithfulness(
@@ -102,7 +100,7 @@ def faithfulness(
     chosen = _check(x, metrics, convention, steps, batch_size)
     named = _named(maps)
     tokens = x.dim() == 2
-    fill = _baseline(x, baseline)
+    fill = baseline_of(x, baseline)
     with evaluating(model, "faithfulness()"), torch.inference_mode():
         run = _Runner(model, x, target, output, convention, batch_size, callback(progress))
         heats = {name: per_position(heat, tuple(x.shape)) for name, heat in named.items()}
@@ -309,39 +307,6 @@ def _named(maps: Maps) -> dict[str, Tensor]:
             raise OptionError(f"map name {name!r} is taken by the controls; rename it")
         named[str(name)] = heat
     return named
-
-
-def _baseline(x: Tensor, baseline: Baseline) -> Tensor:
-    """What replaces a deleted position, shaped as ``x``."""
-    if x.dim() == 2:
-        if isinstance(baseline, bool) or not isinstance(baseline, int):
-            raise OptionError(f"a token baseline is the id of a mask or pad token (an int), got {baseline!r}")
-        return torch.full_like(x, baseline)
-    if isinstance(baseline, Tensor):
-        try:
-            return torch.broadcast_to(baseline.to(x), x.shape)
-        except RuntimeError as err:
-            raise ShapeError(f"baseline {tuple(baseline.shape)} does not broadcast to x {tuple(x.shape)}") from err
-    if baseline == "zeros":
-        return torch.zeros_like(x)
-    if baseline == "mean":
-        return x.mean(dim=(2, 3), keepdim=True).expand_as(x).clone()
-    if baseline == "blur":
-        return _blur(x)
-    raise OptionError(f"unknown baseline {baseline!r}; pass {', '.join(BASELINES)} or a tensor")
-
-
-def _blur(x: Tensor, sigma_fraction: float = 1 / 16) -> Tensor:
-    """A Gaussian blur of each channel, sigma a sixteenth of the image's shorter side (reflected edges)."""
-    sigma = max(1.0, min(x.shape[2:]) * sigma_fraction)
-    radius = int(3 * sigma)
-    taps = torch.arange(-radius, radius + 1, dtype=torch.float32)
-    kernel = torch.exp(-(taps**2) / (2 * sigma**2))
-    kernel = (kernel / kernel.sum()).to(x)
-    c = x.shape[1]
-    out = F.pad(x, (radius, radius, radius, radius), mode="reflect")
-    out = F.conv2d(out, kernel.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
-    return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
 
 
 def _said(baseline: Baseline) -> str:

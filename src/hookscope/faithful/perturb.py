@@ -11,11 +11,16 @@ than the input is resized bilinearly (``align_corners=False``), as TorchCAM does
 
 from __future__ import annotations
 
+from typing import Union
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import ShapeError
+from ..errors import OptionError, ShapeError
+
+BASELINES = ("zeros", "mean", "blur")
+Baseline = Union[str, int, float, Tensor]
 
 
 def counts(positions: int, steps: int) -> list[int]:
@@ -76,3 +81,36 @@ def sobel(x: Tensor) -> Tensor:
     kernels = torch.stack([gx, gx.t()])[:, None].to(grey)
     edges = F.conv2d(F.pad(grey, (1, 1, 1, 1), mode="replicate"), kernels)
     return edges.square().sum(dim=1).sqrt()
+
+
+def baseline_of(x: Tensor, baseline: Baseline) -> Tensor:
+    """What replaces a deleted position, shaped as ``x``."""
+    if x.dim() == 2:
+        if isinstance(baseline, bool) or not isinstance(baseline, int):
+            raise OptionError(f"a token baseline is the id of a mask or pad token (an int), got {baseline!r}")
+        return torch.full_like(x, baseline)
+    if isinstance(baseline, Tensor):
+        try:
+            return torch.broadcast_to(baseline.to(x), x.shape)
+        except RuntimeError as err:
+            raise ShapeError(f"baseline {tuple(baseline.shape)} does not broadcast to x {tuple(x.shape)}") from err
+    if baseline == "zeros":
+        return torch.zeros_like(x)
+    if baseline == "mean":
+        return x.mean(dim=(2, 3), keepdim=True).expand_as(x).clone()
+    if baseline == "blur":
+        return blur(x)
+    raise OptionError(f"unknown baseline {baseline!r}; pass {', '.join(BASELINES)} or a tensor")
+
+
+def blur(x: Tensor, sigma_fraction: float = 1 / 16) -> Tensor:
+    """A Gaussian blur of each channel, sigma a sixteenth of the image's shorter side (reflected edges)."""
+    sigma = max(1.0, min(x.shape[2:]) * sigma_fraction)
+    radius = int(3 * sigma)
+    taps = torch.arange(-radius, radius + 1, dtype=torch.float32)
+    kernel = torch.exp(-(taps**2) / (2 * sigma**2))
+    kernel = (kernel / kernel.sum()).to(x)
+    c = x.shape[1]
+    out = F.pad(x, (radius, radius, radius, radius), mode="reflect")
+    out = F.conv2d(out, kernel.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
+    return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
