@@ -131,12 +131,7 @@ def build_report(
         )
         cams = with_badges(cams, faithful[0]) if faithful else cams
     return Report(
-        title=title,
-        model=type(model).__name__,
-        parameters=sum(p.numel() for p in model.parameters()),
-        input=f"{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')} on {x.device}",
-        created=human_time(datetime.datetime.now().astimezone()),
-        version=__version__,
+        **_about(model, x, title),
         notes=tuple(notes),
         remarks=tuple(_general_remarks(switched, x, scores_2d, left_out) + remarks),
         pictures=tuple(png(image) for image in images),
@@ -151,6 +146,15 @@ def build_report(
         sections=tuple(as_section(section) for section in (*faithful, *sections)),
         graph=coloured(tracer.graph() if tracer is not None else None, flow),
     )
+
+
+def _about(model: nn.Module, x: Tensor, title: str) -> dict[str, Any]:
+    """The page's head: title, model, parameters, input, when and by which version."""
+    return {
+        "title": title, "model": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+        "input": f"{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')} on {x.device}",
+        "created": human_time(datetime.datetime.now().astimezone()), "version": __version__,
+    }  # fmt: skip
 
 
 # -- the captured pass ------------------------------------------------------------------------
