@@ -213,7 +213,7 @@ def test_a_truncated_shard_costs_its_own_batch_only(tmp_path: Path) -> None:
     assert all(torch.equal(c.value_of("output"), e) for c, e in zip(run["0"].calls, expected, strict=True))
     with pytest.raises(hookscope.DamagedShardError, match=rf"{damaged.name} is damaged.*batch 3 was in it"):
         run.batch(3)
-    assert "1 damaged shard(s) left out" in run.describe()
+    assert "damaged: batch 3 lost with 1 shard(s)" in run.describe()
 
 
 def test_a_bit_flip_in_a_tensor_fails_its_checksum_and_costs_its_batch_only(tmp_path: Path) -> None:
