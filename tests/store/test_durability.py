@@ -266,4 +266,4 @@ def test_the_command_line_names_resume_as_a_flag_for_a_damaged_store(tmp_path: P
     assert job.returncode == 0, job.stderr
     assert f"{damaged.name} is damaged" in job.stderr and "batch 1 left out" in job.stderr
     assert "--resume extracts them again" in job.stderr and "resume=True" not in job.stderr
-    assert "1 damaged shard(s) left out" in job.stdout
+    assert "damaged: batch 1 lost with 1 shard(s)" in job.stdout

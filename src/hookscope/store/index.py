@@ -94,7 +94,7 @@ class Index:
         try:
             index = read_index(inside(self.root, file))
         except DamagedShardError as err:
-            raise DamagedShardError(file, f"its header: {err.why}") from err
+            raise DamagedShardError(file, err.why) from err
         if (index["bytes"], index["data_start"]) != (shard["bytes"], shard["data_start"]):
             raise DamagedShardError(file, "the manifest gives it another size or data start than its header")
         if self.trusted:  # the rows are vouched for: the header need only be whole (its own checksum held)
