@@ -214,7 +214,7 @@ def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
 
 def run_info(args: argparse.Namespace) -> int:
     run = load(args.store)
-    run.verify(data=args.verify)
+    run.check(verify=args.verify)
     print(run.describe())
     return 0
 

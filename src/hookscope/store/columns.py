@@ -79,7 +79,7 @@ def columns(source: Source | Sequence[Source], select: str | Sequence[str] | Non
         warnings.simplefilter("always", StoreWarning)
         opened = [r if isinstance(r, Run) else load(r, verify=verify) for r in runs]
         for run in opened:  # every shard's header, and the manifest's rows against it where not vouched for
-            run.verify(data=False)
+            run.check()
     for w in (w for w in caught if not issubclass(w.category, StoreWarning)):
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     lost: dict[int, tuple[str, str]] = {}  # batch -> (shard, why), over every store
@@ -147,7 +147,7 @@ def _column(run: Run, site: str, kind: str, key: str | None, by: str, verify: bo
 
 def _locate(column: Column, entry: Entry, header: dict[str, Any], by: str, checked: MappedShards | None) -> None:
     """Where ``entry``'s items lie in ``column`` (its array read through its CRC-32 by ``checked``, if given)."""
-    start = column.run.manifest["shards"][entry.shard]["data_start"]  # as the header says (Run.verify)
+    start = column.run.manifest["shards"][entry.shard]["data_start"]  # as the header says (Run.check)
     where = (header["file"], start, entry.dtype, tuple(entry.shape), tuple(entry.offsets), entry.crc32)
     if checked is not None:
         checked.tensor(*where[:3], entry.shape, entry.offsets, entry.crc32)

@@ -8,15 +8,53 @@ the headers and the manifest (the default: fast, reads no tensor).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..base.words import columns, format_size
+from ..core.records import Label
+from ..stats.streaming import RunningStats
 from . import series
 from .index import ranges
+from .series import History
 
-if TYPE_CHECKING:
-    from .reader import Run
+
+@dataclass(frozen=True)
+class Contents:
+    """One (site, kind, key) of a store: what ``hookscope info`` prints."""
+
+    site: str
+    type: str
+    kind: str
+    key: str
+    shape: tuple[int, ...]  # of the first tensor
+    dtype: str
+    tensors: int  # stored tensors (calls x batches), or statistics updates
+    nbytes: int  # 0 for statistics
+
+
+class Run(Protocol):
+    """What ``describe`` reads of a store opened by ``hookscope.store.reader.load``."""
+
+    path: Path
+    manifest: dict[str, Any]
+    provenance: dict[str, Any]
+    config: dict[str, Any]
+    complete: bool
+    damaged: dict[str, str]
+    checked: str | None
+
+    @property
+    def batches(self) -> list[int]: ...
+    @property
+    def rows(self) -> int | None: ...
+    @property
+    def lost(self) -> dict[int, str]: ...
+    def histories(self) -> Mapping[str, History]: ...
+    def statistics(self) -> Mapping[Label, RunningStats]: ...
+    def contents(self) -> list[Contents]: ...
 
 
 def describe(run: Run) -> str:
@@ -65,7 +103,7 @@ def damage_lines(run: Run) -> list[str]:
 
 
 def _checked(run: Run) -> str:
-    if run.verified == "data":
+    if run.checked == "data":
         return "data      verified: every shard's header and every tensor's CRC-32 (all bytes read)"
     return ("data      not verified: the manifest and the shards' headers were checked, not the tensors' bytes; "
             "`hookscope info --verify` reads every tensor's CRC-32")  # fmt: skip

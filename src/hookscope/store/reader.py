@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +38,7 @@ from ..stats.streaming import RunningStats
 from . import contents as contents_
 from . import series
 from .calls import Lost, arrange
+from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .index import Index, ranges, wrong_sizes
 from .schema import check_index
@@ -46,20 +46,6 @@ from .series import Alert, History
 from .shards import MappedShards, read_stats
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Contents:
-    """One (site, kind, key) of a store: what ``hookscope info`` prints."""
-
-    site: str
-    type: str
-    kind: str
-    key: str
-    shape: tuple[int, ...]  # of the first tensor
-    dtype: str
-    tensors: int  # stored tensors (calls x batches), or statistics updates
-    nbytes: int  # 0 for statistics
 
 
 def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
@@ -91,7 +77,7 @@ class Run(Mapping[str, Record], Shows):
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
         vouched = bool(manifest.get("vouched")) or not self.complete  # an interrupted store: from the headers
         self._index = Index(root, manifest, trusted=vouched, headers_read=not self.complete)
-        self.verified: str | None = None  # what ``verify`` checked: "headers", "data", or nothing yet
+        self.checked: str | None = None  # what ``check`` read: "headers", "data" (every CRC-32), or nothing yet
         self.damaged = self._index.damaged  # shard file -> what is wrong with it; its tensors are left out
         self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
@@ -215,16 +201,16 @@ class Run(Mapping[str, Record], Shows):
 
     def describe(self) -> str:
         """What ``hookscope info`` prints: the store, its provenance, what is damaged, then one row per
-        (site, kind, key). Checks every shard's header first (``verify(data=False)``) unless done."""
-        if self.verified is None and not series.is_watch(self.manifest):
-            self.verify(data=False)
+        (site, kind, key). Checks every shard's header first (``check()``) unless done."""
+        if self.checked is None and not series.is_watch(self.manifest):
+            self.check()
         return contents_.describe(self)
 
-    def verify(self, *, data: bool = True) -> dict[str, str]:
-        """Check every shard's header and, with ``data``, every tensor's CRC-32 (reading all of it): a damaged
+    def check(self, *, verify: bool = False) -> dict[str, str]:
+        """Check every shard's header and, with ``verify``, every tensor's CRC-32 (reading all of it): a damaged
         shard is left out, with one ``StoreWarning`` naming it and its batches. Returns ``damaged``."""
         held: dict[int, dict[str, Entry]] = {}  # shard -> its tensors by name (aliases once)
-        for entry in map(Entry._make, self.manifest.get("tensors", []) if data else []):
+        for entry in map(Entry._make, self.manifest.get("tensors", []) if verify else []):
             held.setdefault(entry.shard, {})[entry.name] = entry
         for number, file in enumerate(self._index.files):
             if file in self.damaged:
@@ -236,7 +222,7 @@ class Run(Mapping[str, Record], Shows):
                     mapped.tensor(file, start, e.dtype, e.shape, e.offsets, e.crc32)
             except DamagedShardError as err:
                 self._leave_out(file, err.why)
-        self.verified = "data" if data or self.verified == "data" else "headers"
+        self.checked = "data" if verify or self.checked == "data" else "headers"
         return self.damaged
 
     def _type(self, site: str) -> str:
