@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import hookscope
-from hookscope.cli.parser import parser
+from hookscope.cli.parser import build_parser
 from hookscope.errors import DamagedShardError, NotCapturedError, StoreWarning
 from hookscope.store.extract import extract
 from tests.jobs import images, small_net
@@ -80,7 +80,7 @@ def as_if_killed(root: Path) -> None:
 
 
 def info(path: Path, *flags: str) -> str:
-    args = parser().parse_args(["info", str(path), *flags])
+    args = build_parser().parse_args(["info", str(path), *flags])
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         args.run(args)
