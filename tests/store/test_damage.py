@@ -107,6 +107,7 @@ def test_calls_are_addressed_by_batch_and_the_lost_one_raises(good: Path, tmp_pa
     with pytest.raises(DamagedShardError, match=rf"shard shards/{shard} is damaged: .*; batch {LOST} \(calls\[3\]"):
         calls[LOST]
     assert [c.index for c in calls] == [b for b in range(BATCHES) if b != LOST]  # iterating: the calls that read
+    assert [c.index for c in calls[2:5]] == [2, 4]
     with pytest.raises(NotCapturedError, match=r"10 stored calls \(batches 0\.\.9\); calls\[10\] is not one"):
         calls[BATCHES]
 

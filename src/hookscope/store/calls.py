@@ -3,9 +3,9 @@
 A store lists its calls in batch order, one place per (batch, call) of the site: with one call per
 batch, ``calls[b]`` is batch ``b``. A batch lost with a damaged shard keeps its places
 (``arrange``): reading one raises ``DamagedShardError`` naming the batch, the shard and what is
-wrong with it, so the batches after it keep their numbers. Iterating gives the calls that read
-(the lost ones were named by the ``StoreWarning`` that left them out), and ``len`` counts every
-place, lost ones included. A place past the end is ``CallRangeError`` (a ``NotCapturedError``
+wrong with it, so the batches after it keep their numbers. Iterating or slicing gives the calls
+that read (the lost ones were named by the ``StoreWarning`` that left them out), and ``len``
+counts every place, lost ones included. A place past the end is ``CallRangeError`` (a ``NotCapturedError``
 that is also an ``IndexError``), naming the batches the store holds.
 """
 
@@ -61,8 +61,8 @@ class StoreCalls(list[Call]):
     @overload
     def __getitem__(self, k: slice) -> list[Call]: ...
     def __getitem__(self, k: SupportsIndex | slice) -> Call | list[Call]:
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
+        if isinstance(k, slice):  # the calls that read in those places, as iterating gives them
+            return [call for call in self._at[k] if call is not None]
         i = k.__index__()
         where = i + len(self) if i < 0 else i
         if not 0 <= where < len(self):
