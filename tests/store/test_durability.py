@@ -226,7 +226,10 @@ def test_a_bit_flip_in_a_tensor_fails_its_checksum_and_costs_its_batch_only(tmp_
     assert run.batches == list(range(8))
     with pytest.warns(hookscope.StoreWarning, match=rf"{damaged.name} is damaged \(bytes .* fail their checksum\)"):
         record = run["0"]
-    assert len(record.calls) == 7 and run.batches == [0, 1, 2, 3, 4, 6, 7]
+    assert len(record.calls) == 8 and len(list(record.calls)) == 7 and run.batches == [0, 1, 2, 3, 4, 6, 7]
+    with pytest.raises(hookscope.DamagedShardError, match=r"batch 5 \(calls\[5\] of '0'\) was in it"):
+        record.calls[5]  # batch 5 keeps its place: calls[6] is batch 6
+    assert torch.equal(record.calls[6].output, reference.batch(6)["0"].output)
     assert_batches_equal(run, reference, run.batches)
     with pytest.raises(hookscope.DamagedShardError, match="batch 5 was in it"):
         run.batch(5)
