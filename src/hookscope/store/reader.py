@@ -6,16 +6,19 @@ memory-mapped shard (``hookscope.store.shards.MappedShards``), read from disk wh
 (one tensor stored under several names) comes back as one tensor object, as in the capture.
 
 A store written by ``extract`` holds many batches: ``run[site].calls`` holds every call of
-every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` the records of
-batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
+every batch in batch order, addressed by place (``hookscope.store.calls``: with one call per batch,
+``calls[b]`` is batch ``b``, a lost one raising), and ``run.batch(b)`` the records of batch ``b``
+alone, numbered within it. A statistics-only store has ``run.stats(site)``.
 
 Every field of the manifest is checked before use (``hookscope.store.schema``), and the index of
 tensors is vouched for (``hookscope.store.index``). A damaged shard (missing, a link, truncated,
 its header, its rows or a tensor's bytes failing their checks) is left out: ``load`` checks every
-shard's size, and each tensor's checksum is checked the first time it is read
-(``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
-``run.batches`` with one ``StoreWarning`` naming the shard, ``run.damaged`` lists it, and
-``run.batch(b)`` of such a batch raises ``DamagedShardError``; every other batch reads as usual.
+shard's size, a shard's header is checked before its first tensor is handed out, and each tensor's
+checksum the first time it is read (``load(path, verify=False)`` maps tensors without reading
+them); ``run.check()`` checks every header at once (``verify=True``: every checksum, all bytes).
+The batches it held leave ``run.batches`` with one ``StoreWarning`` naming the shard,
+``run.damaged`` lists it, and ``run.batch(b)`` of such a batch raises ``DamagedShardError``;
+every other batch reads as usual.
 """
 
 from __future__ import annotations
