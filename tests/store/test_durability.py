@@ -213,7 +213,7 @@ def test_a_truncated_shard_costs_its_own_batch_only(tmp_path: Path) -> None:
     assert all(torch.equal(c.value_of("output"), e) for c, e in zip(run["0"].calls, expected, strict=True))
     with pytest.raises(hookscope.DamagedShardError, match=rf"{damaged.name} is damaged.*batch 3 was in it"):
         run.batch(3)
-    assert "1 damaged shard(s) left out" in run.describe()
+    assert "damaged: batch 3 lost with 1 shard(s)" in run.describe()
 
 
 def test_a_bit_flip_in_a_tensor_fails_its_checksum_and_costs_its_batch_only(tmp_path: Path) -> None:
@@ -226,7 +226,10 @@ def test_a_bit_flip_in_a_tensor_fails_its_checksum_and_costs_its_batch_only(tmp_
     assert run.batches == list(range(8))
     with pytest.warns(hookscope.StoreWarning, match=rf"{damaged.name} is damaged \(bytes .* fail their checksum\)"):
         record = run["0"]
-    assert len(record.calls) == 7 and run.batches == [0, 1, 2, 3, 4, 6, 7]
+    assert len(record.calls) == 8 and len(list(record.calls)) == 7 and run.batches == [0, 1, 2, 3, 4, 6, 7]
+    with pytest.raises(hookscope.DamagedShardError, match=r"batch 5 \(calls\[5\] of '0'\) was in it"):
+        record.calls[5]  # batch 5 keeps its place: calls[6] is batch 6
+    assert torch.equal(record.calls[6].output, reference.batch(6)["0"].output)
     assert_batches_equal(run, reference, run.batches)
     with pytest.raises(hookscope.DamagedShardError, match="batch 5 was in it"):
         run.batch(5)
@@ -266,4 +269,4 @@ def test_the_command_line_names_resume_as_a_flag_for_a_damaged_store(tmp_path: P
     assert job.returncode == 0, job.stderr
     assert f"{damaged.name} is damaged" in job.stderr and "batch 1 left out" in job.stderr
     assert "--resume extracts them again" in job.stderr and "resume=True" not in job.stderr
-    assert "1 damaged shard(s) left out" in job.stdout
+    assert "damaged: batch 1 lost with 1 shard(s)" in job.stdout

@@ -96,7 +96,10 @@ def test_a_manifest_that_names_another_tensor_than_its_shard_holds_costs_that_sh
     path.write_text(json.dumps(manifest))
     with pytest.warns(StoreWarning, match="differ from what its header says"):
         record = load(store.path)["0"]
-    assert len(record.calls) == 1 and torch.equal(record.calls[0].output, reference.batch(2)["0"].output)
+    assert len(record.calls) == 3 and torch.equal(record.calls[2].output, reference.batch(2)["0"].output)
+    assert [c.index for c in record.calls] == [2]  # the lost batches keep their places
+    with pytest.raises(hookscope.DamagedShardError, match=r"batch 0 \(calls\[0\] of '0'\) was in it"):
+        record.calls[0]
 
 
 # -- links ---------------------------------------------------------------------------------------

@@ -214,7 +214,9 @@ def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    print(load(args.store).describe())
+    run = load(args.store)
+    run.check(verify=args.verify)
+    print(run.describe())
     return 0
 
 

@@ -214,4 +214,6 @@ def _add_info(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p = _command(sub, "info", common, "what a store holds: layers, kinds, shapes, sizes, batches, provenance",
                  "hookscope info acts.hookscope")  # fmt: skip
     p.add_argument("store", metavar="STORE", help="a folder written by hookscope capture or extract")
+    p.add_argument("--verify", action="store_true", help="read every tensor's bytes through its CRC-32 "
+                   "(default: the manifest and the shards' headers only, fast)")  # fmt: skip
     p.set_defaults(run=run_info)

@@ -12,17 +12,20 @@ is one gather per shard. Arrays are mapped on first use, in the process that rea
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..errors import OptionError, SelectionError, StoreError, StoreWarning
+from ..errors import DamagedShardError, OptionError, SelectionError, StoreError, StoreWarning
 from .format import Entry
+from .index import ranges
 from .reader import Run, load
 from .shards import MappedShards, inside, read_index
 
@@ -66,12 +69,41 @@ class Column:
 
 def columns(source: Source | Sequence[Source], select: str | Sequence[str] | None, kind: str, key: str | None,
             by: str, verify: bool) -> list[Column]:  # fmt: skip
-    """The columns of every (store, selected site), store by store, sites in the store's order."""
+    """The columns of every (store, selected site), store by store, sites in the store's order, less the
+    batches any of them lost with a damaged shard (one ``StoreWarning`` names them; ``verify``: every
+    array's CRC-32 is read here, once, so nothing is found damaged during an epoch)."""
     if by not in BY:
         raise OptionError(f"by must be 'rows' or 'tokens', got {by!r}")
     runs = [source] if isinstance(source, (str, os.PathLike, Run)) else list(source)
-    opened = [r if isinstance(r, Run) else load(r, verify=verify) for r in runs]
-    return [_column(run, site, kind, key, by, verify) for run in opened for site in _sites(run, select)]
+    with warnings.catch_warnings(record=True) as caught:  # load's warnings of damage: folded into one
+        warnings.simplefilter("always", StoreWarning)
+        opened = [r if isinstance(r, Run) else load(r, verify=verify) for r in runs]
+        for run in opened:  # every shard's header, and the manifest's rows against it where not vouched for
+            run.check()
+    for w in (w for w in caught if not issubclass(w.category, StoreWarning)):
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    lost: dict[int, tuple[str, str]] = {}  # batch -> (shard, why), over every store
+    for run in opened:
+        lost.update({b: (f"{run.path}/{file}", run.damaged[file]) for b, file in run.lost.items()})
+    found = [_column(run, site, kind, key, by, verify, lost) for run in opened for site in _sites(run, select)]
+    if lost:
+        for column in found:
+            column.places = {b: p for b, p in column.places.items() if b not in lost}
+        shards = dict(lost.values())
+        named = "; ".join(f"{file} ({why})" for file, why in shards.items())
+        warnings.warn(f"hookscope.store.columns: {ranges(sorted(lost))} left out, lost with {len(shards)} damaged "
+                      f"shard(s): {named}; the dataset reads the others", StoreWarning,
+                      stacklevel=_outside())  # fmt: skip
+    return found
+
+
+def _outside() -> int:
+    """The ``stacklevel`` of the caller's first frame outside hookscope: a warning names the user's line."""
+    package, level = str(Path(__file__).parents[1]), 1
+    frame = inspect.currentframe()
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level - 1
 
 
 def _sites(run: Run, select: str | Sequence[str] | None) -> list[str]:
@@ -83,23 +115,47 @@ def _sites(run: Run, select: str | Sequence[str] | None) -> list[str]:
     return picked
 
 
-def _column(run: Run, site: str, kind: str, key: str | None, by: str, verify: bool) -> Column:
+def _column(run: Run, site: str, kind: str, key: str | None, by: str, verify: bool,
+            lost: dict[int, tuple[str, str]]) -> Column:  # fmt: skip
+    """The column of ``site``; batches whose shard turns out damaged (header, or with ``verify`` an array's
+    bytes) go to ``lost`` instead."""
     rows = _rows(run, site, kind, key)
     tokens = run.config.get("layout") == "tokens"
     if tokens and by == "rows":
         raise OptionError(f"{run.path} is token-major (extract(..., layout='tokens')): it holds tokens, not rows; "
                           "pass by='tokens'")  # fmt: skip
-    headers = _headers(run, {e.shard for e in rows})
     column = Column(run, site, kind, rows[0].key, {}, verify=verify)
+    by_shard: dict[int, list[Entry]] = {}
     for entry in rows:
-        shard = run.manifest["shards"][entry.shard]
-        where = (shard["file"], shard["data_start"], entry.dtype, tuple(entry.shape), tuple(entry.offsets), entry.crc32)
-        if tokens:
-            for batch, begin, end in headers[entry.shard]["meta"]["spans"][entry.name]:
-                column.places[batch] = ((*where, False), begin, end - begin)
-        else:
-            _place(column, entry, where, headers[entry.shard], by)
+        by_shard.setdefault(entry.shard, []).append(entry)
+    for number, held in by_shard.items():  # shard by shard: each mapped, checked and let go
+        file = run.manifest["shards"][number]["file"]
+        spans: dict[str, Any] = {}
+        try:
+            header = {**read_index(inside(run.path, file)), "file": file}
+            spans = header["meta"].get("spans", {}) if tokens else {}
+            checked = MappedShards(run.path, verify=True) if verify else None
+            for entry in held:
+                _locate(column, entry, header, by, checked)
+        except DamagedShardError as err:  # the shard is damaged: every batch of the column in it is lost
+            batches = [span[0] for e in held for span in spans.get(e.name, [[e.batch]])]
+            lost.update(dict.fromkeys(batches, (f"{run.path}/{file}", err.why)))
+            column.places = {b: p for b, p in column.places.items() if b not in lost}
+    column.verify = False  # every array was read through its CRC-32 above, where asked
     return column
+
+
+def _locate(column: Column, entry: Entry, header: dict[str, Any], by: str, checked: MappedShards | None) -> None:
+    """Where ``entry``'s items lie in ``column`` (its array read through its CRC-32 by ``checked``, if given)."""
+    start = column.run.manifest["shards"][entry.shard]["data_start"]  # as the header says (Run.check)
+    where = (header["file"], start, entry.dtype, tuple(entry.shape), tuple(entry.offsets), entry.crc32)
+    if checked is not None:
+        checked.tensor(*where[:3], entry.shape, entry.offsets, entry.crc32)
+    if column.run.config.get("layout") != "tokens":
+        _place(column, entry, where, header, by)
+        return
+    for batch, begin, end in header["meta"]["spans"][entry.name]:
+        column.places[batch] = ((*where, False), begin, end - begin)
 
 
 def _rows(run: Run, site: str, kind: str, key: str | None) -> list[Entry]:
@@ -134,12 +190,6 @@ def _place(column: Column, entry: Entry, where: tuple[Any, ...], header: dict[st
 
 def _entry(row: list[Any]) -> Entry:
     return Entry(*row)
-
-
-def _headers(run: Run, shards: set[int]) -> dict[int, dict[str, Any]]:
-    """The header of each shard numbered in ``shards`` (``read_index``: its tensors; metadata: spans, inputs)."""
-    files = run.manifest["shards"]
-    return {n: {**read_index(inside(run.path, files[n]["file"])), "file": files[n]["file"]} for n in shards}
 
 
 def read_input(run: Run, header: dict[str, Any], key: str, batch: int, verify: bool = True) -> Tensor | None:

@@ -13,7 +13,9 @@ Over one site an item is a tensor; over several sites or stores (two models on t
 batches: model diffing, crosscoders) a tuple, one tensor per (store, site), the stores aligned by
 batch (``hookscope.store.columns``). ``by="rows"`` gives a row of each batch; ``by="tokens"`` a token:
 ``(B, T, D)`` flattened, padding left out where the store kept the batch's ``attention_mask``.
-Nothing is read before it is asked for; tensors are views of memory-mapped shards.
+Tensors are views of memory-mapped shards: nothing is copied, and with ``verify=True`` (the default)
+each array is read once when the dataset is made, through its CRC-32, so a damaged shard's batches are
+left out (one ``StoreWarning``) before the length is given, and a ``DataLoader`` never meets them.
 
 ``StoreDataset[i]`` is item ``i``; ``StoreDataset[indices]`` (a list or tensor) gathers a minibatch
 at once, one read per array (so ``DataLoader(data, batch_size=None, sampler=BatchSampler(...))``
@@ -46,7 +48,9 @@ class StoreDataset(Dataset[Item]):
 
     ``source``: a store's path, a ``load``-ed ``Run``, or a list of them (aligned by batch).
     ``select``: site names or glob patterns (None: every site). ``kind``, ``key``: which tensor of a
-    call (``key=None``: the site's first). ``verify``: check each array's CRC-32 when it is first mapped.
+    call (``key=None``: the site's first). ``verify``: read each array through its CRC-32 once, here, so
+    that the length is final before the first epoch: the batches of a damaged shard (its header, its
+    rows or its bytes) are left out with one ``StoreWarning`` naming them, never found mid-epoch.
     """
 
     def __init__(

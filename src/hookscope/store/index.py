@@ -13,6 +13,7 @@ shape or checksum. A shard that fails is left out, its batches with it; the rest
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -23,18 +24,20 @@ from ..errors import DamagedShardError, StoreError, StoreWarning
 from .format import COLUMNS, Entry, rows_of
 from .shards import inside, read_index
 
+MAX_HEADER = 1 << 24  # bytes of a damaged header searched for batch names
+
 
 class Index:
     """The rows of a store's manifest, less those of damaged shards (see the module docstring)."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any], *, trusted: bool) -> None:
+    def __init__(self, root: Path, manifest: dict[str, Any], *, trusted: bool, headers_read: bool = False) -> None:
         self.root, self.manifest = root, manifest
         self.trusted = trusted  # rows vouched for already: by the manifest's CRC-32, or read from the shards
         self.files = [shard["file"] for shard in manifest.get("shards", [])]  # shard number -> file
         self.damaged: dict[str, str] = {}  # shard file -> what is wrong with it; its tensors are left out
         self._sites: dict[str, dict[int, list[Entry]]] | None = None  # site -> batch -> entries, on first use
         self._lost: dict[int, str] | None = None  # batch -> the damaged shard that held it, on first use
-        self._vouched: set[int] = set()
+        self._vouched: set[int] = set(range(len(self.files))) if headers_read else set()  # headers checked
 
     def entries(self) -> Iterator[Entry]:
         """Every row of the index, less those of the batches a damaged shard held part of."""
@@ -51,11 +54,21 @@ class Index:
         return self._sites
 
     def lost(self) -> dict[int, str]:
-        """The batches with a tensor in a damaged shard, and that shard."""
+        """The batches with a tensor in a damaged shard, and that shard; for a shard no row names (its
+        header unreadable, in an interrupted store), the batches its damaged header still names."""
         if self._lost is None:
             rows = (Entry(*row) for row in self.manifest.get("tensors", [])) if self.damaged else iter(())
             self._lost = {e.batch: self.files[e.shard] for e in rows if self.files[e.shard] in self.damaged}
+            held = {b["index"] for b in self.manifest.get("batches", [])} - set(self._lost)
+            for file in (f for f in self.damaged if f not in self.files):
+                self._lost.update({b: file for b in named_batches(self.root, file) if b not in held | set(self._lost)})
         return self._lost
+
+    def lost_places(self, site: str) -> list[tuple[int, int]]:
+        """The (batch, call) places of ``site`` that the index names in lost batches."""
+        lost = self.lost()
+        rows = (Entry(*row) for row in self.manifest.get("tensors", [])) if lost else iter(())
+        return [(e.batch, e.call) for e in rows if e.site == site and e.batch in lost]
 
     def batches(self) -> list[int]:
         """The indices of the batches the store holds, less those of damaged shards, in order."""
@@ -73,8 +86,9 @@ class Index:
                       StoreWarning, stacklevel=5)  # fmt: skip
 
     def vouch(self, number: int) -> None:
-        """Check shard ``number`` against its own header once: a ``DamagedShardError`` when they differ."""
-        if self.trusted or number in self._vouched:
+        """Check shard ``number``'s header once (one read of it, before its first tensor is handed out): a
+        ``DamagedShardError`` when it is damaged or, rows not vouched for, when it and the manifest differ."""
+        if number in self._vouched:
             return
         file, shard = self.files[number], self.manifest["shards"][number]
         try:
@@ -83,6 +97,9 @@ class Index:
             raise DamagedShardError(file, err.why) from err
         if (index["bytes"], index["data_start"]) != (shard["bytes"], shard["data_start"]):
             raise DamagedShardError(file, "the manifest gives it another size or data start than its header")
+        if self.trusted:  # the rows are vouched for: the header need only be whole (its own checksum held)
+            self._vouched.add(number)
+            return
         width = len(self.manifest.get("tensor_columns", COLUMNS))
         held = Counter(_frozen(row) for row in self.manifest.get("tensors", []) if row[6] == number)
         told = Counter(_frozen(row[:width]) for row in rows_of(index, number))
@@ -92,6 +109,19 @@ class Index:
         if any(layouts.get(name) != layout for name, layout in index["meta"].get("layouts", {}).items()):
             raise DamagedShardError(file, "the manifest's layouts differ from those its header holds")
         self._vouched.add(number)
+
+
+NAMED = re.compile(rb'/call\d+/b(\d+)(?:-\d+)?"')  # a tensor's name in a header: ".../call0/b17"
+
+
+def named_batches(root: Path, file: str) -> list[int]:
+    """The batches the names in a damaged shard's header still give (its first ``MAX_HEADER`` bytes)."""
+    try:
+        with open(inside(root, file), "rb") as f:
+            head = f.read(MAX_HEADER)
+    except (OSError, DamagedShardError):
+        return []
+    return sorted({int(n) for n in NAMED.findall(head)})
 
 
 def _frozen(row: list[Any]) -> tuple[Any, ...]:

@@ -6,37 +6,42 @@ memory-mapped shard (``hookscope.store.shards.MappedShards``), read from disk wh
 (one tensor stored under several names) comes back as one tensor object, as in the capture.
 
 A store written by ``extract`` holds many batches: ``run[site].calls`` holds every call of
-every batch in batch order (``call.index`` counts them), and ``run.batch(b)`` the records of
-batch ``b`` alone, numbered within it. A statistics-only store has ``run.stats(site)``.
+every batch in batch order, addressed by place (``hookscope.store.calls``: with one call per batch,
+``calls[b]`` is batch ``b``, a lost one raising), and ``run.batch(b)`` the records of batch ``b``
+alone, numbered within it. A statistics-only store has ``run.stats(site)``.
 
 Every field of the manifest is checked before use (``hookscope.store.schema``), and the index of
 tensors is vouched for (``hookscope.store.index``). A damaged shard (missing, a link, truncated,
 its header, its rows or a tensor's bytes failing their checks) is left out: ``load`` checks every
-shard's size, and each tensor's checksum is checked the first time it is read
-(``load(path, verify=False)`` maps tensors without reading them). The batches it held leave
-``run.batches`` with one ``StoreWarning`` naming the shard, ``run.damaged`` lists it, and
-``run.batch(b)`` of such a batch raises ``DamagedShardError``; every other batch reads as usual.
+shard's size, a shard's header is checked before its first tensor is handed out, and each tensor's
+checksum the first time it is read (``load(path, verify=False)`` maps tensors without reading
+them); ``run.check()`` checks every header at once (``verify=True``: every checksum, all bytes).
+The batches it held leave ``run.batches`` with one ``StoreWarning`` naming the shard,
+``run.damaged`` lists it, and ``run.batch(b)`` of such a batch raises ``DamagedShardError``;
+every other batch reads as usual.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import Tensor
 
 from ..base.display import Shows, table_of
-from ..base.words import closest, columns, format_size
+from ..base.words import closest, format_size
 from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
 from ..errors import DamagedShardError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
+from . import contents as contents_
 from . import series
+from .calls import Lost, arrange
+from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .index import Index, ranges, wrong_sizes
 from .schema import check_index
@@ -44,20 +49,6 @@ from .series import Alert, History
 from .shards import MappedShards, read_stats
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Contents:
-    """One (site, kind, key) of a store: what ``hookscope info`` prints."""
-
-    site: str
-    type: str
-    kind: str
-    key: str
-    shape: tuple[int, ...]  # of the first tensor
-    dtype: str
-    tensors: int  # stored tensors (calls x batches), or statistics updates
-    nbytes: int  # 0 for statistics
 
 
 def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
@@ -87,7 +78,9 @@ class Run(Mapping[str, Record], Shows):
         self.config: dict[str, Any] = manifest.get("config", {})
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
-        self._index = Index(root, manifest, trusted=bool(manifest.get("vouched")) or not self.complete)
+        vouched = bool(manifest.get("vouched")) or not self.complete  # an interrupted store: from the headers
+        self._index = Index(root, manifest, trusted=vouched, headers_read=not self.complete)
+        self.checked: str | None = None  # what ``check`` read: "headers", "data" (every CRC-32), or nothing yet
         self.damaged = self._index.damaged  # shard file -> what is wrong with it; its tensors are left out
         self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
@@ -122,6 +115,11 @@ class Run(Mapping[str, Record], Shows):
     def batches(self) -> list[int]:
         """The indices of the batches the store holds (less those of damaged shards), in order."""
         return self._index.batches()
+
+    @property
+    def lost(self) -> dict[int, str]:
+        """The batches left out with a damaged shard: batch -> that shard's file (``damaged`` says why)."""
+        return dict(self._index.lost())
 
     @property
     def rows(self) -> int | None:
@@ -205,31 +203,30 @@ class Run(Mapping[str, Record], Shows):
         return sorted(rows, key=lambda r: (place.get(r.site, len(place)), kinds.order(r.kind)))
 
     def describe(self) -> str:
-        """What ``hookscope info`` prints: the store, its provenance, then one row per (site, kind, key)."""
-        if series.is_watch(self.manifest):
-            return series.describe_watch(self.path, self.manifest, self.histories())
-        run, prov, config = self, self.provenance, self.config
-        shards = run.manifest.get("shards", [])
-        state = "complete" if run.complete else "interrupted: `hookscope extract ... --resume` continues it"
-        if run.damaged:
-            state += f"; {len(run.damaged)} damaged shard(s) left out ({', '.join(run.damaged)})"
-        rows = f" ({run.rows:,} rows)" if run.rows is not None else ""
-        reduce = f", reduce {config['reduce']}" if config.get("reduce") else ""
-        ranks = f", {config['world_size']} processes" if config.get("world_size", 1) > 1 else ""
-        size = f"{format_size(sum(s['bytes'] for s in shards))} in {len(shards)} shard{'s' * (len(shards) != 1)}"
-        head = [
-            f"{run.path}: hookscope store (format {run.manifest.get('version')}), {state}",
-            f"model     {prov.get('model', '?')} ({prov.get('model_module', '?')}), {prov.get('parameters', 0):,} "
-            f"parameters, weights sha256 {str(prov.get('weights_sha256', '?'))[:16]}",
-            f"made by   hookscope {prov.get('hookscope')}, torch {prov.get('torch')}, Python {prov.get('python')}, "
-            f"{prov.get('created')}",
-            f"run       {config.get('source', '?')}: select {config.get('select') or 'every leaf'}, kinds "
-            f"{', '.join(config.get('kinds', []))}{reduce}{ranks}",
-            f"batches   {len(run.batches)}{rows}",
-            f"size      {size}",
-            "",
-        ]
-        return "\n".join(head + columns(_contents_rows(run), right={6, 7, 8, 9, 10, 11}))
+        """What ``hookscope info`` prints: the store, its provenance, what is damaged, then one row per
+        (site, kind, key). Checks every shard's header first (``check()``) unless done."""
+        if self.checked is None and not series.is_watch(self.manifest):
+            self.check()
+        return contents_.describe(self)
+
+    def check(self, *, verify: bool = False) -> dict[str, str]:
+        """Check every shard's header and, with ``verify``, every tensor's CRC-32 (reading all of it): a damaged
+        shard is left out, with one ``StoreWarning`` naming it and its batches. Returns ``damaged``."""
+        held: dict[int, dict[str, Entry]] = {}  # shard -> its tensors by name (aliases once)
+        for entry in map(Entry._make, self.manifest.get("tensors", []) if verify else []):
+            held.setdefault(entry.shard, {})[entry.name] = entry
+        for number, file in enumerate(self._index.files):
+            if file in self.damaged:
+                continue
+            try:
+                self._index.vouch(number)
+                mapped, start = MappedShards(self.path, verify=True), self.manifest["shards"][number]["data_start"]
+                for e in held.get(number, {}).values():  # a mapping of the shard's own, dropped after
+                    mapped.tensor(file, start, e.dtype, e.shape, e.offsets, e.crc32)
+            except DamagedShardError as err:
+                self._leave_out(file, err.why)
+        self.checked = "data" if verify or self.checked == "data" else "headers"
+        return self.damaged
 
     def _type(self, site: str) -> str:
         return str(self._sites.get(site, {}).get("type", "?"))
@@ -263,9 +260,13 @@ class Run(Mapping[str, Record], Shows):
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
-        record.calls = [calls[k] for k in sorted(calls)]
-        for i, call in enumerate(record.calls):
-            call.index = i
+        if batch is not None:
+            record.calls = [calls[k] for k in sorted(calls)]
+            for i, call in enumerate(record.calls):
+                call.index = i
+            return record
+        gone = {b: Lost(b, file, self.damaged[file]) for b, file in lost.items()}
+        record.calls = arrange(site, calls, self._index.lost_places(site), gone)
         return record
 
     def _layout(self, name: str) -> Any:
@@ -312,18 +313,3 @@ def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
 def _unknown(site: str, names: list[str], root: Path) -> str:
     hint = closest(site, names)
     return f"{site!r} is not a site of the store {root} ({len(names)} sites{hint}); list them with list(run)"
-
-
-def _contents_rows(run: Run) -> list[Sequence[str]]:
-    """The table of ``describe``: one row per (site, kind, key), with statistics for a statistics store."""
-    stats = run.statistics()
-    rows: list[Sequence[str]] = []
-    for c in run.contents():
-        row = [c.site, c.type, c.kind, c.key, str(c.shape), c.dtype, f"{c.tensors:,}"]
-        if stats:
-            s = stats[(c.site, c.kind, c.key)]
-            rows.append([*row, f"{s.count:,}", *(f"{v:.4g}" for v in (s.mean, s.std, s.min, s.max))])
-        else:
-            rows.append([*row, format_size(c.nbytes)])
-    last = ["values", "mean", "std", "min", "max"] if stats else ["size"]
-    return [["site", "type", "kind", "key", "shape", "dtype", "calls" if stats else "tensors", *last], *rows]
