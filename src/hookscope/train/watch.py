@@ -51,7 +51,7 @@ from ..core.hooks import HandleGroup
 from ..core.phase import call_phase
 from ..core.placement import local, refuse_zero3, shard_note
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import CaptureWarning, NotCapturedError, OptionError
+from ..errors import CaptureWarning, NonFiniteError, NotCapturedError, OptionError
 from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
@@ -177,7 +177,8 @@ class Watch(Block, display.Shows):
     def _finish(self, exc: BaseException | None) -> None:
         if self._store is not None:
             ended = "normally" if exc is None else f"by {type(exc).__name__}"
-            self._write(status="complete", ended=ended)
+            stopped = exc if isinstance(exc, NonFiniteError) else None  # nan_guard's finding: kept in the store
+            self._write(status="complete", ended=ended, non_finite=stopped)
 
     def step(self) -> int:
         """End the current training step; returns the index of the next. Optional with an optimizer."""
@@ -352,13 +353,14 @@ class Watch(Block, display.Shows):
         self._store.open(self.model, config, self.sites)
         self._write(status="running", ended="")
 
-    def _write(self, *, status: str, ended: str) -> None:
+    def _write(self, *, status: str, ended: str, non_finite: NonFiniteError | None = None) -> None:
         assert self._store is not None
         if self._ranks.rank:
             return
         extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
-                          ranks=self._rank_rows.histories(), scalars=self._scalars.rows())  # fmt: skip
+                          ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
+                          non_finite=non_finite)  # fmt: skip
 
 
 def _watch_table(w: Watch) -> str:
