@@ -32,10 +32,8 @@ collective and every rank logs the merged, global rows; rank 0 writes ``out`` an
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,23 +44,22 @@ from torch.optim import Optimizer
 from ..base import display
 from ..base.words import closest
 from ..core.block import Block
-from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
-from ..core.phase import call_phase
-from ..core.placement import local, refuse_zero3, shard_note
+from ..core.placement import refuse_zero3
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import CaptureWarning, NonFiniteError, NotCapturedError, OptionError
+from ..errors import NonFiniteError, NotCapturedError, OptionError
 from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
-from .measures import dead_fraction, unit_dim
+from .measures import dead_fraction
 from .optimizer_reads import OptimizerReads
 from .rank_sums import RankRows, Ranks, merge
 from .scalars import Scalars, merged
 from .scaler import LossScale, fused_scale, unscaled
 from .sinks import Sink, close_all, open_sinks, parse, send
-from .sites import default_sites, model_device, output_tensors
+from .sites import default_sites, model_device
+from .step_hooks import StepHooks
 from .steps import StepClock, optimizers_of
 from .views import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
@@ -108,7 +105,7 @@ class Watch(Block, display.Shows):
     """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``).
 
     Its block (``core.block``) holds the optimizers' step hooks for the whole block; the module
-    hooks of a logged step are in a group of their own, removed when the step ends and at exit.
+    hooks of a logged step are its ``StepHooks``, removed when the step ends and at exit.
     """
 
     noun, remake = "watch", "hookscope.watch(...)"
@@ -135,14 +132,11 @@ class Watch(Block, display.Shows):
         self._clock = StepClock(
             optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
         )
-        self._hooks = HandleGroup()  # the module hooks of the logged step running now
-        self._step_eager = contextlib.ExitStack()  # a compiled model runs eagerly while a logged step runs
-        self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
+        self._step = StepHooks(model, self.sites, self._clock.touch)  # the module hooks of a logged step
         self._detector = Detector(thresholds)
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
         self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
         self._rank_rows = RankRows({}, 1)  # each rank's own rows, under torchrun
-        self._sharded: set[str] = set()  # sites already looked at for a tensor-parallel shard
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
@@ -163,12 +157,10 @@ class Watch(Block, display.Shows):
 
     def _release(self) -> None:
         try:
-            if self._gathered is not None and any(g.measured for g in self._gathered.values()):
+            if self._step.gathered is not None and any(g.measured for g in self._step.gathered.values()):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
-            self._hooks.remove()
-            self._step_eager.close()
-            self._gathered = None
+            self._step.disarm()
             try:
                 send(self._sinks, self._scalars.settle())
             finally:
@@ -228,13 +220,8 @@ class Watch(Block, display.Shows):
     # -- logged steps -----------------------------------------------------------------------
     def _arm(self) -> None:
         """Hooks on every site for the step about to run, if it is one that is logged."""
-        if self._clock.step_index % self.every:
-            return
-        self._gathered = {name: Gathered() for name, _ in self.sites}
-        if is_compiled(self.model):  # hooks added after torch.compile fire only in eager code
-            self._step_eager.enter_context(run_eagerly())
-        for name, module in self.sites:
-            self._hooks.on_forward(module, self._forward_hook(name))
+        if not self._clock.step_index % self.every:
+            self._step.arm(keep=bool(self._boards), rank=self._ranks.rank)
 
     def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():
@@ -246,48 +233,24 @@ class Watch(Block, display.Shows):
             return False
         self.skipped.append(self._clock.step_index)
         self._scalars.add(self._clock.step_index, skipped_steps=len(self.skipped))
-        if self._gathered is not None:
-            self._gathered = {name: Gathered() for name, _ in self.sites}
+        if self._step.gathered is not None:
+            self._step.restart()
             self._reads.before.clear()
         return True
 
-    def _forward_hook(self, name: str) -> Any:
-        keep = bool(self._boards)
-
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if not torch.is_grad_enabled() or self._gathered is None:  # an evaluation pass
-                return
-            if not call_phase().carries_grad:  # checkpointing's rerun of a call already counted (core.phase)
-                return
-            self._clock.touch()
-            x = next((t for t in output_tensors(output) if t.is_floating_point()), None)
-            if x is None:
-                return
-            if name not in self._sharded:  # once per site: is its output a tensor-parallel piece
-                self._sharded.add(name)
-                if note := shard_note(name, module, x, self._ranks.rank):
-                    warnings.warn(f"hookscope.train.watch: {note}; its statistics are merged over the ranks",
-                                  CaptureWarning, stacklevel=2)  # fmt: skip
-            gathered = self._gathered[name]
-            gathered.add_output(local(x), unit_dim(module, x), keep=keep)
-            if x.requires_grad:
-                self._hooks.on_grad(x, lambda grad: gathered.add_grad_output(grad, keep=keep))
-
-        return hook
-
     def _pre(self, optimizer: Optimizer) -> None:
-        if self._gathered is None:
+        if (gathered := self._step.gathered) is None:
             return
         self._reads.keep_weights(optimizer)
         if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
-            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
+            self._read_grads(optimizer, gathered, fused_scale(optimizer))
 
     def _post(self, optimizer: Optimizer) -> None:
-        if self._gathered is None:
+        if (gathered := self._step.gathered) is None:
             return
         if self._clock.closure:
-            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
-        self._reads.updates(optimizer, self._gathered, self._ranks)
+            self._read_grads(optimizer, gathered, fused_scale(optimizer))
+        self._reads.updates(optimizer, gathered, self._ranks)
 
     def _read_grads(
         self, optimizer: Optimizer | None, gathered: dict[str, Gathered], scale: Tensor | None = None
@@ -295,15 +258,13 @@ class Watch(Block, display.Shows):
         self._reads.grads(optimizer, gathered, self._ranks, scale=scale, keep=bool(self._boards))
 
     def _ended(self, step: int) -> None:
-        if self._gathered is not None:
+        if self._step.gathered is not None:
             self._flush(step)
         self._arm()
 
     def _flush(self, step: int) -> None:
         """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
-        gathered, self._gathered = self._gathered, None
-        self._hooks.remove()
-        self._step_eager.close()
+        gathered = self._step.disarm()
         self._reads.before.clear()
         assert gathered is not None
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
