@@ -31,7 +31,6 @@ collective and every rank logs the merged, global rows; rank 0 writes ``out`` an
 
 from __future__ import annotations
 
-import collections
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,17 +41,19 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from ..base import display
+from ..base.deprecation import warn_renamed
 from ..base.words import closest
 from ..core.block import Block
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import NonFiniteError, NotCapturedError, OptionError
+from ..store.format import FLUSH_EVERY, check_flush_every
 from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
-from .measures import dead_fraction
+from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
 from .rank_sums import RankRows, Ranks, merge
 from .scalars import Scalars, merged
@@ -78,7 +79,7 @@ def watch(
     tensorboard: str | os.PathLike[str] | None = None,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     force: bool = False,
-    flush_every: float = 30.0,
+    flush_every: float | None = FLUSH_EVERY,
     sinks: Sequence[Any] | None = None,
     scaler: Any = None,
 ) -> Watch:
@@ -86,16 +87,23 @@ def watch(
 
     ``optimizer``: one or several; their step hooks measure the update ratio and, until ``w.step()``
     is first called, count the steps. ``select``: any selector (default: leaves with parameters and
-    activation modules). ``out``: a store written when the block ends (and every ``flush_every``
-    seconds of logged steps), refused if it exists unless ``force``. ``tensorboard``: a log folder for
-    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights), the same
-    as ``sinks=["tensorboard:DIR"]``. ``sinks``: trackers that get the statistics, the scalars of
-    ``w.log`` and the alerts (``train.sinks``). ``scaler``: the ``torch.amp.GradScaler`` of the loop,
-    for true gradient norms and skipped steps counted as skipped (``train.scaler``).
+    activation modules). ``out``: a store written when the block ends and while it runs, refused if it
+    exists unless ``force``. ``flush_every``: the rule of ``extract`` too (``store.format.FLUSH_EVERY``,
+    5 s): a logged step is on disk within ``flush_every`` seconds, or at the end of the first step after
+    them (the store is rewritten whole, at most once per ``flush_every``); None: only when the block ends.
+    ``sinks``: trackers that get the statistics, the scalars of ``w.log`` and the alerts (``train.sinks``;
+    ``"tensorboard:DIR"``: a ``SummaryWriter`` with scalars per module and histograms of outputs,
+    gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
+    ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
+    counted as skipped (``train.scaler``).
     """
     if not isinstance(every, int) or every < 1:
         raise OptionError(f"every= is the number of steps between logged steps, at least 1; got {every!r}")
-    specs = parse(sinks) + ([("tensorboard", os.fspath(tensorboard))] if tensorboard is not None else [])
+    check_flush_every(flush_every)
+    specs = parse(sinks)
+    if tensorboard is not None:  # the old spelling of a TensorBoard sink, for one release
+        warn_renamed("watch(tensorboard=DIR)", 'watch(sinks=["tensorboard:DIR"])')
+        specs.append(("tensorboard", os.fspath(tensorboard)))
     return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
                  scale=LossScale(scaler))  # fmt: skip
@@ -112,7 +120,7 @@ class Watch(Block, display.Shows):
 
     def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
                  out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]],
-                 thresholds: Thresholds, force: bool, flush_every: float, scale: LossScale) -> None:  # fmt: skip
+                 thresholds: Thresholds, force: bool, flush_every: float | None, scale: LossScale) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
@@ -124,11 +132,11 @@ class Watch(Block, display.Shows):
         self.skipped: list[int] = []  # the step index at each step the GradScaler skipped (train.scaler)
         self._scalars = Scalars()
         self._sinks: list[Sink] = []
+        self._unwritten = False  # rows logged since the store was last written
         self._params = {name: list(m.parameters()) for name, m in self.sites}
         self._reads = OptimizerReads(self.sites)  # gradients and updates around an optimizer step
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
-        self._alive: dict[str, collections.deque[Tensor]] = {n: collections.deque(maxlen=thresholds.dead_window)
-                                                             for n, _ in self.sites}  # fmt: skip
+        self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
         self._clock = StepClock(
             optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
         )
@@ -261,6 +269,9 @@ class Watch(Block, display.Shows):
         if self._step.gathered is not None:
             self._flush(step)
         self._arm()
+        store, every = self._store, self._flush_every
+        if store is not None and every is not None and self._unwritten and time.monotonic() - store.written > every:
+            self._write(status="running", ended="")  # checked at every step: on disk within flush_every
 
     def _flush(self, step: int) -> None:
         """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
@@ -286,16 +297,10 @@ class Watch(Block, display.Shows):
         if self._scale.scaler is not None:
             self._scalars.add(step, loss_scale=self._scale.scale)
         send(self._sinks, merged(self._scalars.settle(), {step: logged}), alerts)
-        if self._store is not None and time.monotonic() - self._store.written > self._flush_every:
-            self._write(status="running", ended="")
+        self._unwritten = True
 
     def _vector(self, name: str, g: Gathered, device: torch.device) -> Tensor:
-        if g.alive is not None:
-            window = self._alive[name]
-            if window and window[-1].shape != g.alive.shape:
-                window.clear()
-            window.append(g.alive)
-        dead = dead_fraction(self._alive[name]) if g.alive is not None else None
+        dead = self._dead.fraction(name, g.alive)
         weight_sq = self._ranks.share(self._params[name])
         return g.values(weight_sq, dead, device)
 
@@ -318,6 +323,7 @@ class Watch(Block, display.Shows):
         assert self._store is not None
         if self._ranks.rank:
             return
+        self._unwritten = False
         extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
                           ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
