@@ -75,7 +75,7 @@ def test_an_accelerate_loop_is_watched_over_optimizer_steps(tmp_path: Path) -> N
     accelerator.init_trackers("hookscope")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model, opt = accelerator.prepare(model, opt)
-    with watch_accelerate(accelerator, model, opt, every=1, out=tmp_path / "run.hookscope") as w:
+    with watch_accelerate(model, opt, accelerator, every=1, out=tmp_path / "run.hookscope") as w:
         for x, y in _batches():
             with accelerator.accumulate(model):
                 loss = model(input_ids=x, labels=y).loss
@@ -101,3 +101,30 @@ def test_a_wrapper_without_an_optimizer_inside_names_the_fix() -> None:
 
     with pytest.raises(hookscope.OptionError, match=r"got Wrapper, which has no step hooks; count steps by hand"):
         hookscope.watch(torch.nn.Linear(2, 2), Wrapper())  # type: ignore[arg-type]
+
+
+def test_the_earlier_order_works_for_one_release_and_warns() -> None:
+    from hookscope.integrations.accelerate import watch_accelerate
+
+    runs = {}
+    for order in ("new", "old"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+        accelerator = accelerate.Accelerator(cpu=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = accelerator.prepare(model, opt)
+        if order == "old":
+            with pytest.warns(DeprecationWarning, match=r"watch_accelerate\(accelerator, model, optimizer\) is "
+                              r"deprecated .*; use watch_accelerate\(model, optimizer, accelerator\)"):  # fmt: skip
+                w = watch_accelerate(accelerator, model, opt, every=1)
+        else:
+            w = watch_accelerate(model, opt, accelerator, every=1)
+        with w:
+            for _ in range(2):
+                accelerator.backward(model(torch.ones(2, 4)).sum())
+                opt.step()
+                opt.zero_grad()
+        runs[order] = w
+    assert runs["old"].steps == runs["new"].steps == 2
+    torch.testing.assert_close(runs["old"].history("0").rows, runs["new"].history("0").rows, rtol=0, atol=0,
+                               equal_nan=True)  # fmt: skip

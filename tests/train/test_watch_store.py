@@ -25,7 +25,7 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Path]:
     with torch.no_grad():
         model[0].bias[:12] = -50.0
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    with hookscope.watch(model, opt, every=2, out=root / "run.hookscope", tensorboard=root / "tb") as w:
+    with hookscope.watch(model, opt, every=2, out=root / "run.hookscope", sinks=[f"tensorboard:{root / 'tb'}"]) as w:
         for _ in range(9):
             loss = F.cross_entropy(model(torch.randn(16, 8)), torch.randint(0, 3, (16,)))
             opt.zero_grad()

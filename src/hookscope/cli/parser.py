@@ -15,6 +15,7 @@ from .._version import __version__
 from ..core import kinds
 from ..core.select import BLOCKS
 from ..explain.cam import CAM_METHODS
+from ..store.format import FLUSH_EVERY
 from .ablate import HELP as ABLATE_HELP
 from .ablate import ablation_spec
 from .commands import run_cam, run_capture, run_extract, run_info, run_list, run_report
@@ -196,8 +197,8 @@ def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the store to write (a folder)")
     p.add_argument("--max-memory", default="2GB", help="tensors held before the writer catches up (default: 2GB)")
     p.add_argument("--shard-size", default="256MB", help="bytes per shard file (default: 256MB)")
-    p.add_argument("--flush-every", type=float, default=5.0, metavar="SECONDS",
-                   help="a finished batch is on disk within this many seconds (default: 5)")  # fmt: skip
+    p.add_argument("--flush-every", type=float, default=FLUSH_EVERY, metavar="SECONDS",
+                   help=f"a finished batch is on disk within this many seconds (default: {FLUSH_EVERY:g})")  # fmt: skip
     p.add_argument("--reduce", nargs="+", default=[], metavar="REDUCTION",
                    help="spatial_mean, first_rows:N, top_channels:K, applied in order")  # fmt: skip
     p.add_argument("--dtype", choices=["float16", "bfloat16", "float32"], help="cast what is written")

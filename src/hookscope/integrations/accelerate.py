@@ -4,7 +4,7 @@
 
     from hookscope.integrations.accelerate import watch_accelerate
     model, opt, loader = accelerator.prepare(model, opt, loader)
-    with watch_accelerate(accelerator, model, opt, every=50, out="runs/exp1.hookscope") as w:
+    with watch_accelerate(model, opt, accelerator, every=50, out="runs/exp1.hookscope") as w:
         for x, y in loader:
             with accelerator.accumulate(model):
                 loss = F.cross_entropy(model(x), y)
@@ -18,7 +18,8 @@ It watches the unwrapped model (``accelerator.unwrap_model``) with the torch opt
 once every ``gradient_accumulation_steps`` micro-batches), and reads the accelerator's
 ``GradScaler`` (``mixed_precision="fp16"``). Besides the usual sinks, every scalar it logs (the
 statistics, the scalars of ``w.log``, ``hookscope/alerts``) goes to ``accelerator.log``, so it
-reaches the trackers given to ``Accelerator(log_with=...)``.
+reaches the trackers given to ``Accelerator(log_with=...)``. The model comes first, as in every
+hookscope function; the earlier order ``(accelerator, model, optimizer)`` works for one release and warns.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from torch import nn
+
+from ..base.deprecation import warn_renamed
 from ..store.series import Alert
 from ..train.watch import Watch, watch
 
@@ -49,10 +53,22 @@ class AcceleratorSink:
         """The accelerator's trackers are the user's: ``accelerator.end_training()`` ends them."""
 
 
-def watch_accelerate(accelerator: Any, model: Any, optimizer: Any, *, every: int = 50, select: Any = None,
+def watch_accelerate(model: Any, optimizer: Any, accelerator: Any, *, every: int = 50, select: Any = None,
                      out: str | os.PathLike[str] | None = None, sinks: Sequence[str] | None = None,
                      thresholds: Any = None, force: bool = False) -> Watch:  # fmt: skip
-    """A ``watch`` of an Accelerate loop (see the module docstring), to use as ``with watch_accelerate(...) as w``."""
+    """A ``watch`` of an Accelerate loop (see the module docstring), to use as ``with watch_accelerate(...) as w``.
+
+    ``model`` and ``optimizer`` as ``accelerator.prepare`` returned them; ``accelerator``: the ``Accelerator``.
+    """
+    if _is_accelerator(model) and not _is_accelerator(accelerator):  # the earlier order, for one release
+        old, new = "(accelerator, model, optimizer)", "(model, optimizer, accelerator)"
+        warn_renamed(f"watch_accelerate{old}", f"watch_accelerate{new}")
+        model, optimizer, accelerator = optimizer, accelerator, model
     return watch(accelerator.unwrap_model(model), optimizer, every=every, select=select, out=out, force=force,
                  thresholds=thresholds, sinks=[*(sinks or []), AcceleratorSink(accelerator)],
                  scaler=getattr(accelerator, "scaler", None))  # fmt: skip
+
+
+def _is_accelerator(obj: Any) -> bool:
+    """An ``accelerate.Accelerator`` (or what acts as one): it unwraps models and is not one itself."""
+    return callable(getattr(obj, "unwrap_model", None)) and not isinstance(obj, nn.Module)

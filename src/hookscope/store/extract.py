@@ -58,15 +58,13 @@ from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from . import format as store_format
 from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
-from .format import SHARDS, STATS_PARTS
+from .format import FLUSH_EVERY, SHARDS, STATS_PARTS, check_flush_every
 from .names import by_entry
 from .ranks import share
 from .reader import Run, load
 from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter, StatsCheckpoint
 from .token_layout import as_tokens, batch_inputs, check_layout, join_rows, join_tokens
-
-FLUSH_EVERY = 5.0  # seconds: the default bound between finishing a batch and having it on disk
 
 
 @renamed(loss="target")
@@ -116,7 +114,7 @@ def extract(
     """
     chosen = _check_kinds(model, kinds, target)
     limit = parse_size(max_memory)
-    _check_flush(flush_every)
+    check_flush_every(flush_every)
     root, device = Path(os.path.abspath(out)), model_device(model)
     run_forward = forward or default_forward(device)
     world = World.join(device)
@@ -343,12 +341,6 @@ def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], target: Loss | 
             "a parameter's gradient per batch is a copy of the weights per batch: use hookscope.capture for one"
         )
     return chosen
-
-
-def _check_flush(flush_every: float | None) -> None:
-    if flush_every is not None and (isinstance(flush_every, bool) or not isinstance(flush_every, (int, float))
-                                    or not flush_every > 0):  # fmt: skip
-        raise OptionError(f"flush_every must be a number of seconds above 0, or None, got {flush_every!r}")
 
 
 def _channel_dim(per_channel: bool | int) -> int | None:

@@ -45,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
 from ..base.files import TEMPORARY, new_output, sync_folder, write_atomically
-from ..errors import DamagedShardError, StoreError, StoreWarning
+from ..errors import DamagedShardError, OptionError, StoreError, StoreWarning
 from . import lock
 from .schema import check_manifest
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
@@ -58,6 +58,9 @@ STATS = "stats.safetensors"  # the merged statistics of a finished statistics-on
 STATS_PARTS = "stats"  # folder of per-rank statistics checkpoints while a run is going
 DAMAGED = "damaged"  # folder where a resumed run moves the shards it cannot read
 _END = "\n}\n"  # how the text of a manifest ends
+# flush_every's one default (extract, watch, --flush-every): what a run finished is on disk within this many
+# seconds (extract: plus one shard write; watch: at the end of the first step after it), so a kill loses no more
+FLUSH_EVERY = 5.0
 _CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')
 # what a resumed run must repeat
 RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")
@@ -115,6 +118,13 @@ def read_manifest(root: Path) -> dict[str, Any]:
     checked["vouched"] = bool(found and zlib.crc32(text[: found.start()].encode()) == int(found.group(1)))
     checked.pop("manifest_crc32", None)
     return checked
+
+
+def check_flush_every(flush_every: float | None) -> None:
+    """``flush_every`` (``FLUSH_EVERY``) is a number of seconds above 0, or None (only at the end of the run)."""
+    if flush_every is not None and (isinstance(flush_every, bool) or not isinstance(flush_every, (int, float))
+                                    or not flush_every > 0):  # fmt: skip
+        raise OptionError(f"flush_every must be a number of seconds above 0, or None, got {flush_every!r}")
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
-from ..errors import DamagedShardError, NotCapturedError, StoreError
+from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
 from . import contents as contents_
 from . import series
@@ -179,6 +179,11 @@ class Run(Mapping[str, Record], Shows):
     def alerts(self) -> list[Alert]:
         """The alerts ``hookscope.watch`` raised, in the order it raised them (empty for other stores)."""
         return series.read_alerts(self.manifest)
+
+    @property
+    def non_finite(self) -> NonFiniteError | None:
+        """The ``NonFiniteError`` (``nan_guard``) that ended a watched run, as raised; None if none did."""
+        return series.read_non_finite(self.manifest)
 
     def contents(self) -> list[Contents]:
         """One row per (site, kind, key): first shape, dtype, how many tensors, bytes on disk (aliases once)."""

@@ -50,6 +50,10 @@ FIRST_COLUMNS = 11  # stores written before ``layout`` and ``crc32`` have these 
 
 STATUSES = ("running", "complete")
 
+# a watch store's ``non_finite``: the ``NonFiniteError`` (nan_guard) that ended its run, field by field
+NON_FINITE = ("step", "phase", "module", "call", "kind", "key", "value", "count", "numel", "input_absmax", "rank",
+              "message")  # fmt: skip
+
 
 def check_manifest(manifest: object, file: str, version: int) -> dict[str, Any]:
     """``manifest`` itself when everything but its index (``check_index``) is as the format says."""
@@ -230,6 +234,8 @@ def _check_extras(top: Mapping[str, Any]) -> None:
     if series:
         relative(series.get("file"), "series.file")
     each(top.get("alerts", []), "alerts", _check_alert)
+    if "non_finite" in top:
+        _check_non_finite(top["non_finite"], "non_finite")
 
 
 def _check_alert(alert: object, where: str) -> None:
@@ -241,6 +247,19 @@ def _check_alert(alert: object, where: str) -> None:
         text(alert[name], f"{where}.{name}")
     for name in ("value", "bound"):
         need(is_number(alert[name]), f"{where}.{name}", "a number or 'nan', 'inf', '-inf'", alert[name])
+
+
+def _check_non_finite(row: object, where: str) -> None:
+    row = an_object(row, where)
+    need(sorted(row) == sorted(NON_FINITE), where, f"an object of {', '.join(NON_FINITE)}", sorted(row))
+    whole(row["step"], f"{where}.step")
+    for name in ("phase", "module", "kind", "key", "value", "message"):
+        text(row[name], f"{where}.{name}")
+    for name in ("call", "count", "numel", "rank"):
+        if row[name] is not None:
+            whole(row[name], f"{where}.{name}")
+    absmax = row["input_absmax"]
+    need(absmax is None or is_number(absmax), f"{where}.input_absmax", "a number or null", absmax)
 
 
 def _check_shard_entry(shard: object, where: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ site, a row per logged step::
 ``write_watch`` writes both, each whole or not at all (``write_atomically``, with the shard's
 CRC-32s); ``read_histories`` and ``read_alerts`` read them back for ``hookscope.load``'s ``Run``
 (``run.history(name)``, ``run.alerts``), ``describe_watch`` is what ``hookscope info`` prints.
+A run that a ``NonFiniteError`` ended (``nan_guard`` inside or around the watch) keeps it as the
+manifest's ``non_finite`` (``non_finite_json``; ``read_non_finite`` gives the error back: ``run.non_finite``).
 A value that was not measured (a module without parameters has no weight norm) is NaN.
 """
 
@@ -29,8 +31,9 @@ from torch import Tensor
 from ..base import display
 from ..base.files import staged_folder
 from ..base.words import closest, columns, format_size
-from ..errors import DamagedShardError, NotCapturedError, StoreError
+from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from .format import cannot_write, write_manifest
+from .schema import NON_FINITE
 from .shards import MappedShards, inside, read_index, write_shard
 
 if TYPE_CHECKING:
@@ -225,6 +228,23 @@ def read_alerts(manifest: Mapping[str, Any]) -> list[Alert]:
     ]
 
 
+def non_finite_json(err: NonFiniteError) -> dict[str, Any]:
+    """The manifest's ``non_finite``: where ``err`` was found (``schema.NON_FINITE``), and its message."""
+    row = {name: getattr(err, name) for name in NON_FINITE if name != "message"}
+    absmax = err.input_absmax
+    return {**row, "input_absmax": None if absmax is None else _text(float(absmax)), "message": str(err)}
+
+
+def read_non_finite(manifest: Mapping[str, Any]) -> NonFiniteError | None:
+    """The ``NonFiniteError`` that ended the watched run, as it was raised (None: the run did not end on one)."""
+    row = manifest.get("non_finite")
+    if row is None:
+        return None
+    fields = {name: row[name] for name in NON_FINITE if name != "message"}
+    absmax = fields["input_absmax"]
+    return NonFiniteError(row["message"], **{**fields, "input_absmax": None if absmax is None else float(absmax)})
+
+
 def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[str, History]) -> str:
     """What ``hookscope info`` prints of a watch store: the run, its alerts, the last row of every site."""
     prov, config = manifest.get("provenance", {}), manifest.get("config", {})
@@ -244,6 +264,7 @@ def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[s
         f"run       watch every {config.get('every')} steps: {config.get('steps', 0):,} steps, {len(steps)} logged "
         f"({_span(steps)}), select {config.get('select') or 'every leaf with parameters, and activations'}",
         *_ranks_line(config, manifest.get("series") or {}),
+        *_stopped_line(read_non_finite(manifest)),
         f"alerts    {len(alerts)}" + "".join(f"\n          {a}" for a in alerts[:10]),
         f"size      {size}",
         "",
@@ -261,6 +282,17 @@ def _ranks_line(config: Mapping[str, Any], series: Mapping[str, Any]) -> list[st
         return []
     kept = "; each rank's own rows are kept as rank<r>/<site>" if series.get("ranks") else ""
     return [f"ranks     {size} under torchrun: statistics merged over the ranks{kept}"]
+
+
+def _stopped_line(err: NonFiniteError | None) -> list[str]:
+    """The ``NonFiniteError`` that ended the run: where it was found, then its message."""
+    if err is None:
+        return []
+    rank = "" if err.rank is None else f", rank {err.rank}"
+    call = "" if err.call is None else f" call {err.call}"
+    who = repr(err.module) if err.module else "the model"
+    where = f"step {err.step}, {err.phase}, {who}{call}, {err.kind} {err.key}{rank}"
+    return [f"ended by  NonFiniteError at {where}\n          {err}"]
 
 
 def read_rank_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> list[dict[str, History]]:

@@ -1,4 +1,4 @@
-"""``watch(..., tensorboard="runs/x")``: the logged steps through ``torch.utils.tensorboard.SummaryWriter``.
+"""``watch(..., sinks=["tensorboard:runs/x"])``: the logged steps through ``torch.utils.tensorboard.SummaryWriter``.
 
 A sink (``train.sinks``): per module and logged step every statistic as a scalar
 (``{module}/{column}``, e.g. ``conv1/grad_norm``), the scalars of ``w.log`` by their names, each

@@ -81,6 +81,12 @@ def level(low: float, high: float) -> int:
     return INF if math.isinf(low) or math.isinf(high) else FINITE
 
 
+def holds_nonfinite(tensor: Tensor) -> bool:
+    """Does ``tensor`` (this rank's piece of it) hold a NaN or an infinity (one host sync)."""
+    low, high = extremes(tensor).tolist()
+    return level(low, high) > FINITE
+
+
 def absmax(low: float, high: float) -> float:
     """``max |x|`` from the extremes (NaN when the tensor holds a NaN)."""
     return max(abs(low), abs(high))

@@ -70,7 +70,7 @@ from ..errors import NonFiniteError, NonFiniteWarning, OptionError
 from . import finite, params
 from .gradients import Gradients
 from .lockstep import Lockstep
-from .producer import Check, Finding, Judge, Site, error, worst
+from .producer import Check, Finding, Judge, Site, error, hint, worst
 from .readings import Readings
 from .steps import StepClock, optimizers_of
 
@@ -279,21 +279,12 @@ class Guard(Block):
                 self._found(finding)
 
     def _found(self, finding: Finding) -> None:
-        err = error(finding, self.step_index, hint=self._hint(finding))
+        scaled = self._scaler is not None
+        err = error(finding, self.step_index, hint=hint(finding, self._by_name[finding.site.name], scaled=scaled))
         if finding.phase == "backward" and self._scaler is not None:
             self._held.append(err)  # the scaler may skip this step: then it is no error
             return
         self._report(err)
-
-    def _hint(self, finding: Finding) -> str:
-        if finding.kind == "output":
-            module = self._by_name[finding.site.name]
-            bad = [n for n, p in module.named_parameters() if finite.checkable(p) and _held(p)]
-            if bad:
-                return f"; its own parameters are already non-finite ({', '.join(bad)}): made before this step"
-        if finding.phase != "backward" or self._scaler is not None or finding.check.reading.dtype != torch.float16:
-            return ""
-        return "; training with a GradScaler? pass it: nan_guard(model, optimizer, scaler=scaler)"
 
     def _report(self, err: NonFiniteError) -> None:
         if self.mode == "raise":
@@ -341,12 +332,6 @@ class Guard(Block):
         if err is not None:
             self.findings.append(err)
             raise err
-
-
-def _held(param: Tensor) -> bool:
-    """Does ``param`` (this rank's piece of it) hold a NaN or an infinity."""
-    low, high = finite.extremes(param).tolist()
-    return finite.level(low, high) > finite.FINITE
 
 
 def _default_sync(model: nn.Module) -> Sync:

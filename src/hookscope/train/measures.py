@@ -4,11 +4,12 @@ Everything here stays on the tensors' device and returns tensors (float64 moment
 ``watch`` combines the moments of every call of a logged step and brings them to the host in one
 transfer when the step ends. Counts, means and sums of squared deviations rather than finished
 statistics, so that several forward and backward passes in one step (gradient accumulation)
-combine exactly.
+combine exactly. ``DeadWindows`` keeps each site's alive masks over the dead window.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Iterable
 
@@ -77,6 +78,23 @@ def dead_fraction(masks: Iterable[Tensor]) -> Tensor:
     """The fraction of units alive in none of ``masks`` (each ``(units,)`` bool, the same units)."""
     alive = torch.stack(list(masks)).any(0)
     return 1 - alive.to(F64).mean()
+
+
+class DeadWindows:
+    """Each site's alive masks over its last ``size`` logged steps; ``fraction`` adds one, gives the dead fraction."""
+
+    def __init__(self, names: Iterable[str], size: int) -> None:
+        self._windows: dict[str, collections.deque[Tensor]] = {n: collections.deque(maxlen=size) for n in names}
+
+    def fraction(self, name: str, alive: Tensor | None) -> Tensor | None:
+        """Add ``alive`` (None: the site had no output this step) and return the dead fraction of the window."""
+        if alive is None:
+            return None
+        window = self._windows[name]
+        if window and window[-1].shape != alive.shape:  # the units changed: a new window
+            window.clear()
+        window.append(alive)
+        return dead_fraction(window)
 
 
 def activation_row(moments: list[float]) -> tuple[float, float, float, float]:

@@ -8,7 +8,8 @@
     print(page.table())                                # a row per layer: its last logged row
 
 ``hookscope report --from runs/exp1.hookscope`` writes it for a watch store. The page, from the
-top: the alerts (module, kind, step, numbers) and the first non-finite value (module, step); the
+top: the first non-finite value (the ``NonFiniteError`` of ``nan_guard`` that ended the run, with its step,
+phase, module, call, key and rank; else the watch's first ``non_finite`` alert), the alerts; the
 loss curve (the scalar ``loss`` of ``w.log``, when the run logged it); per-layer curves over the
 logged steps of the parameter-gradient norm (log), the update ratio |Δw| / |w|
 (log, the healthy band of the thresholds shaded) and the dead-unit fraction; a heatmap of layers x
@@ -31,7 +32,7 @@ from ..base.deprecation import warn_renamed
 from ..base.display import Shows, shows_as, table_of
 from ..base.optional import require
 from ..base.words import columns
-from ..errors import OptionError
+from ..errors import NonFiniteError, OptionError
 from ..graph.nodes import Graph
 from ..graph.overlay import overlay_of
 from ..graph.svg import graph_html
@@ -80,6 +81,7 @@ class TrainingReport(Shows):
     left_out: int  # layers beyond max_layers, not drawn in the curves
     ranks: int = 1  # a watch under torchrun: the ranks its rows are merged over
     graph: Graph | None = None  # the module graph, coloured by the alerts (or the last gradient norms)
+    ended_on: NonFiniteError | None = None  # the error (nan_guard) that ended the run, if one did (run.non_finite)
 
     def __repr__(self) -> str:
         return (
@@ -126,6 +128,7 @@ def build_training_report(
         left_out=len(histories) - len(shown),
         ranks=int(config.get("world_size", 1)),
         graph=_alert_graph(graph or _kept_graph(run), run.alerts, histories),
+        ended_on=run.non_finite,
     )
 
 
@@ -182,6 +185,7 @@ def training_html(report: TrainingReport) -> str:
     body = note(
         f"{report.model}: {report.steps:,} steps, {report.logged} logged (every {report.every}), {report.ended}"
     )
+    body += note(f"first non-finite value (nan_guard): {report.ended_on}") if report.ended_on is not None else ""
     for alert in report.alerts[:10]:
         body += note(str(alert))
     body += note("no alert") if not report.alerts else ""

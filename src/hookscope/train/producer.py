@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+from torch import nn
+
 from ..core.inference import version
 from ..core.kinds import gradient_kinds
 from ..errors import NonFiniteError
@@ -166,6 +169,18 @@ def error(finding: Finding, step: int, *, hint: str = "") -> NonFiniteError:
         numel=None if counted is None else counted.numel,
         input_absmax=received,
     )
+
+
+def hint(finding: Finding, module: nn.Module, *, scaled: bool) -> str:
+    """What to add to the message: ``module``'s own parameters were already non-finite (an output finding),
+    or a float16 backward finding without a GradScaler given (``scaled``)."""
+    if finding.kind == "output":
+        bad = [n for n, p in module.named_parameters() if finite.checkable(p) and finite.holds_nonfinite(p)]
+        if bad:
+            return f"; its own parameters are already non-finite ({', '.join(bad)}): made before this step"
+    if finding.phase != "backward" or scaled or finding.check.reading.dtype != torch.float16:
+        return ""
+    return "; training with a GradScaler? pass it: nan_guard(model, optimizer, scaler=scaler)"
 
 
 def _what(finding: Finding, value: str) -> str:

@@ -4,7 +4,7 @@
 sink                            what it writes
 =============================== ===================================================================
 ``tensorboard:DIR``             ``SummaryWriter(DIR)``: scalars, histograms (``train.board``), alerts
-                                as text (``tensorboard=DIR`` is the same sink)
+                                as text (``tensorboard=DIR``: its deprecated spelling)
 ``trackio:PROJECT``             a trackio run of ``PROJECT`` (local SQLite under ``TRACKIO_DIR``):
                                 scalars, and each alert as ``trackio.alert`` (ERROR for
                                 ``non_finite``, WARN for the others) naming module, kind and step

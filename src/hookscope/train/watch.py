@@ -31,11 +31,8 @@ collective and every rank logs the merged, global rows; rank 0 writes ``out`` an
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import os
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,25 +41,26 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from ..base import display
+from ..base.deprecation import warn_renamed
 from ..base.words import closest
 from ..core.block import Block
-from ..core.compiled import is_compiled, run_eagerly
 from ..core.hooks import HandleGroup
-from ..core.phase import call_phase
-from ..core.placement import local, refuse_zero3, shard_note
+from ..core.placement import refuse_zero3
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import CaptureWarning, NotCapturedError, OptionError
+from ..errors import NonFiniteError, NotCapturedError, OptionError
+from ..store.format import FLUSH_EVERY, check_flush_every
 from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
-from .measures import dead_fraction, unit_dim
+from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
 from .rank_sums import RankRows, Ranks, merge
 from .scalars import Scalars, merged
 from .scaler import LossScale, fused_scale, unscaled
 from .sinks import Sink, close_all, open_sinks, parse, send
-from .sites import default_sites, model_device, output_tensors
+from .sites import default_sites, model_device
+from .step_hooks import StepHooks
 from .steps import StepClock, optimizers_of
 from .views import histories_table, series_plot, watch_html
 from .watch_store import WatchStore
@@ -81,7 +79,7 @@ def watch(
     tensorboard: str | os.PathLike[str] | None = None,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     force: bool = False,
-    flush_every: float = 30.0,
+    flush_every: float | None = FLUSH_EVERY,
     sinks: Sequence[Any] | None = None,
     scaler: Any = None,
 ) -> Watch:
@@ -89,16 +87,23 @@ def watch(
 
     ``optimizer``: one or several; their step hooks measure the update ratio and, until ``w.step()``
     is first called, count the steps. ``select``: any selector (default: leaves with parameters and
-    activation modules). ``out``: a store written when the block ends (and every ``flush_every``
-    seconds of logged steps), refused if it exists unless ``force``. ``tensorboard``: a log folder for
-    ``SummaryWriter`` (scalars per module; histograms of outputs, gradients and weights), the same
-    as ``sinks=["tensorboard:DIR"]``. ``sinks``: trackers that get the statistics, the scalars of
-    ``w.log`` and the alerts (``train.sinks``). ``scaler``: the ``torch.amp.GradScaler`` of the loop,
-    for true gradient norms and skipped steps counted as skipped (``train.scaler``).
+    activation modules). ``out``: a store written when the block ends and while it runs, refused if it
+    exists unless ``force``. ``flush_every``: the rule of ``extract`` too (``store.format.FLUSH_EVERY``,
+    5 s): a logged step is on disk within ``flush_every`` seconds, or at the end of the first step after
+    them (the store is rewritten whole, at most once per ``flush_every``); None: only when the block ends.
+    ``sinks``: trackers that get the statistics, the scalars of ``w.log`` and the alerts (``train.sinks``;
+    ``"tensorboard:DIR"``: a ``SummaryWriter`` with scalars per module and histograms of outputs,
+    gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
+    ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
+    counted as skipped (``train.scaler``).
     """
     if not isinstance(every, int) or every < 1:
         raise OptionError(f"every= is the number of steps between logged steps, at least 1; got {every!r}")
-    specs = parse(sinks) + ([("tensorboard", os.fspath(tensorboard))] if tensorboard is not None else [])
+    check_flush_every(flush_every)
+    specs = parse(sinks)
+    if tensorboard is not None:  # the old spelling of a TensorBoard sink, for one release
+        warn_renamed("watch(tensorboard=DIR)", 'watch(sinks=["tensorboard:DIR"])')
+        specs.append(("tensorboard", os.fspath(tensorboard)))
     return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
                  scale=LossScale(scaler))  # fmt: skip
@@ -108,14 +113,14 @@ class Watch(Block, display.Shows):
     """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``).
 
     Its block (``core.block``) holds the optimizers' step hooks for the whole block; the module
-    hooks of a logged step are in a group of their own, removed when the step ends and at exit.
+    hooks of a logged step are its ``StepHooks``, removed when the step ends and at exit.
     """
 
     noun, remake = "watch", "hookscope.watch(...)"
 
     def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
                  out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]],
-                 thresholds: Thresholds, force: bool, flush_every: float, scale: LossScale) -> None:  # fmt: skip
+                 thresholds: Thresholds, force: bool, flush_every: float | None, scale: LossScale) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
@@ -127,22 +132,19 @@ class Watch(Block, display.Shows):
         self.skipped: list[int] = []  # the step index at each step the GradScaler skipped (train.scaler)
         self._scalars = Scalars()
         self._sinks: list[Sink] = []
+        self._unwritten = False  # rows logged since the store was last written
         self._params = {name: list(m.parameters()) for name, m in self.sites}
         self._reads = OptimizerReads(self.sites)  # gradients and updates around an optimizer step
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
-        self._alive: dict[str, collections.deque[Tensor]] = {n: collections.deque(maxlen=thresholds.dead_window)
-                                                             for n, _ in self.sites}  # fmt: skip
+        self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
         self._clock = StepClock(
             optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
         )
-        self._hooks = HandleGroup()  # the module hooks of the logged step running now
-        self._step_eager = contextlib.ExitStack()  # a compiled model runs eagerly while a logged step runs
-        self._gathered: dict[str, Gathered] | None = None  # while a logged step runs
+        self._step = StepHooks(model, self.sites, self._clock.touch)  # the module hooks of a logged step
         self._detector = Detector(thresholds)
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
         self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
         self._rank_rows = RankRows({}, 1)  # each rank's own rows, under torchrun
-        self._sharded: set[str] = set()  # sites already looked at for a tensor-parallel shard
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
@@ -163,12 +165,10 @@ class Watch(Block, display.Shows):
 
     def _release(self) -> None:
         try:
-            if self._gathered is not None and any(g.measured for g in self._gathered.values()):
+            if self._step.gathered is not None and any(g.measured for g in self._step.gathered.values()):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
-            self._hooks.remove()
-            self._step_eager.close()
-            self._gathered = None
+            self._step.disarm()
             try:
                 send(self._sinks, self._scalars.settle())
             finally:
@@ -177,7 +177,8 @@ class Watch(Block, display.Shows):
     def _finish(self, exc: BaseException | None) -> None:
         if self._store is not None:
             ended = "normally" if exc is None else f"by {type(exc).__name__}"
-            self._write(status="complete", ended=ended)
+            stopped = exc if isinstance(exc, NonFiniteError) else None  # nan_guard's finding: kept in the store
+            self._write(status="complete", ended=ended, non_finite=stopped)
 
     def step(self) -> int:
         """End the current training step; returns the index of the next. Optional with an optimizer."""
@@ -227,13 +228,8 @@ class Watch(Block, display.Shows):
     # -- logged steps -----------------------------------------------------------------------
     def _arm(self) -> None:
         """Hooks on every site for the step about to run, if it is one that is logged."""
-        if self._clock.step_index % self.every:
-            return
-        self._gathered = {name: Gathered() for name, _ in self.sites}
-        if is_compiled(self.model):  # hooks added after torch.compile fire only in eager code
-            self._step_eager.enter_context(run_eagerly())
-        for name, module in self.sites:
-            self._hooks.on_forward(module, self._forward_hook(name))
+        if not self._clock.step_index % self.every:
+            self._step.arm(keep=bool(self._boards), rank=self._ranks.rank)
 
     def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():
@@ -245,48 +241,24 @@ class Watch(Block, display.Shows):
             return False
         self.skipped.append(self._clock.step_index)
         self._scalars.add(self._clock.step_index, skipped_steps=len(self.skipped))
-        if self._gathered is not None:
-            self._gathered = {name: Gathered() for name, _ in self.sites}
+        if self._step.gathered is not None:
+            self._step.restart()
             self._reads.before.clear()
         return True
 
-    def _forward_hook(self, name: str) -> Any:
-        keep = bool(self._boards)
-
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if not torch.is_grad_enabled() or self._gathered is None:  # an evaluation pass
-                return
-            if not call_phase().carries_grad:  # checkpointing's rerun of a call already counted (core.phase)
-                return
-            self._clock.touch()
-            x = next((t for t in output_tensors(output) if t.is_floating_point()), None)
-            if x is None:
-                return
-            if name not in self._sharded:  # once per site: is its output a tensor-parallel piece
-                self._sharded.add(name)
-                if note := shard_note(name, module, x, self._ranks.rank):
-                    warnings.warn(f"hookscope.train.watch: {note}; its statistics are merged over the ranks",
-                                  CaptureWarning, stacklevel=2)  # fmt: skip
-            gathered = self._gathered[name]
-            gathered.add_output(local(x), unit_dim(module, x), keep=keep)
-            if x.requires_grad:
-                self._hooks.on_grad(x, lambda grad: gathered.add_grad_output(grad, keep=keep))
-
-        return hook
-
     def _pre(self, optimizer: Optimizer) -> None:
-        if self._gathered is None:
+        if (gathered := self._step.gathered) is None:
             return
         self._reads.keep_weights(optimizer)
         if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
-            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
+            self._read_grads(optimizer, gathered, fused_scale(optimizer))
 
     def _post(self, optimizer: Optimizer) -> None:
-        if self._gathered is None:
+        if (gathered := self._step.gathered) is None:
             return
         if self._clock.closure:
-            self._read_grads(optimizer, self._gathered, fused_scale(optimizer))
-        self._reads.updates(optimizer, self._gathered, self._ranks)
+            self._read_grads(optimizer, gathered, fused_scale(optimizer))
+        self._reads.updates(optimizer, gathered, self._ranks)
 
     def _read_grads(
         self, optimizer: Optimizer | None, gathered: dict[str, Gathered], scale: Tensor | None = None
@@ -294,15 +266,16 @@ class Watch(Block, display.Shows):
         self._reads.grads(optimizer, gathered, self._ranks, scale=scale, keep=bool(self._boards))
 
     def _ended(self, step: int) -> None:
-        if self._gathered is not None:
+        if self._step.gathered is not None:
             self._flush(step)
         self._arm()
+        store, every = self._store, self._flush_every
+        if store is not None and every is not None and self._unwritten and time.monotonic() - store.written > every:
+            self._write(status="running", ended="")  # checked at every step: on disk within flush_every
 
     def _flush(self, step: int) -> None:
         """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
-        gathered, self._gathered = self._gathered, None
-        self._hooks.remove()
-        self._step_eager.close()
+        gathered = self._step.disarm()
         self._reads.before.clear()
         assert gathered is not None
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
@@ -324,16 +297,10 @@ class Watch(Block, display.Shows):
         if self._scale.scaler is not None:
             self._scalars.add(step, loss_scale=self._scale.scale)
         send(self._sinks, merged(self._scalars.settle(), {step: logged}), alerts)
-        if self._store is not None and time.monotonic() - self._store.written > self._flush_every:
-            self._write(status="running", ended="")
+        self._unwritten = True
 
     def _vector(self, name: str, g: Gathered, device: torch.device) -> Tensor:
-        if g.alive is not None:
-            window = self._alive[name]
-            if window and window[-1].shape != g.alive.shape:
-                window.clear()
-            window.append(g.alive)
-        dead = dead_fraction(self._alive[name]) if g.alive is not None else None
+        dead = self._dead.fraction(name, g.alive)
         weight_sq = self._ranks.share(self._params[name])
         return g.values(weight_sq, dead, device)
 
@@ -352,13 +319,15 @@ class Watch(Block, display.Shows):
         self._store.open(self.model, config, self.sites)
         self._write(status="running", ended="")
 
-    def _write(self, *, status: str, ended: str) -> None:
+    def _write(self, *, status: str, ended: str, non_finite: NonFiniteError | None = None) -> None:
         assert self._store is not None
         if self._ranks.rank:
             return
+        self._unwritten = False
         extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
-                          ranks=self._rank_rows.histories(), scalars=self._scalars.rows())  # fmt: skip
+                          ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
+                          non_finite=non_finite)  # fmt: skip
 
 
 def _watch_table(w: Watch) -> str:

@@ -2,7 +2,8 @@
 
 ``WatchStore(out, force=...)`` checks the path before anything is touched (``check``), creates the
 store with its manifest when the block is entered (``open``) and writes the histories and alerts
-again on each flush and at exit (``write``, through ``store.series.write_watch``). Under torchrun
+again on each flush and at exit (``write``, through ``store.series.write_watch``); a run that a
+``NonFiniteError`` ended keeps it in the manifest (``non_finite``: ``store.series.non_finite_json``). Under torchrun
 rank 0 alone writes it (``train.ranks``: it holds every rank's rows), after every rank checked it.
 """
 
@@ -17,9 +18,10 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..base.files import new_output
+from ..errors import NonFiniteError
 from ..store.format import new_manifest
 from ..store.save import provenance
-from ..store.series import Alert, History, write_watch
+from ..store.series import Alert, History, non_finite_json, write_watch
 
 
 class WatchStore:
@@ -45,11 +47,14 @@ class WatchStore:
 
     def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any],
               ranks: Sequence[Mapping[str, History]] = (),
-              scalars: dict[str, Tensor] | None = None) -> None:  # fmt: skip
+              scalars: dict[str, Tensor] | None = None, non_finite: NonFiniteError | None = None) -> None:  # fmt: skip
         """Write the manifest (its config updated with ``extra``), histories, alerts and scalars; under torchrun
-        (``ranks``: each rank's own histories, in rank order) those too, beside the merged ones."""
+        (``ranks``: each rank's own histories, in rank order) those too, beside the merged ones. ``non_finite``:
+        the error that ended the run, if one did."""
         config = {**self.manifest["config"], **extra}
         manifest = {**self.manifest, "status": status, "config": config}
+        if non_finite is not None:
+            manifest["non_finite"] = non_finite_json(non_finite)
         write_watch(self.out, manifest, histories, alerts, whole=self.written == -float("inf"), ranks=ranks,
                     scalars=scalars)  # fmt: skip
         self.written = time.monotonic()
