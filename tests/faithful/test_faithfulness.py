@@ -160,7 +160,7 @@ def test_the_result_shows_itself_and_becomes_a_report_section() -> None:
     ("kwargs", "message"),
     [
         ({"metrics": ("deletion", "pointing")}, "unknown metric pointing"),
-        ({"convention": "quantus"}, "unknown convention 'quantus'"),
+        ({"convention": "lime"}, "unknown convention .lime."),
         ({"baseline": "noise"}, "unknown baseline 'noise'"),
     ],
 )
@@ -179,3 +179,21 @@ def test_tokens_refuse_image_metrics_and_maps_must_fit() -> None:
         hookscope.faithfulness(model, ids, torch.rand(1, 4), metrics=("deletion",), baseline=0)
     with pytest.raises(hookscope.OptionError, match="a token baseline is the id"):
         hookscope.faithfulness(model, ids, torch.rand(1, 3), metrics=("deletion",))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::FutureWarning")
+def test_pixel_flipping_equals_quantus() -> None:
+    quantus = pytest.importorskip("quantus")
+    model, x = _cnn(), torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(6))
+    attribution = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(7))  # no ties: one order
+    labels = model(x).argmax(dim=1)
+    metric = quantus.PixelFlipping(features_in_step=32, perturb_baseline=0.0, disable_warnings=True)
+    curves = metric(model=model, x_batch=x.numpy(), y_batch=labels.numpy(), a_batch=attribution.numpy(),
+                    device="cpu", softmax=True)  # fmt: skip
+    ours = hookscope.faithfulness(model, x, attribution, metrics=("deletion",), convention="quantus", steps=24,
+                                  controls=False)  # fmt: skip
+    assert ours["map"].deletion.numpy() == pytest.approx(np.array(curves), abs=1e-5)
+    assert ours["map"].deletion_auc.numpy() == pytest.approx(np.trapezoid(np.array(curves), dx=1, axis=1), abs=1e-4)
+    assert ours.fractions.tolist() == pytest.approx([(k + 1) * 32 / 768 for k in range(24)])
+    with pytest.raises(hookscope.OptionError, match="Quantus's pixel flipping"):
+        hookscope.faithfulness(model, x, attribution, convention="quantus")

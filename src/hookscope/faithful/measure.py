@@ -20,6 +20,9 @@ Conventions (``convention=``) fix whose numbers come out:
   (Chattopadhay et al.: ``max(0, y - o) / y``).
 - ``"torchcam"``: TorchCAM 0.5's ``DeletionInsertionMetric`` with ``logits_fn=softmax``: softmax
   probability, raw callable scores.
+- ``"quantus"``: Quantus 0.6's ``PixelFlipping`` (deletion only, ``flipping``): features ranked
+  per channel value, ``ceil(features / steps)`` replaced at each step, softmax probability, the area
+  with unit spacing (not normalised).
 - ``"grad-cam"``: pytorch-grad-cam 1.5.7: raw logits; ROAD as ``ROADCombined`` (noise drawn from
   ``seed``, as its global generator after ``torch.manual_seed(seed)``); confidence as
   ``CamMultImageConfidenceChange`` (``drop = max(0, y - o)``, ``increase = o > y``).
@@ -42,12 +45,13 @@ from ..errors import OptionError, ShapeError
 from ..explain.targets import Target, logits, scores
 from ..progress import Progress, callback
 from . import views  # noqa: F401  (registers the table, picture, notebook view and section)
+from .flipping import features_of, flipped
 from .perturb import Baseline, auc, baseline_of, counts, per_position, perturbed, ranks, sobel
 from .result import Faithfulness, MapScores
 from .road import PERCENTILES, impute, kept, noisy
 
 METRICS = ("deletion", "insertion", "road", "confidence")
-CONVENTIONS = ("hookscope", "torchcam", "grad-cam")
+CONVENTIONS = ("hookscope", "torchcam", "grad-cam", "quantus")
 Maps = Union[Tensor, Mapping[str, Any], Any]
 
 
@@ -83,7 +87,7 @@ def faithfulness(
         baseline: what replaces deleted positions: ``"zeros"``, ``"mean"`` (each image's channel means),
             ``"blur"`` (a Gaussian blur of the image), a tensor broadcastable to ``x``, or for tokens the
             id of a mask or pad token (an int).
-        convention: ``"hookscope"``, ``"torchcam"`` or ``"grad-cam"`` (see the module docstring).
+        convention: ``"hookscope"``, ``"torchcam"``, ``"grad-cam"`` or ``"quantus"`` (see the module docstring).
         batch_size: perturbed copies run through the model at once.
         controls: also measure a random map and, for images, an edge detector's map.
         seed: seeds the random control and ROAD's noise.
@@ -99,6 +103,8 @@ def faithfulness(
     """
     chosen = _check(x, metrics, convention, steps, batch_size)
     named = _named(maps)
+    if convention == "quantus":
+        return _quantus(model, x, named, target, output, baseline, steps, batch_size, controls, seed, progress)
     tokens = x.dim() == 2
     fill = baseline_of(x, baseline)
     with evaluating(model, "faithfulness()"), torch.inference_mode():
@@ -122,6 +128,26 @@ def faithfulness(
             _road(run, x, heats, results, seed)
     remarks = _remarks(results)
     return Faithfulness(results, fractions, convention, run.score_name, _said(baseline), steps, remarks)
+
+
+def _quantus(model: nn.Module, x: Tensor, named: Mapping[str, Tensor], target: Target, output: str | None,
+             baseline: Baseline, steps: int, batch_size: int, controls: bool, seed: int,
+             progress: Progress) -> Faithfulness:  # fmt: skip
+    """Quantus's pixel flipping of each map (``flipping``): the deletion curve and its unnormalised area."""
+    fill = baseline_of(x, baseline)
+    with evaluating(model, "faithfulness()"), torch.inference_mode():
+        run = _Runner(model, x, target, output, "torchcam", batch_size, callback(progress))
+        feats = {name: features_of(heat, tuple(x.shape)) for name, heat in named.items()}
+        if controls:
+            feats["random control"] = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed))
+            feats["edge control"] = features_of(sobel(x), tuple(x.shape))
+        results, fractions = {}, torch.zeros(0)
+        for name, feat in feats.items():
+            copies, fractions = flipped(x, fill, feat, steps)
+            curve = run(copies, [i for i in range(len(x)) for _ in range(len(fractions))]).reshape(len(x), -1)
+            results[name] = MapScores(name, control=name.endswith(" control"), deletion=curve,
+                                      deletion_auc=torch.trapezoid(curve, dx=1.0, dim=1))  # fmt: skip
+    return Faithfulness(results, fractions, "quantus", run.score_name, _said(baseline), steps, _remarks(results))
 
 
 def heats_size(heats: Mapping[str, Tensor]) -> int:
@@ -280,6 +306,10 @@ def _check(x: Tensor, metrics: Iterable[str], convention: str, steps: int, batch
         raise OptionError(f"unknown metric {', '.join(unknown) or 'none given'}; metrics are {', '.join(METRICS)}")
     if convention not in CONVENTIONS:
         raise OptionError(f"unknown convention {convention!r}; conventions are {', '.join(CONVENTIONS)}")
+    if convention == "quantus" and (chosen != {"deletion"} or x.dim() != 4):
+        raise OptionError(
+            "convention='quantus' is Quantus's pixel flipping of an image batch: pass metrics=('deletion',)"
+        )
     if x.dim() not in (2, 4):
         raise ShapeError(f"faithfulness() needs an image batch (B, C, H, W) or token ids (B, T), got {tuple(x.shape)}")
     if x.dim() == 2 and chosen & {"road", "confidence"}:
