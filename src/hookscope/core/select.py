@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -114,8 +114,12 @@ def _untrivial(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]
 def trivial(module: nn.Module) -> bool:
     """An identity or padding module: one of ``TRIVIAL``, or a model's own class named ``Identity``
     (EfficientNet's ``static_padding``) or ``...Pad1d/2d/3d``."""
-    name = type(module).__name__
-    return isinstance(module, TRIVIAL) or name == "Identity" or name.endswith(("Pad1d", "Pad2d", "Pad3d"))
+    return isinstance(module, TRIVIAL) or trivial_class(type(module).__name__)
+
+
+def trivial_class(name: str) -> bool:
+    """A class name of an identity or padding module (``trivial``), as a store keeps it."""
+    return name == "Identity" or name.endswith(("Pad1d", "Pad2d", "Pad3d"))
 
 
 def _is_pattern(selector: Selector) -> bool:
@@ -143,12 +147,8 @@ Match = Callable[[str, nn.Module], bool]
 def _matcher(selector: Selector) -> Match:
     """One selector as a ``(name, module) -> bool`` test, validated once, before any matching."""
     if isinstance(selector, str):
-        if selector.startswith("re:"):
-            pattern = _regex(selector)
-            return lambda name, _: name != "" and pattern.fullmatch(name) is not None
-        if _GLOB_CHARS & set(selector):
-            return lambda name, _: name != "" and fnmatch.fnmatchcase(name, selector)
-        return lambda name, _: name == selector
+        test = _name_matcher(selector)
+        return lambda name, _: test(name)
     if isinstance(selector, nn.Module):
         return lambda _, module: module is selector
     if isinstance(selector, type) and issubclass(selector, nn.Module):
@@ -160,6 +160,16 @@ def _matcher(selector: Selector) -> Match:
         f"{selector!r} is not a selector; pass a module name, a glob, 're:<regex>', a module, "
         "an nn.Module subclass, a (name, module) -> bool predicate, or a list of these"
     )
+
+
+def _name_matcher(selector: str) -> Callable[[str], bool]:
+    """A name, a glob or ``re:`` as a test of a dotted name (a pattern never matches ``""``, the model)."""
+    if selector.startswith("re:"):
+        pattern = _regex(selector)
+        return lambda name: name != "" and pattern.fullmatch(name) is not None
+    if _GLOB_CHARS & set(selector):
+        return lambda name: name != "" and fnmatch.fnmatchcase(name, selector)
+    return lambda name: name == selector
 
 
 def _regex(selector: str) -> re.Pattern[str]:
@@ -186,6 +196,64 @@ def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[st
     return (
         f"{what} matched no module of {model_name}{hint}. "
         "Run `hookscope list MODEL` or hookscope.list_modules(model) to see the names."
+    )
+
+
+def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: str) -> list[str]:
+    """The sites of a store (or a capture) that ``select`` picks, in their order (None: every site).
+
+    ``sites`` maps each site's name to its module's class name, what a store keeps of a module;
+    ``source`` names it in errors (``"the store acts.hookscope"``). A name, a glob, ``re:`` and a list
+    pick site names exactly as ``select_modules`` picks module names (trivial sites are left out of
+    what a pattern matches unless they are all it matches; each entry of a list must match); a module
+    type picks the sites of that class or a subclass, by class name. ``":blocks"``, a module and a
+    predicate need the model: a ``SelectionError`` says what to pass, as it does for a selector that
+    matches no site.
+    """
+    if select is None:
+        return list(sites)
+    matched: set[str] = set()
+    for single in _entries(select):
+        test = _site_matcher(single, sites, source)
+        hits = [name for name, cls in sites.items() if test(name, cls)]
+        if not hits:
+            raise SelectionError(_no_site_message(single, sites, source))
+        kept = [name for name in hits if not trivial_class(sites[name])] if _is_pattern(single) else []
+        matched |= set(kept or hits)
+    return [name for name in sites if name in matched]
+
+
+def _site_matcher(selector: Selector, sites: Mapping[str, str], source: str) -> Callable[[str, str], bool]:
+    """One selector as a ``(site, class name) -> bool`` test; what needs the model is refused here."""
+    if isinstance(selector, str) and selector != BLOCKS:
+        test = _name_matcher(eager_selector(selector))
+        return lambda name, _: test(name)
+    if isinstance(selector, type) and issubclass(selector, nn.Module):
+        names = {cls.__name__ for cls in _subclasses(selector)}
+        return lambda _, cls: cls in names
+    shown = ", ".join(repr(s) for s in list(sites)[:4]) + (", ..." if len(sites) > 4 else "")
+    what = "':blocks' finds a model's blocks and" if selector == BLOCKS else f"{_one_selector_text(selector)!r}"
+    raise SelectionError(
+        f"{what} needs the model, but {source} holds site names ({shown}); select its sites by name, "
+        "glob, 're:<regex>' or module type, e.g. the names of the blocks it holds"
+    )
+
+
+def _subclasses(cls: type[nn.Module]) -> list[type[nn.Module]]:
+    """``cls`` and every subclass of it imported so far: what ``isinstance`` would accept."""
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
+
+
+def _no_site_message(selector: Selector, sites: Mapping[str, str], source: str) -> str:
+    if isinstance(selector, type):
+        classes = sorted(set(sites.values()))
+        what, hint = f"type {selector.__name__}", f"; types present: {', '.join(classes[:8])}"
+    else:
+        what = repr(selector)
+        hint = closest(str(selector).removeprefix("re:").replace("*", "").replace("?", ""), list(sites))
+    return (
+        f"{what} matched no site of {source} ({len(sites)} sites{hint}). "
+        "List them with list(hookscope.load(path)) or list(cap)."
     )
 
 
