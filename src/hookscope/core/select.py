@@ -13,11 +13,33 @@ A selector is one of:
   or every leaf when it has none,
 * a list or tuple of any of these (each entry must match at least one module).
 
-``None`` selects every leaf module (a module with no children). Trivial modules (``trivial``:
+``None`` selects every leaf module (a module with no children) here and in the functions the table
+below says; where a function needs modules of one sort, None is that sort. Trivial modules (``trivial``:
 ``nn.Identity`` and padding, whose output is their input or a padded copy of it) are left out of
 what a glob or a regular expression matches, unless they are all it matches; ``None``, a name, a
 type, a module or a predicate selects them as asked. Matches come back in the order of
 ``model.named_modules()``, each module once.
+
+A store holds site names, not modules: ``select_sites`` picks a store's (or a capture's) sites with the
+same names, globs, ``re:`` and lists, and module types by class name; ``":blocks"`` and predicates need
+the model. It is the one way ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` and
+``compare.cka`` read a store's sites.
+
+Each public function's default and what ``select=None`` picks there (``tests/test_vocabulary.py``
+reads this table; the README's vocabulary table says the same):
+
+| function | default | ``select=None`` picks |
+|---|---|---|
+| ``select_modules``, ``capture``, ``extract``, ``build_report``, ``compare.divergence`` | None | every leaf module |
+| ``compare.cka`` | None | every leaf module of a model, every site of a store; ``select_b=None``: as ``select`` |
+| ``patch_sweep``, ``build_text_report`` | ``":blocks"`` | every leaf module |
+| ``logit_lens`` | ``":blocks"`` | the blocks, as ``":blocks"``: a lens reads what whole blocks return |
+| ``cam`` | None | the one layer ``cam`` chooses (``explain.layers``: the last spatial map or token grid) |
+| ``attention`` | None | every module that returns attention weights |
+| ``attention_rollout`` | None | every ``nn.MultiheadAttention`` |
+| ``watch`` | None | every leaf with parameters and every activation module (``train.sites``) |
+| ``nan_guard`` | None | every module, containers too: a NaN made by a container's own code is found there |
+| ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` | None | every site of the store (``select_sites``) |
 
 A compiled model (``torch.compile(model)``) is named as the eager model: names lose their
 ``_orig_mod.`` segments (a selector may still be written with them), and the modules returned
