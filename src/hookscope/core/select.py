@@ -127,6 +127,13 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
     return unique([(n, m) for n, m in named if n in matched])
 
 
+def modules_under(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
+    """The modules ``select`` matches and every module inside them, in model order, each once: where
+    ``attention`` and ``attention_rollout`` look for attention (``":blocks"``: each block's)."""
+    chosen = [name for name, _ in select_modules(model, select)]
+    return [(n, m) for n, m in named_modules(model) if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
+
+
 def _untrivial(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
     """``pairs`` without the trivial modules (``TRIVIAL``), unless that leaves nothing."""
     kept = [(n, m) for n, m in pairs if not trivial(m)]
