@@ -140,13 +140,13 @@ def test_old_keywords_warn_and_work(tiny_gpt2: Any) -> None:
 
 
 def test_a_glob_selects_as_everywhere_and_blocks_are_asked_for_by_name(tiny_gpt2: Any) -> None:
-    """"transformer.h.*" is the blocks and their parts in logit_lens as in capture: a lens of whole blocks
+    """ "transformer.h.*" is the blocks and their parts in logit_lens as in capture: a lens of whole blocks
     refuses it, naming ':blocks' and the regular expression of the blocks; ':blocks' and None are the blocks."""
     glob = [name for name, _ in hookscope.select_modules(tiny_gpt2, "transformer.h.*")]
     assert len(glob) == 2 * 13  # each block and its 12 parts
-    with pytest.warns(hookscope.CaptureWarning, match="attn_dropout"):  # SDPA does not call it (tests/core)
-        with hookscope.capture(tiny_gpt2, "transformer.h.*") as cap, torch.no_grad():
-            tiny_gpt2(_ids())
+    warned = pytest.warns(hookscope.CaptureWarning, match="attn_dropout")  # SDPA does not call it (tests/core)
+    with warned, hookscope.capture(tiny_gpt2, "transformer.h.*") as cap, torch.no_grad():
+        tiny_gpt2(_ids())
     assert list(cap) == glob
     message = (
         r"select='transformer.h.\*' also picks 24 modules inside the others \(transformer.h.0.ln_1, "
