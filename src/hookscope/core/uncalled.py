@@ -53,7 +53,9 @@ def never_called(name: str, modules: Mapping[str, nn.Module], idle: Collection[s
             "did not run in the block (or ran as .forward(x), which skips hooks)"
         )
     source = _source(type(module))
-    return LIKELY if source is None else _cause(type(module).__name__, module, attr, source)
+    if source is None or not attr.isidentifier():  # add_module takes names no code can write as self.<name>
+        return LIKELY
+    return _cause(type(module).__name__, module, attr, source)
 
 
 def _cause(owner: str, module: nn.Module, attr: str, source: str) -> str:
