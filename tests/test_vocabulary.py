@@ -9,12 +9,16 @@ one default (``DEFAULTS``), and what follows a function's subject is keyword-onl
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import hookscope
+import hookscope.core.select
+import hookscope.exports.sae_lens
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     name: getattr(hookscope, name) for name in hookscope.__all__ if inspect.isfunction(getattr(hookscope, name))
@@ -213,3 +217,45 @@ def test_public_methods_speak_the_vocabulary_too() -> None:
             assert p.name in ALLOWED | METHOD_NAMES, f"{cls}.{method}({p.name}=) is not in the vocabulary"
             if p.name in RENAMED:  # only a result's own layer may be called layer
                 assert cls in RESULT_LAYER, f"{cls}.{method}({p.name}=) is the old spelling of {RENAMED[p.name]}="
+
+
+# -- select=: one table of defaults, in hookscope.core.select's docstring and the README --------------
+def _select_table() -> dict[str, tuple[str, str]]:
+    """function -> (its default, what select=None picks there), read from core/select.py's docstring table."""
+    table: dict[str, tuple[str, str]] = {}
+    for line in (hookscope.core.select.__doc__ or "").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ``") and len(cells) == 3:
+            table |= dict.fromkeys(re.findall(r"``([\w.]+)``", cells[0]), (cells[1], cells[2]))
+    return table
+
+
+def _selecting() -> dict[str, inspect.Parameter]:
+    """Every public callable (functions, classes, compare's) whose select= has a default; export passes
+    its options to its writer, whose select= is the datasets format's."""
+    found = {f"compare.{n}": getattr(hookscope.compare, n) for n in hookscope.compare.__all__}
+    found |= {n: getattr(hookscope, n) for n in hookscope.__all__} | {"export": hookscope.exports.sae_lens.write}
+    params = {}
+    for name, value in found.items():
+        if callable(value) and not (inspect.isclass(value) and issubclass(value, BaseException)):
+            select = inspect.signature(value).parameters.get("select")
+            if select is not None and select.default is not inspect.Parameter.empty:
+                params[name] = select
+    return params
+
+
+def test_one_table_says_what_select_none_picks_in_every_function() -> None:
+    table, selecting = _select_table(), _selecting()
+    assert len(selecting) >= 18 and set(table) == set(selecting), set(table) ^ set(selecting)
+    for name, param in selecting.items():
+        default, none = table[name]
+        assert default == ("None" if param.default is None else f'``"{param.default}"``'), f"{name}(select=)"
+        assert none, f"{name}: the table must say what select=None picks"
+
+
+def test_the_readme_vocabulary_row_of_select_lists_every_function() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    [row] = [line for line in readme.splitlines() if line.startswith("| which modules | `select=` |")]
+    assert '`":blocks"`' in row and "transformer.h.*" in row  # how to ask for blocks, and what a glob is
+    for name in _select_table():
+        assert f"`{name}`" in row, f"README's select= row does not say what None picks in {name}"

@@ -206,7 +206,7 @@ def test_mistakes_are_clear_errors(tmp_path: Path) -> None:
     run = hookscope.extract(net, batches, select=["1"], out=tmp_path / "a.hookscope", progress=False)
     with pytest.raises(hookscope.InputError, match="comparing stores needs two stores"):
         hookscope.compare.cka(run, None, batches)
-    with pytest.raises(hookscope.OptionError, match="a store is selected by site names or globs"):
+    with pytest.raises(hookscope.SelectionError, match="':blocks' finds a model's blocks and needs the model"):
         hookscope.compare.cka(run, None, select=":blocks")
     with pytest.raises(hookscope.NotCapturedError, match="'9' is not a unit of A"):
         hookscope.compare.cka(net, None, batches, select="1")["9", "1"]

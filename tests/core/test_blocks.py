@@ -10,7 +10,8 @@ import torchvision
 from torch import nn
 
 from hookscope import zoo
-from hookscope.core.select import BLOCKS, TRIVIAL, blocks, select_modules, trivial
+from hookscope.core.blocks import blocks
+from hookscope.core.select import BLOCKS, TRIVIAL, select_modules, trivial
 from tests.models import LeNet
 
 

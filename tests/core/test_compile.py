@@ -315,7 +315,7 @@ def test_a_model_inside_a_users_compiled_function_is_diagnosed() -> None:
     with torch.compiler.set_stance("force_eager"), hookscope.capture(mlp, "0") as cap, torch.no_grad():
         step(x)  # the fix the message gives
     torch.testing.assert_close(cap["0"].output, mlp[0](x))
-    usual = r"for '1': it was never called inside the block \(hooks run through"
+    usual = r"for '1': it was never called inside the block: the nn.Sequential that holds it"
     with pytest.warns(CaptureWarning, match=usual), hookscope.capture(mlp, ["0", "1"]):  # a site ran: no hint
         mlp[0](x)
 

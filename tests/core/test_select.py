@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import torch
 import torchvision
 from torch import nn
 
@@ -281,3 +283,20 @@ def test_list_modules_resnet_totals(resnet):
 def test_list_modules_exported():
     """list_modules is the public hookscope.list_modules."""
     assert hookscope.list_modules is list_modules
+
+
+def test_select_none_picks_every_leaf_where_the_table_says_so(tmp_path: Path) -> None:
+    """core/select.py's table: None is every leaf module in capture, extract, patch_sweep, compare.divergence
+    (the leaves of select_modules(model), the oracle: modules without children, in model order)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 4)), nn.Linear(4, 2)).eval()
+    leaves = [name for name, m in net.named_modules() if next(m.children(), None) is None]
+    assert leaves == ["0", "1.0", "1.1", "2"] == [name for name, _ in hookscope.select_modules(net)]
+    x, x2 = torch.randn(2, 3), torch.randn(2, 3)
+    with hookscope.capture(net) as cap, torch.no_grad():
+        net(x)
+    run = hookscope.extract(net, [x], out=tmp_path / "a.hookscope", progress=False)
+    sweep = hookscope.patch_sweep(net, x, x2, target=lambda y: y[:, 0].sum(), select=None)
+    found = hookscope.compare.divergence(net, net, x)
+    assert list(cap) == list(run) == list(sweep.restored) == leaves
+    assert [s.name for s in found.sites][:-1] == leaves  # the model's output last

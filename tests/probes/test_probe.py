@@ -148,7 +148,7 @@ def test_results_show_as_table_plot_and_html(digits) -> None:
 
 def test_wrong_inputs_say_what_to_pass(digits) -> None:
     cap, y = digits
-    with pytest.raises(SelectionError, match=r"matched none of the 6 sites.*closest: 'relu4'"):
+    with pytest.raises(SelectionError, match=r"'relu9' matched no site of the capture \(6 sites; closest: 'relu4'"):
         hookscope.probe(cap, y, select="relu9")
     with pytest.raises(ShapeError, match="labels has 10 entries, but 'fc3' holds 1797 rows"):
         hookscope.probe(cap, y[:10], select="fc3")

@@ -10,7 +10,7 @@ import torch
 
 import hookscope
 from hookscope.base.display import html_of
-from hookscope.errors import OptionError
+from hookscope.errors import OptionError, SelectionError
 
 
 class Vocabulary:
@@ -49,9 +49,10 @@ def test_an_intermediate_layer_equals_the_hand_computation(tiny_gpt2: Any) -> No
         top = torch.softmax(normed @ tiny_gpt2.lm_head.weight.T, dim=-1).topk(3, dim=-1)
     before = hookscope.find_hooks(tiny_gpt2)  # transformers leaves its own hooks for output_hidden_states
     lens = hookscope.logit_lens(
-        tiny_gpt2, ids, select="transformer.h.*", norm=tiny_gpt2.transformer.ln_f, unembed=tiny_gpt2.lm_head, top_k=3
-    )
-    assert lens.layers == ["transformer.h.0", "transformer.h.1"]  # the blocks, not their parts
+        tiny_gpt2, ids, select="re:transformer\\.h\\.\\d+", norm=tiny_gpt2.transformer.ln_f, unembed=tiny_gpt2.lm_head,
+        top_k=3,
+    )  # fmt: skip
+    assert lens.layers == ["transformer.h.0", "transformer.h.1"]
     assert torch.equal(lens.ids[0], top.indices)
     torch.testing.assert_close(lens.probs[0], top.values, rtol=1e-12, atol=1e-14)
     assert hookscope.find_hooks(tiny_gpt2) == before
@@ -136,3 +137,24 @@ def test_old_keywords_warn_and_work(tiny_gpt2: Any) -> None:
         old_k = hookscope.logit_lens(tiny_gpt2, ids, select="transformer.h.1", k=3)
     assert new.layers == old.layers == old_k.layers == ["transformer.h.1"]
     assert torch.equal(new.ids, old.ids) and torch.equal(new.ids, old_k.ids)
+
+
+def test_a_glob_selects_as_everywhere_and_blocks_are_asked_for_by_name(tiny_gpt2: Any) -> None:
+    """ "transformer.h.*" is the blocks and their parts in logit_lens as in capture: a lens of whole blocks
+    refuses it, naming ':blocks' and the regular expression of the blocks; ':blocks' and None are the blocks."""
+    glob = [name for name, _ in hookscope.select_modules(tiny_gpt2, "transformer.h.*")]
+    assert len(glob) == 2 * 13  # each block and its 12 parts
+    warned = pytest.warns(hookscope.CaptureWarning, match="attn_dropout")  # SDPA does not call it (tests/core)
+    with warned, hookscope.capture(tiny_gpt2, "transformer.h.*") as cap, torch.no_grad():
+        tiny_gpt2(_ids())
+    assert list(cap) == glob
+    message = (
+        r"select='transformer.h.\*' also picks 24 modules inside the others \(transformer.h.0.ln_1, "
+        r"transformer.h.0.attn, transformer.h.0.attn.c_attn and 21 more\).*select=':blocks', or name them "
+        r"\(select='re:transformer\\\\.h\\\\.\\\\d\+'\)"
+    )
+    with pytest.raises(SelectionError, match=message):
+        hookscope.logit_lens(tiny_gpt2, _ids(), select="transformer.h.*", unembed=tiny_gpt2.lm_head)
+    for select in (":blocks", None, "re:transformer\\.h\\.\\d+", ["transformer.h.0", "transformer.h.1"]):
+        lens = hookscope.logit_lens(tiny_gpt2, _ids(), select=select, unembed=tiny_gpt2.lm_head)
+        assert lens.layers == ["transformer.h.0", "transformer.h.1"], select

@@ -11,7 +11,6 @@ holds what its hooks kept, which ``extract`` clones.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import warnings
 from collections import Counter
@@ -29,7 +28,7 @@ from ..core.records import Record
 from ..core.select import Selector, select_modules
 from ..errors import CaptureWarning, NotCapturedError, OptionError
 from ..store.batches import default_forward, model_device
-from ..store.reader import Run, load
+from ..store.reader import Run, load, selected_sites
 
 Matrix = Callable[[Tensor], Tensor]  # (n, ...) -> (n, n)
 Matrices = dict[str, Tensor]  # unit -> (n, n)
@@ -130,7 +129,7 @@ def store_batches(
     if any(b != batches[0] for b in batches):
         raise OptionError(f"the stores hold other batches ({_span(batches[0])} and {_span(batches[-1])}); compare "
                           "stores extracted from the same loader, in the same order")  # fmt: skip
-    sites = [store_sites(run, select) for run, select in zip(runs, selects, strict=True)]
+    sites = [selected_sites(run, select) for run, select in zip(runs, selects, strict=True)]
     for index in batches[0]:
         found = []
         for run, names in zip(runs, sites, strict=True):
@@ -141,22 +140,6 @@ def store_batches(
 
 def open_store(source: Run | str | os.PathLike[str]) -> Run:
     return source if isinstance(source, Run) else load(source)
-
-
-def store_sites(run: Run, select: Selector | None) -> list[str]:
-    """The sites of ``run`` that ``select`` names (None: all): names or globs, as a store has no modules."""
-    names = list(run)
-    if select is None:
-        return names
-    patterns = [select] if isinstance(select, str) else list(select) if isinstance(select, (list, tuple)) else None
-    if patterns is None or not all(isinstance(p, str) for p in patterns) or ":blocks" in patterns:
-        raise OptionError(f"a store is selected by site names or globs, got select={select!r}; pass e.g. "
-                          f"select={names[:2]!r} (':blocks', types and predicates need the model)")  # fmt: skip
-    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    if not chosen:
-        raise OptionError(f"select={select!r} names no site of {run.path} ({len(names)} sites: "
-                          f"{', '.join(names[:6])}); list them with list(hookscope.load(path))")  # fmt: skip
-    return chosen
 
 
 def _span(batches: list[int]) -> str:

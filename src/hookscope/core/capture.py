@@ -164,7 +164,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows):
         self._keeper.wait()
         if exc is None:
             eager = self._eager is not None and self._eager.note is not None
-            warn_at_exit(self._records, self._keeper, self.kinds, eager, cleared=self._cleared,
+            warn_at_exit(self._records, self._keeper, self.kinds, eager, cleared=self._cleared, model=self.model,
                          params_reached=self._params_reached, grads_seen=self._grads_seen)  # fmt: skip
         else:
             annotate(exc, self._raised)

@@ -6,7 +6,9 @@ tell (never called, no backward pass, a backward pass that did not reach the sit
 every (kind, reason) of a site; ``problems`` groups them into the lines ``Capture`` warns, one per
 reason. ``annotate`` names the module an exception escaped from.
 When no site was called at all and ``torch.compile`` has compiled code in the process, the
-likely cause is named (``never_called_reason``): a model run inside a compiled function.
+likely cause is named (``never_called_reason``): a model run inside a compiled function; else each
+site that was never called gets its own cause (``core.uncalled``: a ``.forward`` call, work done
+as a function, training mode only, a branch not taken, ...).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from torch import nn
+
 from ..errors import CaptureWarning
-from .compiled import compiled_frames
+from .compiled import compiled_frames, named_modules
 from .kinds import Kind, at
 from .records import Call, Record
+from .uncalled import LIKELY, never_called
 
 if TYPE_CHECKING:
     from .policy import Keeper
@@ -35,7 +40,6 @@ IN_TRANSFORM = (
     "call the model outside the transform to capture it (the call itself ran as usual)"
 )
 NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
-NEVER_CALLED = "it was never called inside the block (hooks run through module(x), not module.forward(x))"
 IN_TORCHSCRIPT = (
     "it is part of a torch.jit.trace'd (or scripted) module, which runs as one TorchScript graph and never "
     "calls its submodules; select the traced module itself, or capture the eager model before tracing it"
@@ -50,13 +54,23 @@ IN_COMPILED_CODE = (
 )
 
 
-def never_called_reason(records: Iterable[Record], *, eager: bool, cleared: bool) -> str:
-    """Why a site was never called: ``IN_COMPILED_CODE`` when no site was (none had calls before a
-    ``clear()`` either, and the capture did not run the model ``eager``) while dynamo has compiled
-    frames, else ``NEVER_CALLED``."""
+def never_called_reason(records: Iterable[Record], *, eager: bool, cleared: bool) -> str | None:
+    """``IN_COMPILED_CODE`` when no site was called (none had calls before a ``clear()`` either, and
+    the capture did not run the model ``eager``) while dynamo has compiled frames, else None: each
+    site has its own cause (``core.uncalled``)."""
     if eager or cleared or any(record.calls for record in records) or not compiled_frames():
-        return NEVER_CALLED
+        return None
     return IN_COMPILED_CODE
+
+
+def uncalled_reasons(records: Mapping[str, Record], model: nn.Module | None, compiled: str | None,
+                     cleared: set[str]) -> dict[str, str]:  # fmt: skip
+    """Site -> why it was never called, for each site that was not (``compiled`` stands for all when given)."""
+    idle = [name for name, record in records.items() if not record.calls and name not in cleared]
+    if not idle or compiled is not None or model is None:
+        return dict.fromkeys(idle, compiled or LIKELY)
+    modules = dict(named_modules(model))
+    return {name: never_called(name, modules, idle) for name in idle}
 
 
 def problems(
@@ -67,18 +81,21 @@ def problems(
     params_reached: set[str],
     grads_seen: bool,
     eager: bool,
+    model: nn.Module | None = None,
 ) -> list[str]:
     """The warnings of a capture at exit: one line per reason, naming every site it applies to.
 
     ``cleared``: sites that had calls before a ``clear()``; ``params_reached``: sites whose parameters
-    a backward pass reached; ``eager``: the capture ran a compiled model eagerly.
+    a backward pass reached; ``eager``: the capture ran a compiled model eagerly; ``model``: the
+    captured model, whose code says why a site was never called.
     """
-    never = never_called_reason(records.values(), eager=eager, cleared=bool(cleared))
+    compiled = never_called_reason(records.values(), eager=eager, cleared=bool(cleared))
+    never = uncalled_reasons(records, model, compiled, cleared)
     grouped: dict[tuple[str, str], list[str]] = {}
     for record in records.values():
         found = site_problems(
             record, gradient_kinds, cleared=record.name in cleared, params_reached=record.name in params_reached,
-            grads_seen=grads_seen, never_called=never,
+            grads_seen=grads_seen, never_called=never.get(record.name, LIKELY),
         )  # fmt: skip
         for kind, reason in found:
             grouped.setdefault((kind, reason), []).append(record.name)
@@ -124,7 +141,7 @@ def site_problems(
     cleared: bool,
     params_reached: bool,
     grads_seen: bool,
-    never_called: str = NEVER_CALLED,
+    never_called: str = LIKELY,
 ) -> Iterator[tuple[str, str]]:
     """Every (kind, reason) that ``record`` holds nothing of; the reasons are also filed in its ``missing``.
 
@@ -173,11 +190,13 @@ def warn_at_exit(
     cleared: set[str],
     params_reached: set[str],
     grads_seen: bool,
+    model: nn.Module | None = None,
 ) -> None:
-    """The capture's warnings when its block ends: what could not be captured, and references changed in place."""
+    """The capture's warnings when its block ends: what could not be captured (``model``'s code says why
+    a site was never called), and references changed in place."""
     grad_kinds = (*at("input_grad", kinds), *at("output_grad", kinds))
     found = problems(records, grad_kinds, cleared=cleared, params_reached=params_reached, grads_seen=grads_seen,
-                     eager=eager)  # fmt: skip
+                     eager=eager, model=model)  # fmt: skip
     in_transform = transformed(records.values(), kinds[0])
     for line in [*in_transform, *(line for line in found if IN_TRANSFORM_START not in line)]:
         warnings.warn(line, CaptureWarning, stacklevel=5)

@@ -13,11 +13,33 @@ A selector is one of:
   or every leaf when it has none,
 * a list or tuple of any of these (each entry must match at least one module).
 
-``None`` selects every leaf module (a module with no children). Trivial modules (``trivial``:
+``None`` selects every leaf module (a module with no children) here and in the functions the table
+below says; where a function needs modules of one sort, None is that sort. Trivial modules (``trivial``:
 ``nn.Identity`` and padding, whose output is their input or a padded copy of it) are left out of
 what a glob or a regular expression matches, unless they are all it matches; ``None``, a name, a
 type, a module or a predicate selects them as asked. Matches come back in the order of
 ``model.named_modules()``, each module once.
+
+A store holds site names, not modules: ``select_sites`` picks a store's (or a capture's) sites with the
+same names, globs, ``re:`` and lists, and module types by class name; ``":blocks"`` and predicates need
+the model. It is the one way ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` and
+``compare.cka`` read a store's sites.
+
+Each public function's default and what ``select=None`` picks there (``tests/test_vocabulary.py``
+reads this table; the README's vocabulary table says the same):
+
+| function | default | ``select=None`` picks |
+|---|---|---|
+| ``select_modules``, ``capture``, ``extract``, ``build_report``, ``compare.divergence`` | None | every leaf module |
+| ``compare.cka`` | None | every leaf module of a model, every site of a store; ``select_b=None``: as ``select`` |
+| ``patch_sweep``, ``build_text_report`` | ``":blocks"`` | every leaf module |
+| ``logit_lens`` | ``":blocks"`` | the blocks, as ``":blocks"``: a lens reads what whole blocks return |
+| ``cam`` | None | the one layer ``cam`` chooses (``explain.layers``: the last spatial map or token grid) |
+| ``attention`` | None | every module that returns attention weights |
+| ``attention_rollout`` | None | every ``nn.MultiheadAttention`` |
+| ``watch`` | None | every leaf with parameters and every activation module (``train.sites``) |
+| ``nan_guard`` | None | every module, containers too: a NaN made by a container's own code is found there |
+| ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` | None | every site of the store (``select_sites``) |
 
 A compiled model (``torch.compile(model)``) is named as the eager model: names lose their
 ``_orig_mod.`` segments (a selector may still be written with them), and the modules returned
@@ -28,10 +50,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Union
 
 from torch import nn
@@ -39,6 +59,7 @@ from torch import nn
 from ..base.deprecation import renamed
 from ..base.words import closest
 from ..errors import SelectionError
+from .blocks import blocks, unique
 from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, unwrap
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
@@ -91,7 +112,7 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
     wrapped = has_wrappers(model)
     if select is None:
         leaves = [(n, m) for n, m in named if next(m.children(), None) is None]
-        return _unique(leaves) or named[:1]
+        return unique(leaves) or named[:1]
     matched: set[str] = set()
     for single in _entries(select):
         if single == BLOCKS:
@@ -103,78 +124,14 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
         if not hits:
             raise SelectionError(_no_match_message(single, model, named))
         matched |= {name for name, _ in (_untrivial(hits) if _is_pattern(single) else hits)}
-    return _unique([(n, m) for n, m in named if n in matched])
+    return unique([(n, m) for n, m in named if n in matched])
 
 
-def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The repeated blocks of ``model`` (the unit it is built by repeating), or [] when it has none.
-
-    Looked for from the top down. A *stage* is passed through: an ``nn.Sequential``, ``nn.ModuleList``
-    or ``nn.ModuleDict`` holding a module with children, or a class named ``...Stage`` (torchvision's
-    ``AnyStage``, timm's stages). A *block* is a module with children and at least two layers (modules
-    owning a 2-D or larger weight: convolutions, linear maps, embeddings). At each level, the blocks are
-    every block of a class that a stage holds twice in a row (a ResNet's ``layer1.0``, an
-    EfficientNet's ``features.1.0`` ... ``features.7.0``, MNASNet's one-block stage too); else the
-    blocks found below it (BERT's ``encoder.layer.N``, T5's two stacks); else the most repeated
-    class of block at that level (GoogLeNet's ``inception3a`` ... ``inception5b``). A model with none
-    of these takes, at its top level, the units of one layer that a stage repeats (a toy stack of
-    ``Linear`` + ``ReLU`` blocks).
-    """
-    _check_model(model)
-    root = unwrap(model)
-    return _unique(_blocks_under("", root) or _repeated(_units("", root, staged=_is_stage(root)), layers=1))
-
-
-Unit = tuple[str, nn.Module, bool]  # name, module, whether a stage holds it
-
-
-def _blocks_under(prefix: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The blocks of ``module`` (see ``blocks``), named from ``prefix``."""
-    level = _units(prefix, module, staged=_is_stage(module))
-    repeated = _repeated(level, layers=2)
-    if repeated:
-        return repeated
-    below = [pair for name, m, _ in level for pair in _blocks_under(f"{name}.", m)]
-    if below:
-        return below
-    counts = Counter(type(m) for _, m, _ in level if _layers(m) >= 2 and not isinstance(m, _CONTAINERS))
-    common = [cls for cls, count in counts.most_common(1) if count >= 2]
-    return [(name, m) for name, m, _ in level if type(m) in common]
-
-
-def _repeated(level: list[Unit], *, layers: int) -> list[tuple[str, nn.Module]]:
-    """The units of ``level`` of each class that a stage holds twice in a row, with ``layers`` layers or more."""
-    runs = {type(m) for (_, m, s), (_, n, t) in pairwise(level) if s and t and type(m) is type(n)}
-    classes = {type(m) for _, m, _ in level if type(m) in runs and _layers(m) >= layers}
-    return [(name, m) for name, m, _ in level if type(m) in classes]
-
-
-def _units(prefix: str, module: nn.Module, *, staged: bool) -> list[Unit]:
-    """The children of ``module`` that have children, stages opened up, in model order."""
-    found: list[Unit] = []
-    for name, child in module.named_children():
-        if next(child.children(), None) is None:
-            continue
-        if _is_stage(child):
-            found.extend(_units(f"{prefix}{name}.", child, staged=True))
-        else:
-            found.append((f"{prefix}{name}", child, staged))
-    return found
-
-
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
-
-
-def _is_stage(module: nn.Module) -> bool:
-    """A container of modules with children, or a class its library calls a stage."""
-    if type(module).__name__.endswith("Stage"):
-        return True
-    return isinstance(module, _CONTAINERS) and any(next(c.children(), None) is not None for c in module.children())
-
-
-def _layers(module: nn.Module) -> int:
-    """How many modules under ``module`` hold a weight of two or more dimensions of their own."""
-    return sum(1 for m in module.modules() if any(p.dim() >= 2 for p in m.parameters(recurse=False)))
+def modules_under(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
+    """The modules ``select`` matches and every module inside them, in model order, each once: where
+    ``attention`` and ``attention_rollout`` look for attention (``":blocks"``: each block's)."""
+    chosen = [name for name, _ in select_modules(model, select)]
+    return [(n, m) for n, m in named_modules(model) if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
 
 
 def _untrivial(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
@@ -186,20 +143,16 @@ def _untrivial(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]
 def trivial(module: nn.Module) -> bool:
     """An identity or padding module: one of ``TRIVIAL``, or a model's own class named ``Identity``
     (EfficientNet's ``static_padding``) or ``...Pad1d/2d/3d``."""
-    name = type(module).__name__
-    return isinstance(module, TRIVIAL) or name == "Identity" or name.endswith(("Pad1d", "Pad2d", "Pad3d"))
+    return isinstance(module, TRIVIAL) or trivial_class(type(module).__name__)
+
+
+def trivial_class(name: str) -> bool:
+    """A class name of an identity or padding module (``trivial``), as a store keeps it."""
+    return name == "Identity" or name.endswith(("Pad1d", "Pad2d", "Pad3d"))
 
 
 def _is_pattern(selector: Selector) -> bool:
     return isinstance(selector, str) and (selector.startswith("re:") or bool(_GLOB_CHARS & set(selector)))
-
-
-def _unique(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
-    """Each module once, under the first of its names."""
-    first: dict[int, tuple[str, nn.Module]] = {}
-    for name, module in pairs:
-        first.setdefault(id(module), (name, module))
-    return list(first.values())
 
 
 def _eager(selector: Selector) -> Selector:
@@ -223,12 +176,8 @@ Match = Callable[[str, nn.Module], bool]
 def _matcher(selector: Selector) -> Match:
     """One selector as a ``(name, module) -> bool`` test, validated once, before any matching."""
     if isinstance(selector, str):
-        if selector.startswith("re:"):
-            pattern = _regex(selector)
-            return lambda name, _: name != "" and pattern.fullmatch(name) is not None
-        if _GLOB_CHARS & set(selector):
-            return lambda name, _: name != "" and fnmatch.fnmatchcase(name, selector)
-        return lambda name, _: name == selector
+        test = _name_matcher(selector)
+        return lambda name, _: test(name)
     if isinstance(selector, nn.Module):
         return lambda _, module: module is selector
     if isinstance(selector, type) and issubclass(selector, nn.Module):
@@ -240,6 +189,16 @@ def _matcher(selector: Selector) -> Match:
         f"{selector!r} is not a selector; pass a module name, a glob, 're:<regex>', a module, "
         "an nn.Module subclass, a (name, module) -> bool predicate, or a list of these"
     )
+
+
+def _name_matcher(selector: str) -> Callable[[str], bool]:
+    """A name, a glob or ``re:`` as a test of a dotted name (a pattern never matches ``""``, the model)."""
+    if selector.startswith("re:"):
+        pattern = _regex(selector)
+        return lambda name: name != "" and pattern.fullmatch(name) is not None
+    if _GLOB_CHARS & set(selector):
+        return lambda name: name != "" and fnmatch.fnmatchcase(name, selector)
+    return lambda name: name == selector
 
 
 def _regex(selector: str) -> re.Pattern[str]:
@@ -266,6 +225,64 @@ def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[st
     return (
         f"{what} matched no module of {model_name}{hint}. "
         "Run `hookscope list MODEL` or hookscope.list_modules(model) to see the names."
+    )
+
+
+def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: str) -> list[str]:
+    """The sites of a store (or a capture) that ``select`` picks, in their order (None: every site).
+
+    ``sites`` maps each site's name to its module's class name, what a store keeps of a module;
+    ``source`` names it in errors (``"the store acts.hookscope"``). A name, a glob, ``re:`` and a list
+    pick site names exactly as ``select_modules`` picks module names (trivial sites are left out of
+    what a pattern matches unless they are all it matches; each entry of a list must match); a module
+    type picks the sites of that class or a subclass, by class name. ``":blocks"``, a module and a
+    predicate need the model: a ``SelectionError`` says what to pass, as it does for a selector that
+    matches no site.
+    """
+    if select is None:
+        return list(sites)
+    matched: set[str] = set()
+    for single in _entries(select):
+        test = _site_matcher(single, sites, source)
+        hits = [name for name, cls in sites.items() if test(name, cls)]
+        if not hits:
+            raise SelectionError(_no_site_message(single, sites, source))
+        kept = [name for name in hits if not trivial_class(sites[name])] if _is_pattern(single) else []
+        matched |= set(kept or hits)
+    return [name for name in sites if name in matched]
+
+
+def _site_matcher(selector: Selector, sites: Mapping[str, str], source: str) -> Callable[[str, str], bool]:
+    """One selector as a ``(site, class name) -> bool`` test; what needs the model is refused here."""
+    if isinstance(selector, str) and selector != BLOCKS:
+        test = _name_matcher(eager_selector(selector))
+        return lambda name, _: test(name)
+    if isinstance(selector, type) and issubclass(selector, nn.Module):
+        names = {cls.__name__ for cls in _subclasses(selector)}
+        return lambda _, cls: cls in names
+    shown = ", ".join(repr(s) for s in list(sites)[:4]) + (", ..." if len(sites) > 4 else "")
+    what = "':blocks' finds a model's blocks and" if selector == BLOCKS else f"{_one_selector_text(selector)!r}"
+    raise SelectionError(
+        f"{what} needs the model, but {source} holds site names ({shown}); select its sites by name, "
+        "glob, 're:<regex>' or module type, e.g. the names of the blocks it holds"
+    )
+
+
+def _subclasses(cls: type[nn.Module]) -> list[type[nn.Module]]:
+    """``cls`` and every subclass of it imported so far: what ``isinstance`` would accept."""
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
+
+
+def _no_site_message(selector: Selector, sites: Mapping[str, str], source: str) -> str:
+    if isinstance(selector, type):
+        classes = sorted(set(sites.values()))
+        what, hint = f"type {selector.__name__}", f"; types present: {', '.join(classes[:8])}"
+    else:
+        what = repr(selector)
+        hint = closest(str(selector).removeprefix("re:").replace("*", "").replace("?", ""), list(sites))
+    return (
+        f"{what} matched no site of {source} ({len(sites)} sites{hint}). "
+        "List them with list(hookscope.load(path)) or list(cap)."
     )
 
 

@@ -31,16 +31,18 @@ from torch import Tensor
 from ..base.files import mark, new_output, staged_folder
 from ..base.optional import require
 from ..base.words import parse_size
+from ..core.select import Selector
 from ..errors import OptionError, StoreError, StoreWarning
 from ..store.columns import Column, columns, read_input
 from ..store.reader import Run, load
 from ..store.shards import inside, one_line, read_index
 
 
-def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: str | list[str] | None = None,
+def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: Selector | None = None,
           kind: str = "output", key: str | None = None, shard_size: int | str = "500MB") -> Path:  # fmt: skip
-    """Write the sites ``select`` picks (names or patterns; None: every site) of the store ``source`` (a path
-    or a ``Run``) to ``out`` as an HF datasets folder; an existing ``out`` is replaced only with ``force``."""
+    """Write the sites ``select`` picks (as ``core.select.select_sites`` says; None: every site) of the store
+    ``source`` (a path or a ``Run``) to ``out`` as an HF datasets folder; an existing ``out`` is replaced
+    only with ``force``."""
     run = source if isinstance(source, Run) else load(_store_path(source))
     if run.config.get("layout") == "tokens":
         raise OptionError(f"{run.path} is token-major: its sequences are gone; export a store written with "

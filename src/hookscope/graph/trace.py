@@ -48,10 +48,10 @@ import torch
 from torch import Tensor, nn
 
 from ..core.block import Block
+from ..core.blocks import blocks
 from ..core.compiled import Eagerly, named_modules
 from ..core.hooks import HandleGroup
 from ..core.modes import evaluating
-from ..core.select import blocks
 from ..core.tree import flatten, flatten_call
 from . import picture  # noqa: F401  (registers a Graph's notebook view, .table() and .plot())
 from .nodes import INPUT, OUTPUT, Edge, Graph, Node, call_name

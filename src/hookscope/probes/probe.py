@@ -18,7 +18,6 @@ shared activation into the test set.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -30,8 +29,9 @@ from ..base.words import closest
 from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Record
-from ..errors import NonFiniteError, NotCapturedError, OptionError, SelectionError, ShapeError
-from ..store.reader import Run, load
+from ..core.select import Selector
+from ..errors import NonFiniteError, NotCapturedError, OptionError, ShapeError
+from ..store.reader import Run, load, selected_sites
 from . import fit as fits
 from .result import Probe, Probes
 
@@ -43,7 +43,7 @@ def probe(
     source: Mapping[str, Record] | str | os.PathLike[str],
     labels: Labels,
     *,
-    select: str | Sequence[str] | None = None,
+    select: Selector | None = None,
     groups: Tensor | Sequence[Any] | None = None,
     method: str | None = None,
     kind: Kind = "output",
@@ -54,10 +54,11 @@ def probe(
     penalty: float = 1e-3,
     seed: int = 0,
 ) -> Probes:
-    """A linear probe of ``labels`` at every site ``select`` names (names or globs; None: every site).
+    """A linear probe of ``labels`` at every site ``select`` picks (None: every site).
 
-    ``source``: a store (a path or ``hookscope.load``'s ``Run``) or a ``Capture``. ``labels``: one
-    per row (image, sequence) or per example (token), integer classes or float values. ``method``:
+    ``source``: a store (a path or ``hookscope.load``'s ``Run``) or a ``Capture``; ``select`` picks its
+    sites as ``core.select.select_sites`` says (names, globs, ``re:``, module types, a list).
+    ``labels``: one per row (image, sequence) or per example (token), integer classes or float values. ``method``:
     ``logistic`` (classes, the default for integers), ``ridge`` (values, the default for floats) or
     ``mean_difference`` (classes, nearest class mean). ``holdout``: the share of groups tested,
     drawn with ``seed``; ``penalty``: the L2 strength (ridge: sklearn's ``alpha / N``). The
@@ -67,7 +68,7 @@ def probe(
     target = _labels(labels)
     chosen = _method(method, target)
     found: dict[str, Probe] = {}
-    for site in _sites(run, select):
+    for site in selected_sites(run, select):
         x, y, group, shape = _examples(_tensors(run, site, kind, key, call, reduce), target, groups, site)
         found[site] = _fit_site(site, chosen, x, y, group, shape, holdout=holdout, penalty=penalty, seed=seed)
     return Probes(found)
@@ -107,19 +108,6 @@ def _method(method: str | None, target: Tensor) -> str:
         raise OptionError(f"method={method!r} needs integer classes 0, 1, ... as labels, got {target.dtype} "
                           "values; pass class indices, or method='ridge' for values")  # fmt: skip
     return method
-
-
-def _sites(run: Mapping[str, Record], select: str | Sequence[str] | None) -> list[str]:
-    names = list(run)
-    if select is None:
-        return names
-    patterns = [select] if isinstance(select, str) else list(select)
-    chosen = [n for n in names if any(n == p or fnmatch.fnmatchcase(n, p) for p in patterns)]
-    if not chosen:
-        hint = closest(str(patterns[0]), names)
-        raise SelectionError(f"probe's select={select!r} matched none of the {len(names)} sites of the source"
-                             f"{hint}; pass site names or globs such as 'layer*'")  # fmt: skip
-    return chosen
 
 
 def _tensors(run: Mapping[str, Record], site: str, kind: Kind, key: str | None, call: int | None,

@@ -11,7 +11,6 @@ is one gather per shard. Arrays are mapped on first use, in the process that rea
 
 from __future__ import annotations
 
-import fnmatch
 import inspect
 import os
 import warnings
@@ -23,10 +22,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import DamagedShardError, OptionError, SelectionError, StoreError, StoreWarning
+from ..core.select import Selector
+from ..errors import DamagedShardError, OptionError, StoreError, StoreWarning
 from .format import Entry
 from .index import ranges
-from .reader import Run, load
+from .reader import Run, load, selected_sites
 from .shards import MappedShards, inside, read_index
 
 BY = ("rows", "tokens")
@@ -67,7 +67,7 @@ class Column:
         return {**self.__dict__, "_mapped": {}}
 
 
-def columns(source: Source | Sequence[Source], select: str | Sequence[str] | None, kind: str, key: str | None,
+def columns(source: Source | Sequence[Source], select: Selector | None, kind: str, key: str | None,
             by: str, verify: bool) -> list[Column]:  # fmt: skip
     """The columns of every (store, selected site), store by store, sites in the store's order, less the
     batches any of them lost with a damaged shard (one ``StoreWarning`` names them; ``verify``: every
@@ -85,7 +85,7 @@ def columns(source: Source | Sequence[Source], select: str | Sequence[str] | Non
     lost: dict[int, tuple[str, str]] = {}  # batch -> (shard, why), over every store
     for run in opened:
         lost.update({b: (f"{run.path}/{file}", run.damaged[file]) for b, file in run.lost.items()})
-    found = [_column(run, site, kind, key, by, verify, lost) for run in opened for site in _sites(run, select)]
+    found = [_column(run, site, kind, key, by, verify, lost) for run in opened for site in selected_sites(run, select)]
     if lost:
         for column in found:
             column.places = {b: p for b, p in column.places.items() if b not in lost}
@@ -104,15 +104,6 @@ def _outside() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
     return level - 1
-
-
-def _sites(run: Run, select: str | Sequence[str] | None) -> list[str]:
-    patterns = [select] if isinstance(select, str) else list(select or ["*"])
-    picked = [site for site in run if any(fnmatch.fnmatchcase(site, p) for p in patterns)]
-    if not picked:
-        raise SelectionError(f"select={select!r} matched no site of the store {run.path} (it holds {', '.join(run)}); "
-                             "pass site names or patterns such as 'blocks.*'")  # fmt: skip
-    return picked
 
 
 def _column(run: Run, site: str, kind: str, key: str | None, by: str, verify: bool,

@@ -37,6 +37,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ..base.words import parse_size
 from ..base.world import World
+from ..core.select import Selector
 from ..errors import OptionError
 from .columns import Column, Source, align, columns
 
@@ -47,8 +48,9 @@ class StoreDataset(Dataset[Item]):
     """Every row (``by="rows"``) or token (``by="tokens"``) of the sites ``select`` picks, by index.
 
     ``source``: a store's path, a ``load``-ed ``Run``, or a list of them (aligned by batch).
-    ``select``: site names or glob patterns (None: every site). ``kind``, ``key``: which tensor of a
-    call (``key=None``: the site's first). ``verify``: read each array through its CRC-32 once, here, so
+    ``select``: the sites, as ``core.select.select_sites`` picks them (names, globs, ``re:``, module
+    types, a list; None: every site). ``kind``, ``key``: which tensor of a call (``key=None``: the
+    site's first). ``verify``: read each array through its CRC-32 once, here, so
     that the length is final before the first epoch: the batches of a damaged shard (its header, its
     rows or its bytes) are left out with one ``StoreWarning`` naming them, never found mid-epoch.
     """
@@ -56,7 +58,7 @@ class StoreDataset(Dataset[Item]):
     def __init__(
         self,
         source: Source | Sequence[Source],
-        select: str | Sequence[str] | None = None,
+        select: Selector | None = None,
         *,
         kind: str = "output",
         key: str | None = None,
@@ -94,7 +96,7 @@ class StoreStream(IterableDataset[Item]):
     """The items of ``StoreDataset`` through a shuffle buffer: whole batches read in a seeded order, shuffled
     in a buffer of at most ``max_memory`` bytes; ``batch_size``: yield minibatches of that many items."""
 
-    def __init__(self, source: Source | Sequence[Source], select: str | Sequence[str] | None = None, *,
+    def __init__(self, source: Source | Sequence[Source], select: Selector | None = None, *,
                  kind: str = "output", key: str | None = None, by: str = "rows", batch_size: int | None = None,
                  max_memory: int | str = "256MB", seed: int = 0, verify: bool = True) -> None:  # fmt: skip
         self.data = StoreDataset(source, select, kind=kind, key=key, by=by, verify=verify)

@@ -36,6 +36,7 @@ from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record
+from ..core.select import Selector, select_sites
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
 from . import contents as contents_
@@ -236,6 +237,10 @@ class Run(Mapping[str, Record], Shows):
     def _type(self, site: str) -> str:
         return str(self._sites.get(site, {}).get("type", "?"))
 
+    def site_types(self) -> dict[str, str]:
+        """Each site's module class name, in the store's order (from the manifest: no tensor is read)."""
+        return {name: self._type(name) for name in self._sites}
+
     # -- building records from the index ------------------------------------------------------
     def _record(self, site: str, batch: int | None) -> Record:
         if site not in self._sites:
@@ -307,6 +312,14 @@ class Run(Mapping[str, Record], Shows):
                 shard["file"], shard["data_start"], entry.dtype, entry.shape, entry.offsets, entry.crc32
             )
         return self._tensors[where]
+
+
+def selected_sites(source: Mapping[str, Record], select: Selector | None) -> list[str]:
+    """The sites of a store or a capture that ``select`` picks, as ``core.select.select_sites`` says
+    (None: every site); a ``SelectionError`` when one entry matches none."""
+    types = source.site_types() if isinstance(source, Run) else {name: r.type for name, r in source.items()}
+    where = f"the store {source.path}" if isinstance(source, Run) else f"the {type(source).__name__.lower()}"
+    return select_sites(types, select, source=where)
 
 
 def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:

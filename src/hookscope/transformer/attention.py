@@ -39,7 +39,8 @@ from torch import Tensor, nn
 from ..base.deprecation import renamed
 from ..base.display import Shows, plot_of, table_of
 from ..base.words import closest
-from ..core.select import Selector, select_modules
+from ..core.compiled import named_modules
+from ..core.select import Selector, modules_under
 from ..errors import CaptureError, NotCapturedError, SelectionError
 from .own import OwnAttention, own_attention_modules
 from .recorder import implementations, recording
@@ -193,11 +194,8 @@ def _multihead(model: nn.Module, inputs: Any, wanted: dict[int, str], record: An
 
 def _wanted(model: nn.Module, select: Selector | None) -> dict[int, str]:
     """id(module) -> name for every module whose attention is kept."""
-    everything = {id(m): n for n, m in reversed(list(model.named_modules()))}  # a shared module: its first name
-    if select is None:
-        return everything
-    chosen = {n for n, _ in select_modules(model, select)}
-    return {i: n for i, n in everything.items() if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)}
+    kept = named_modules(model) if select is None else modules_under(model, select)  # a shared module: its first name
+    return {id(m): n for n, m in kept}
 
 
 def _padding(inputs: Any, first: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ block is followed by more than ``norm`` (a projection, a soft cap) differs there
 from __future__ import annotations
 
 import html
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,8 +35,8 @@ from ..base.display import Shows, plot_of, shows_as, table_of
 from ..base.optional import require
 from ..base.words import columns
 from ..core.capture import capture
-from ..core.select import Selector, select_modules
-from ..errors import CaptureWarning, OptionError
+from ..core.select import BLOCKS, Selector, select_modules
+from ..errors import CaptureWarning, OptionError, SelectionError
 from .text import encoded, model_part
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)
@@ -73,15 +74,16 @@ def logit_lens(
     *,
     unembed: Head | None = None,
     norm: Head | Literal["auto"] | None = "auto",
-    select: Selector = ":blocks",
+    select: Selector | None = BLOCKS,
     top_k: int = 5,
     tokenizer: Any = None,
 ) -> LogitLens:
     """The logit lens of ``model`` on ``input_ids`` (a tensor, a tokenizer's dict, or text with ``tokenizer=``).
 
-    ``select`` picks the residual blocks (``":blocks"``, the default: the model's repeated blocks,
-    ``transformer.h.0`` ... on GPT-2); a selected module inside another selected one is left out,
-    so ``"transformer.h.*"`` means the blocks, not their parts. ``unembed`` (None: the model's
+    ``select`` picks the residual blocks (``":blocks"``, the default, and None: the model's repeated
+    blocks, ``transformer.h.0`` ... on GPT-2); it selects as ``capture`` does, so a glob such as
+    ``"transformer.h.*"`` also matches the blocks' parts, and a selection with a module inside
+    another is a ``SelectionError`` that names ``":blocks"``. ``unembed`` (None: the model's
     ``get_output_embeddings()``) and ``norm`` (``"auto"``: the model's final norm, found by name,
     with a ``CaptureWarning`` when none is found; None: no norm) are applied to each block's output.
     ``tokenizer`` encodes text and turns the ids into strings. ``blocks=`` and ``k=`` are the old
@@ -92,7 +94,8 @@ def logit_lens(
     batch: Tensor | Mapping[str, Any] = encoded(input_ids, tokenizer, caller="logit_lens")
     unembed = output_embeddings(model) if unembed is None else unembed
     norm = final_norm(model) if norm == "auto" else norm
-    names = outermost([name for name, _ in select_modules(model, select)])
+    names = [name for name, _ in select_modules(model, BLOCKS if select is None else select)]
+    _check_residual(select, names)
     with capture(model, names) as cap, torch.no_grad():
         if isinstance(batch, Mapping):
             model(**batch)
@@ -149,9 +152,31 @@ def lens_probs(hidden: Tensor, unembed: Head, norm: Head | None = None) -> Tenso
     return torch.softmax(logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits, dim=-1)
 
 
-def outermost(names: list[str]) -> list[str]:
-    """``names`` without those inside another of them (``h.0.attn`` goes when ``h.0`` is there)."""
-    return [n for n in names if not any(n.startswith(f"{o}.") for o in names if o != n and o != "")]
+def inner(names: list[str]) -> list[str]:
+    """The names of ``names`` inside another of them (``h.0.attn`` when ``h.0`` is there)."""
+    return [n for n in names if any(n.startswith(f"{o}.") or o == "" for o in names if o != n)]
+
+
+def _check_residual(select: Selector | None, names: list[str]) -> None:
+    """A lens reads what whole blocks return: a selection holding a module and its parts is refused."""
+    parts = inner(names)
+    if not parts:
+        return
+    outer = [n for n in names if n not in parts]
+    shown = ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    raise SelectionError(
+        f"logit_lens reads the residual stream whole blocks return, but select={select!r} also picks "
+        f"{len(parts)} modules inside the others ({shown}): a glob matches every module under a name, as in "
+        f"capture; ask for the blocks with select=':blocks', or name them{_regex_hint(outer)}"
+    )
+
+
+def _regex_hint(names: list[str]) -> str:
+    """``" (select='re:h\\.\\d+')"`` when ``names`` are a numbered list's items, else ``""``."""
+    prefixes = {re.sub(r"\d+$", "", n) for n in names}
+    if len(prefixes) != 1 or any(not n[-1:].isdigit() for n in names):
+        return ""
+    return f" (select={'re:' + re.escape(prefixes.pop()) + chr(92) + 'd+'!r})"
 
 
 def lens_table(lens: LogitLens, *, row: int = 0) -> str:

@@ -41,7 +41,7 @@ from ..base.words import columns
 from ..core.block import Block
 from ..core.channels import tokens_to_grid
 from ..core.hooks import HandleGroup
-from ..core.select import Selector, select_modules
+from ..core.select import Selector, modules_under
 from ..errors import CaptureWarning, OptionError, SelectionError
 from ..viz.fragments import Safe, image_tag, table, view
 from ..viz.images import feature_grid, overlay
@@ -194,12 +194,11 @@ class MultiheadWeights(Block):
 def _select(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
     """The modules ``select`` matches and every module under them (``":blocks"``: the blocks' attention)."""
     try:
-        chosen = [name for name, _ in select_modules(model, select)]
+        return modules_under(model, select)
     except SelectionError:
         if select is nn.MultiheadAttention:
             return []
         raise
-    return [(n, m) for n, m in model.named_modules() if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
 
 
 def _check_options(head_fusion: str, discard_ratio: float) -> None:

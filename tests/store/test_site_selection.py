@@ -1,0 +1,87 @@
+"""One store-site selector (``core.select.select_sites``) for every reader of a store: ``probe``,
+``StoreDataset``, ``StoreStream``, ``export(format="datasets")`` and ``compare.cka`` pick the same sites for
+the same selector (a name, a glob, ``re:``, a module type, a list), and a selector that picks nothing, or
+needs the model, is a ``SelectionError`` in each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.core.select import select_sites
+from hookscope.errors import SelectionError
+from tests.store.lm import TinyLM, token_batches
+
+SITES = {"embed": "Embedding", "mlp": "Linear", "mlp.pad": "ZeroPad1d", "head": "NonDynamicallyQuantizableLinear"}
+
+
+@pytest.mark.parametrize(
+    ("select", "picked"),
+    [
+        (None, ["embed", "mlp", "mlp.pad", "head"]),
+        ("mlp", ["mlp"]),
+        ("m*", ["mlp"]),  # a glob leaves the padding out, as select_modules does
+        ("mlp.*", ["mlp.pad"]),  # ... unless it is all the glob matches
+        ("re:(embed|head)", ["embed", "head"]),
+        (nn.Linear, ["mlp", "head"]),  # a type: its class and subclasses, by name
+        (["head", "embed"], ["embed", "head"]),  # the store's order
+        ("_orig_mod.mlp", ["mlp"]),  # a compiled model's name, as select_modules takes it
+    ],
+)
+def test_a_selector_picks_site_names_as_it_picks_module_names(select: Any, picked: list[str]) -> None:
+    assert select_sites(SITES, select, source="the store s") == picked
+
+
+@pytest.mark.parametrize(
+    ("select", "message"),
+    [
+        ("mpl", r"'mpl' matched no site of the store s \(4 sites; closest: 'mlp'"),
+        (["mlp", "mpl"], r"'mpl' matched no site"),  # each entry of a list must match
+        (nn.Conv2d, r"type Conv2d matched no site of the store s \(4 sites; types present: Embedding, Linear"),
+        (":blocks", r"':blocks' finds a model's blocks and needs the model, but the store s holds site names"),
+        (lambda name, module: True, r"needs the model.*by name, glob, 're:<regex>' or module type"),
+        ("re:(", r"'re:\(' is not a valid regular expression"),
+        ([], r"the selector list is empty"),
+    ],
+)
+def test_what_picks_no_site_is_a_selection_error(select: Any, message: str) -> None:
+    with pytest.raises(SelectionError, match=message):
+        select_sites(SITES, select, source="the store s")
+
+
+def _readers(run: hookscope.Run, tmp_path: Path) -> dict[str, Callable[[Any], list[str]]]:
+    """Each reader of a store, as the sites it read for a selector."""
+    labels = torch.arange(8) % 2
+    other = hookscope.extract(TinyLM(1), token_batches(2, rows=4), out=tmp_path / "b.hookscope", progress=False)
+    exported = iter(range(100))
+
+    def export(select: Any) -> list[str]:
+        pytest.importorskip("datasets")
+        out = hookscope.export(run, tmp_path / f"hf{next(exported)}", format="datasets", select=select)
+        sites = {s["name"] for s in run.manifest["sites"]}
+        return [name for name in (out / "dataset_info.json").read_text().split('"') if name in sites]
+
+    return {
+        "probe": lambda s: list(hookscope.probe(run, labels, select=s)),
+        "StoreDataset": lambda s: [c.site for c in hookscope.StoreDataset(run.path, s).columns],
+        "StoreStream": lambda s: [c.site for c in hookscope.StoreStream(run, s).data.columns],
+        "export": export,
+        "compare.cka": lambda s: list(hookscope.compare.cka(run, other, select=s).rows),
+    }
+
+
+def test_every_reader_of_a_store_selects_as_one(tmp_path: Path) -> None:
+    run = hookscope.extract(TinyLM(), token_batches(2, rows=4), out=tmp_path / "a.hookscope", progress=False)
+    for reader, read in _readers(run, tmp_path).items():
+        assert read("re:m.p") == ["mlp"], reader
+        assert read(nn.Linear) == ["mlp"], reader
+        assert read(["mlp", "e*"]) == ["embed", "mlp"], reader
+        for wrong in ("mpl", ["mlp", "mpl"], ":blocks"):
+            with pytest.raises(SelectionError, match=r"matched no site|needs the model"):
+                read(wrong)
