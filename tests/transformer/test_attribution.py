@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import hookscope
 from hookscope.base.display import html_of
-from hookscope.errors import OptionError, ShapeError
+from hookscope.errors import OptionError, ShapeError, TargetError
 from hookscope.transformer.attribution import merge_words
 from hookscope.viz.highlight import token_html
 
@@ -161,7 +161,7 @@ def test_options_are_checked(pair: tuple[Any, Any]) -> None:
     scalar = _similarity(enc["attention_mask"])
     with pytest.raises(OptionError, match="method='shap' is not a token attribution method"):
         hookscope.token_attribution(model, enc, scalar, method="shap")  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match=r"target must return one number, or one per row \(2\)"):
+    with pytest.raises(TargetError, match=r"returned shape \(2, 9, 384\); return \(2,\), one value per row, or \(\)"):
         hookscope.token_attribution(model, enc, lambda out: out.last_hidden_state, steps=1)
     with pytest.raises(OptionError, match="has no get_input_embeddings"):
         hookscope.token_attribution(torch.nn.Linear(2, 2), torch.zeros(1, 2), lambda out: out.sum())

@@ -14,7 +14,8 @@ a token output ``(B, T, D)`` (batch first), the clean activation is put into the
 ``(m_patched - m_corrupt) / (m_clean - m_corrupt)``: 0 where the patch does nothing, 1 where it
 brings the clean answer back. The target is a callable of the model's output returning one
 number or one per image, or a class (an int, one per image, a tensor: that logit, as
-``hookscope.attribute`` reads it); one value per image is averaged over the batch.
+``hookscope.attribute`` reads it), or None: each image's top-1 class on the clean input (the
+clean answer's logit); one value per image is averaged over the batch.
 
 Batched where shapes allow: ``batch_size`` patched runs go through one forward pass as copies of the
 corrupted batch stacked along dim 0, copy ``i`` patched at its own site. Everything runs under
@@ -41,12 +42,12 @@ from ..core.modes import evaluating
 from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
 from ..errors import CaptureWarning, EditError, EditWarning, NotCapturedError, OptionError
-from ..explain.targets import Target, logits, scores
+from ..explain.targets import Target, call_target, rows, scores
 from .edit import edit
 from .effects import PatchSweep
 from .ops import function
 
-Metric = Callable[[Any], Tensor | float]  # the model's output -> one number, or one per image
+Metric = Callable[[Any], Tensor]  # the model's output -> one number, or one per image
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def patch_sweep(
     clean_x: Tensor,
     corrupt_x: Tensor,
     *,
-    target: Metric | Target,
+    target: Metric | Target = None,
     select: Selector = ":blocks",
     positions: bool | None = None,
     key: str | None = None,
@@ -73,16 +74,17 @@ def patch_sweep(
 ) -> PatchSweep:
     """Patch each selected site's clean activation into the corrupted run and measure ``target`` (module doc).
 
-    ``target``: a callable of the model's output (one number, or one per image, averaged), or a
-    class index (an int, a list, a tensor). ``select``: the sites (``":blocks"``, the default: the
-    model's repeated blocks). ``positions``: patch token outputs one position at a time (None: for
-    3-D outputs ``(B, T, D)``). ``key``: the tensor of a structured output that is patched (None:
-    its only tensor, or the first of a tuple that is the hidden states, ``(B, T, D)`` with the
-    input's ``(B, T)``, as a T5 layer's ``(hidden, position_bias)``; other outputs ask for it).
-    ``call``: patch only call ``call`` (0-based) of a module that runs several times (None: every
-    call). ``batch_size``: patched runs per forward pass. ``output``: the tensor of a structured
-    model output the target reads (``"logits"``; None: a callable gets the whole output, a class
-    index the first tensor).
+    ``target``: a callable of the model's output (``hookscope.explain.targets``' one contract: one
+    number, or one per image, averaged), a class index (an int, a list, a tensor), or None (the
+    default): the logit of each image's top-1 class on the clean input. ``select``: the sites
+    (``":blocks"``, the default: the model's repeated blocks). ``positions``: patch token outputs
+    one position at a time (None: for 3-D outputs ``(B, T, D)``). ``key``: the tensor of a
+    structured output that is patched (None: its only tensor, or the first of a tuple that is the
+    hidden states, ``(B, T, D)`` with the input's ``(B, T)``, as a T5 layer's ``(hidden,
+    position_bias)``; other outputs ask for it). ``call``: patch only call ``call`` (0-based) of a
+    module that runs several times (None: every call). ``batch_size``: patched runs per forward
+    pass. ``output``: the tensor of a structured model output the target reads (``"logits"``; None:
+    a callable gets the whole output, a class index the first tensor).
     ``sites=``, ``metric=`` and ``copies=`` are the old names of ``select=``, ``target=`` and
     ``batch_size=`` (deprecated).
     """
@@ -94,12 +96,13 @@ def patch_sweep(
         raise OptionError(f"batch_size= is the number of patched runs per forward pass, 1 or more, got {batch_size!r}")
     if call is not None and (isinstance(call, bool) or not isinstance(call, int) or call < 0):
         raise OptionError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
-    metric = _metric(target, output)
     with torch.no_grad(), evaluating(model, "patch_sweep()", wrappers=1):  # 1: @renamed
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
             with capture(model, select) as cap:
-                m_clean = _scalar(metric(model(clean_x)))
+                clean_out = model(clean_x)
+        metric = _metric(target, output, clean_out)
+        m_clean = _scalar(metric(clean_out))
         m_corrupt = _scalar(metric(model(corrupt_x)))
         if math.isclose(m_clean, m_corrupt, rel_tol=0.0, abs_tol=1e-12):
             raise EditError(
@@ -115,15 +118,14 @@ def patch_sweep(
     return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
 
 
-def _metric(target: Metric | Target, key: str | None) -> Metric:
-    """The target as a function of the model's output (its tensor at ``key``, when given): a
-    callable as it is, a class as its logit."""
-    if target is None:
-        raise EditError("patch_sweep needs target=: a callable of the model's output, or a class index")
+def _metric(target: Metric | Target, key: str | None, clean: Any) -> Metric:
+    """The target as a function of the model's output (``hookscope.explain.targets.call_target``'s
+    contract, ``key`` the tensor it reads when given): a callable as it is, a class as its logit,
+    None as the logit of each row's top-1 class on the clean input ``clean``."""
     if callable(target) and not isinstance(target, Tensor):
         function: Metric = target
-        return function if key is None else lambda output: function(logits(output, key))
-    index: Target = target
+        return lambda out: call_target(function, out, rows(out, key), key=key, caller="patch_sweep()")
+    index: Target = target if target is not None else scores(clean, None, key)[1]
 
     def logit(output: Any) -> Tensor:
         return scores(output, index, key)[0]
@@ -131,13 +133,9 @@ def _metric(target: Metric | Target, key: str | None) -> Metric:
     return logit
 
 
-def _scalar(value: Tensor | float) -> float:
-    """A metric's value as one number: a tensor's mean (one value per image is averaged)."""
-    if isinstance(value, Tensor):
-        if value.numel() == 0:
-            raise EditError("the target returned an empty tensor; return one number, or one per image")
-        return float(value.detach().double().mean())
-    return float(value)
+def _scalar(value: Tensor) -> float:
+    """A target's value as one number: the mean of one value per image."""
+    return float(value.detach().double().mean())
 
 
 def _clean_values(

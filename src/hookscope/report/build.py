@@ -181,8 +181,9 @@ def _run(
                 leaf = x.detach().clone().requires_grad_(x.is_floating_point())  # token ids: no d/dx
                 with capture(model, select, kinds=kinds) as cap, tracer or contextlib.nullcontext():
                     output = model(leaf.clone())  # a copy: the model may change its input in place
+                    asked = key  # a callable target gets the output at the key asked for, else all of it
                     key, note = explained(output, key)
-                    picked, _ = scores(output, target, key)
+                    picked, _ = scores(output, target, key if not callable(target) else asked, "build_report()")
                     # nothing lands in param.grad; token ids have no gradient, the parameters do
                     towards = [leaf] if leaf.requires_grad else [p for p in model.parameters() if p.requires_grad]
                     torch.autograd.grad(picked.sum(), towards, allow_unused=True)

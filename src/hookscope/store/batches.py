@@ -11,11 +11,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import warn_renamed
 from ..core.tree import flatten
 from ..errors import OptionError
+from ..explain.targets import call_target, checked
 
 Forward = Callable[[nn.Module, Any], Any]
-Loss = Callable[..., Tensor]  # (model output) or (model output, batch) -> a scalar or one value per row
+Loss = Callable[..., Tensor]  # what forward= returned (the model's output) -> a scalar or one value per row
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -54,16 +56,26 @@ def backward(model: nn.Module, target: Loss, output: Any, batch: Any) -> None:
     ``param.grad`` (``torch.autograd.grad``, not ``backward()``: the model is left as it was). A target
     of one value per row is summed."""
     trainable = trainable_parameters(model)
-    value = target(output, batch) if takes_batch(target) else target(output)
-    rows = rows_of(batch)
-    if not isinstance(value, Tensor) or not (value.numel() == 1 or (value.dim() == 1 and rows in (None, len(value)))):
-        got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise OptionError(f"target(output) must return a scalar tensor or one value per row, got {got}; "
-                          "reduce it, e.g. with .sum()")  # fmt: skip
+    if takes_batch(target):  # the contract before one contract: target(output, batch)
+        value = checked(target(output, batch), rows_of(batch), caller="extract()")
+    else:
+        value = call_target(target, output, rows_of(batch), caller="extract()")
     if not value.requires_grad:
         raise OptionError("target(output) does not depend on the model's output with a gradient; "
                           "compute it from the output (no .detach(), no torch.no_grad())")  # fmt: skip
     torch.autograd.grad(value.sum(), trainable, allow_unused=True)
+
+
+def warn_if_takes_batch(target: Loss) -> None:
+    """``extract``'s ``target(output, batch)`` is the old contract (``hookscope.explain.targets``):
+    it works for one release, with a ``DeprecationWarning`` naming the one contract."""
+    if takes_batch(target):
+        warn_renamed(
+            "extract(target=fn(output, batch))",
+            "target=fn(output), with forward=fn(model, batch) returning what the target reads "
+            "(e.g. (model(batch[0]), batch[1]), the output and the labels)",
+            stacklevel=4,
+        )
 
 
 def takes_batch(target: Loss) -> bool:

@@ -57,7 +57,17 @@ from ..progress import Callback, Progress, callback
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from . import format as store_format
-from .batches import Forward, Loss, backward, default_forward, model_device, rows_of, trainable_parameters, unless_empty
+from .batches import (
+    Forward,
+    Loss,
+    backward,
+    default_forward,
+    model_device,
+    rows_of,
+    trainable_parameters,
+    unless_empty,
+    warn_if_takes_batch,
+)
 from .format import FLUSH_EVERY, SHARDS, STATS_PARTS, check_flush_every
 from .names import by_entry
 from .ranks import share
@@ -100,11 +110,13 @@ def extract(
     after each batch (0 in all when the loader has no length). An existing store is refused unless
     ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may
     wait in memory before it is written, in a shard not yet full (``None``: only full shards and the
-    end of the run). ``target``: a callable on the model's output,
-    ``target(output)``, or ``target(output, batch)`` when it takes two positional arguments,
+    end of the run). ``target``: a callable, ``target(output)`` (``hookscope.explain.targets``' one
+    contract; ``output`` is what ``forward`` returned, so a loss with labels is
+    ``forward=lambda m, b: (m(b[0]), b[1])``, ``target=lambda o: F.cross_entropy(*o)``),
     returning a scalar or one value per row (summed), whose backward pass each batch runs, so the
     gradient kinds of a call (``grad_output``, ``grad_input``) can be extracted too, with the same
-    memory bound, resume and ranks (``param.grad`` is never written). ``loss=`` is its old spelling.
+    memory bound, resume and ranks (``param.grad`` is never written). ``loss=`` is its old spelling,
+    and ``target(output, batch)`` its old contract (both deprecated).
     A run that fails keeps the batches finished before it (``resume=True`` continues); one whose
     model or data fails before its first batch finished leaves no store behind (one process).
     ``layout="tokens"``: each site as one flat ``(tokens, features)`` array per shard, padding left out
@@ -315,17 +327,18 @@ def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...],
     config = {"source": "extract", "select": selector_text(select), "kinds": list(chosen),
               "reduce": reducer_name(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
               "world_size": world.size,
-              "loss": None if target is None else getattr(target, "__qualname__", type(target).__name__)}  # fmt: skip
+              "target": None if target is None else getattr(target, "__qualname__", type(target).__name__)}  # fmt: skip
     return store_format.new_manifest(provenance(model), config, sites)
 
 
 def _check_kinds(model: nn.Module, asked: Kind | Iterable[Kind], target: Loss | None) -> tuple[Kind, ...]:
     """The kinds a run keeps; with a target, also a check that the model has something to differentiate."""
     if target is not None and not callable(target):
-        raise OptionError(f"extract's target must be a callable on the model's output, target(output) or "
-                          f"target(output, batch), returning a scalar; got {type(target).__name__}")  # fmt: skip
+        raise OptionError(f"extract's target must be a callable on the model's output, target(output), "
+                          f"returning a scalar or one value per row; got {type(target).__name__}")  # fmt: skip
     if target is not None:
         trainable_parameters(model)
+        warn_if_takes_batch(target)
     forward = kinds.forward_kinds()
     per_call = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)
     chosen, wrong = kinds.choose(asked, forward if target is None else per_call)

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from ..base.files import TEMPORARY, new_output, sync_folder, write_atomically
 from ..errors import DamagedShardError, OptionError, StoreError, StoreWarning
 from . import lock
-from .schema import check_manifest
+from .schema import check_manifest, with_target
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
 FORMAT = "hookscope.store"
@@ -63,7 +63,7 @@ _END = "\n}\n"  # how the text of a manifest ends
 FLUSH_EVERY = 5.0
 _CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')
 # what a resumed run must repeat
-RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "loss", "layout")
+RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "target", "layout")
 
 
 class Entry(NamedTuple):
@@ -323,7 +323,8 @@ def cannot_write(err: OSError, folder: Path, target: Path) -> StoreError:
 
 def _check_same(root: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
     """A store is resumed only by the run that made it: same weights, selectors, kinds, reduction, mode."""
-    pairs = [(k, old.get("config", {}).get(k), new["config"].get(k)) for k in RESUME_SETTINGS]
+    was = with_target(old.get("config", {}))  # a store made before "target" wrote "loss"
+    pairs = [(k, was.get(k), new["config"].get(k)) for k in RESUME_SETTINGS]
     weights = old.get("provenance", {}).get("weights_sha256"), new["provenance"]["weights_sha256"]
     pairs.append(("weights", *weights))
     differ = [f"{name} {was!r} (now {now!r})" for name, was, now in pairs if was != now]

@@ -45,7 +45,7 @@ from .calls import Lost, arrange
 from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .index import Index, ranges, wrong_sizes
-from .schema import check_index
+from .schema import check_index, with_target
 from .series import Alert, History
 from .shards import MappedShards, read_stats
 
@@ -76,7 +76,7 @@ class Run(Mapping[str, Record], Shows):
         self.path = root
         self.manifest = manifest
         self.provenance: dict[str, Any] = manifest.get("provenance", {})
-        self.config: dict[str, Any] = manifest.get("config", {})
+        self.config: dict[str, Any] = with_target(manifest.get("config", {}))  # "loss": an older store
         self.complete = manifest.get("status") == "complete"
         self._sites = {s["name"]: s for s in manifest.get("sites", [])}
         vouched = bool(manifest.get("vouched")) or not self.complete  # an interrupted store: from the headers

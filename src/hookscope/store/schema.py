@@ -186,9 +186,21 @@ def _check_config(config: Mapping[str, Any]) -> None:
     texts(config.get("kinds", []), "config.kinds")
     need(config.get("reduce") is None or isinstance(config["reduce"], str), "config.reduce", "text or null",
           config.get("reduce"))  # fmt: skip
+    for name in ("target", "loss"):  # extract's target: "loss" in stores made before it was "target"
+        need(config.get(name) is None or isinstance(config[name], str), f"config.{name}", "text or null",
+             config.get(name))  # fmt: skip
     for name, low in (("world_size", 1), ("every", 1), ("steps", 0)):
         if config.get(name) is not None:
             whole(config[name], f"config.{name}", low)
+
+
+def with_target(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A store's config with extract's target under ``"target"``; a store made before it was
+    renamed wrote it as ``"loss"`` (read as ``"target"``; the old key is kept for old readers of it)."""
+    out = dict(config)
+    if "loss" in out and "target" not in out:
+        out["target"] = out["loss"]
+    return out
 
 
 def _check_sites(sites: object) -> set[str]:

@@ -50,7 +50,7 @@ from ..core.hooks import HandleGroup
 from ..errors import OptionError
 from ..explain.attribute import attribute_through
 from ..explain.baselines import make_baseline
-from ..explain.targets import Target, logits, scores
+from ..explain.targets import Target, call_target, rows, scores
 from ..viz.highlight import token_html, token_image
 from .text import encoded, model_part
 
@@ -149,12 +149,12 @@ def token_attribution(
 
 
 def _as_function(target: Scalar | Target, first: Any, key: str | None) -> Scalar:
-    """The target as a function of the model's output (its tensor at ``key``, when given): a callable
-    as it is; a class as its logit, the class fixed on the real inputs' output ``first`` (as
-    ``hookscope.attribute`` does)."""
+    """The target as a function of the model's output (``hookscope.explain.targets.call_target``'s
+    contract, ``key`` the tensor it reads when given): a callable as it is; a class as its logit, the
+    class fixed on the real inputs' output ``first`` (as ``hookscope.attribute`` does)."""
     if callable(target) and not isinstance(target, Tensor):
         function: Scalar = target
-        return function if key is None else lambda out: function(logits(out, key))
+        return lambda out: call_target(function, out, rows(out, key), key=key, caller="token_attribution()")
     _, index = scores(first, target, key)
     return lambda out: scores(out, index, key)[0]
 
@@ -163,11 +163,8 @@ def _explained(model: nn.Module, inputs: Inputs, layer: nn.Module, target: Scala
     """``(B,)``: the target of the model's output with ``layer``'s output replaced by ``point``; one
     number for the batch sits in row 0 (the rows' sum is what is explained)."""
     value = target(_run(model, inputs, layer, point)[0])
-    if not isinstance(value, Tensor) or value.numel() not in (1, rows):
-        got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
-        raise OptionError(f"target must return one number, or one per row ({rows}), got {got}")
-    if value.numel() == rows:
-        return value.reshape(rows)
+    if value.dim() == 1:
+        return value
     return torch.cat([value.reshape(1), value.new_zeros(rows - 1)])
 
 
