@@ -232,3 +232,17 @@ def test_output_names_the_tensor_the_target_reads() -> None:
     by_key = hookscope.patch_sweep(model, clean, corrupt, target=lambda t: t[:, 1], output="logits", select="body")
     assert by_class.restored == by_hand.restored == by_key.restored
     assert by_class.metric_clean == by_hand.metric_clean
+
+
+def test_no_target_measures_the_clean_top_1_logit() -> None:
+    """target=None means what it means in cam and attribute: each image's top-1 class (here on the
+    clean input, the answer a patch restores)."""
+    model = TwoHeads()
+    clean, corrupt = torch.randn(2, 6, dtype=D), torch.randn(2, 6, dtype=D)
+    top = model(clean)["logits"].argmax(dim=1)
+    default = hookscope.patch_sweep(model, clean, corrupt, output="logits", select="body")
+    by_class = hookscope.patch_sweep(model, clean, corrupt, target=top, output="logits", select="body")
+    assert default.restored == by_class.restored
+    assert default.metric_clean == pytest.approx(float(model(clean)["logits"].max(dim=1).values.mean().detach()), rel=1e-12)
+    with pytest.raises(hookscope.TargetError, match=r"a class target needs a \(batch, classes\) output"):
+        hookscope.patch_sweep(encoder(), torch.randn(2, 5, 8, dtype=D), torch.randn(2, 5, 8, dtype=D))

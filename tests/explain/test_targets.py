@@ -10,10 +10,10 @@ import torch
 from captum.attr import LayerAttribution, LayerGradCam, Saliency
 from torch import Tensor, nn
 
-from hookscope.errors import CaptureWarning, OptionError
+from hookscope.errors import CaptureWarning, OptionError, TargetError
 from hookscope.explain.attribute import attribute
 from hookscope.explain.cam import cam
-from hookscope.explain.targets import class_indices, top_classes
+from hookscope.explain.targets import call_target, class_indices, top_classes
 from tests.models import resnet18_random_bn
 
 
@@ -120,3 +120,51 @@ def test_tied_scores_rank_the_lowest_index_first() -> None:
     assert top_classes(out, 3)[[0, 2]].tolist() == [[7, 400, 998]] * 2
     assert top_classes(out, 4)[1].tolist() == [5, 7, 400, 998]
     torch.testing.assert_close(out.gather(1, top_classes(out, 5)), out.topk(5, dim=1).values, rtol=0, atol=0)
+
+
+# -- the one contract of a callable target (explain/targets.py's docstring) ---------------------
+def _logit_1(out: dict[str, Tensor]) -> Tensor:
+    """One callable, written once for the whole output, that every function takes."""
+    return out["logits"][:, 1]
+
+
+def test_one_callable_means_the_same_in_every_function(pair: tuple[Detector, Classifier, Tensor]) -> None:
+    """cam, attribute, patch_sweep, token-free: the callable gets the whole output, as the class does at output=."""
+    import hookscope
+
+    detector, classifier, x = pair
+    leaf = x.clone().requires_grad_(True)
+    oracle = torch.autograd.grad(classifier(leaf)[:, 1].sum(), leaf)[0]  # d logit_1 / d x, row by row
+    torch.testing.assert_close(attribute(detector, x, "saliency", _logit_1), oracle, atol=1e-12, rtol=0)
+    expected = cam(classifier, x, "gradcam", 1, select="body.features.1")
+    torch.testing.assert_close(cam(detector, x, "gradcam", _logit_1, select="body.features.1"), expected)
+    corrupt = torch.randn_like(x)
+    by_class = hookscope.patch_sweep(detector, x, corrupt, target=1, output="logits", select="body.features")
+    by_callable = hookscope.patch_sweep(detector, x, corrupt, target=_logit_1, select="body.features")
+    assert by_callable.restored == by_class.restored and by_callable.metric_clean == by_class.metric_clean
+    assert by_class.metric_clean == pytest.approx(float(classifier(x)[:, 1].mean().detach()), rel=1e-12)
+
+
+def test_a_callable_for_the_first_tensor_still_works_with_a_warning(pair: tuple[Detector, Classifier, Tensor]) -> None:
+    """Before one contract, cam and attribute gave a structured output's first tensor to the callable."""
+    detector, _, x = pair
+    leaf = x.clone().requires_grad_(True)
+    oracle = torch.autograd.grad(detector(leaf)["box"][:, 0].sum(), leaf)[0]
+    with pytest.warns(DeprecationWarning, match=r"reads the first tensor \(out\['box'\]\).*output=\"out\['box'\]\""):
+        old = attribute(detector, x, "saliency", lambda box: box[:, 0])
+    torch.testing.assert_close(old, oracle, atol=1e-12, rtol=0)
+
+
+def test_what_a_callable_returns_is_held_to_the_contract() -> None:
+    out = torch.arange(6.0).reshape(3, 2)
+    assert call_target(lambda o: o[:, 0], out, 3).tolist() == [0.0, 2.0, 4.0]  # one value per row
+    assert call_target(lambda o: o.sum(), out, 3).shape == ()  # one value for the batch
+    with pytest.raises(TargetError, match=r"of cam\(\) returned shape \(\); return \(3,\), one value per row$"):
+        call_target(lambda o: o.sum(), out, 3, per_row=True, caller="cam()")
+    with pytest.raises(TargetError, match=r"returned shape \(3, 2\); return \(3,\), one value per row, or \(\)"):
+        call_target(lambda o: o, out, 3)
+    with pytest.raises(TargetError, match="must return a tensor .* got str"):
+        call_target(lambda o: "high", out, 3)
+    with pytest.warns(DeprecationWarning, match="returning a float is deprecated"):
+        assert call_target(lambda o: 2.5, out, 3).item() == 2.5  # patch_sweep took a float before
+    assert call_target(lambda t: t[:, 1], {"aux": out[:, :1], "logits": out}, 3, key="logits").tolist() == [1, 3, 5]

@@ -66,7 +66,7 @@ def checked(value: object, rows: int | None, *, per_row: bool = False, caller: s
     if not isinstance(value, Tensor):
         raise TargetError(f"the target of {caller} must return a tensor (one value per row, or one value), "
                           f"got {type(value).__name__}")  # fmt: skip
-    if value.numel() == 1 and (value.dim() == 0 or rows == 1 or not per_row):
+    if value.numel() == 1 and (rows == 1 or not per_row):
         return value.reshape(1) if per_row else value.reshape(())
     if value.dim() == 1 and len(value) == (len(value) if rows is None else rows):
         return value
