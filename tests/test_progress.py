@@ -44,10 +44,48 @@ def run_extract(progress: Any, tmp_path: Path) -> None:
     hookscope.extract(conv_net(), BATCHES, out=tmp_path / "store", select="1", progress=progress, force=True)
 
 
+def run_patch_sweep(progress: Any, _: Path) -> None:  # 2 sites, one patched run a pass: 2 passes
+    hookscope.patch_sweep(conv_net(), X, X.flip(-1), target=1, select=["0", "4"], batch_size=1, progress=progress)
+
+
+def run_token_attribution(progress: Any, _: Path) -> None:  # 3 steps, the whole batch each: 3 passes
+    torch.manual_seed(0)
+    embed = nn.Embedding(10, 3)
+    model = nn.Sequential(embed, nn.Flatten(), nn.Linear(12, 2))
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    hookscope.token_attribution(model, ids, 1, steps=3, baseline="zeros", embeddings=embed, progress=progress)
+
+
+def run_probe(progress: Any, _: Path) -> None:  # two sites: one fit each
+    x = torch.rand(16, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    net = conv_net()
+    with hookscope.capture(net, ["3", "4"]) as cap:
+        net(x)
+    hookscope.probe(cap, torch.arange(16) % 2, progress=progress)
+
+
+def run_export(progress: Any, tmp_path: Path) -> None:  # three batches in the store: three rows written
+    pytest.importorskip("datasets")
+    torch.manual_seed(0)
+    tokens = [torch.rand(2, 3, 4) for _ in range(3)]  # (batch, context, d_in): what SAE Lens reads
+    hookscope.extract(nn.Sequential(nn.Linear(4, 6)), tokens, out=tmp_path / "store", progress=False, force=True)
+    hookscope.export(tmp_path / "store", tmp_path / "hf", format="datasets", force=True, progress=progress)
+
+
 CASES: dict[str, tuple[Callable[[Any, Path], None], list[tuple[str, int, int]]]] = {
     "cam": (run_cam, [("scorecam", done, 6) for done in range(7)]),
     "attribute": (run_attribute, [("integrated_gradients", done, 4) for done in range(5)]),
     "extract": (run_extract, [("extract", done, 3) for done in range(4)]),
+    "patch_sweep": (run_patch_sweep, [("patch_sweep", done, 2) for done in range(3)]),
+    "token_attribution": (run_token_attribution, [("integrated_gradients", done, 3) for done in range(4)]),
+    "probe": (run_probe, [("probe", done, 2) for done in range(3)]),
+    "export": (run_export, [("export", done, 3) for done in range(4)]),
+}
+LAST = {  # the one line of each (one stage) on a stream, as on stderr with True
+    "patch_sweep": "hookscope: patch_sweep 2/2",
+    "token_attribution": "hookscope: integrated_gradients 3/3",
+    "probe": "hookscope: probe 2/2",
+    "export": "hookscope: export 3/3",
 }
 
 
@@ -91,15 +129,56 @@ def test_a_stream_gets_a_line_per_stage_and_true_writes_them_to_stderr(
         assert capsys.readouterr() == ("", "")
 
 
-def test_extract_writes_its_line_to_a_stream_and_stays_quiet_when_off(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name", sorted(LAST))
+def test_the_long_functions_render_the_same_lines(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    run = CASES[name][0]
+    stream = io.StringIO()
+    run(stream, tmp_path)
+    assert stream.getvalue().splitlines() == [LAST[name]]
+    run(True, tmp_path)
+    assert capsys.readouterr().err.splitlines() == [LAST[name]]
+    run(None, tmp_path)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_extract_renders_the_same_line_with_its_throughput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One rendering (hookscope.progress.Lines): extract's line is the others' with rows/s added, on a
+    stream and on stderr alike, terminal or not; nothing redrawn with \\r."""
     stream = io.StringIO()
     run_extract(stream, tmp_path)
-    assert "extract: " in stream.getvalue() and "3/3 batches" in stream.getvalue()
-    for off in (False, None, True):  # True: a redrawn line on a terminal only (stderr is not one here)
+    (line,) = stream.getvalue().splitlines()
+    assert line.startswith("hookscope: extract 3/3, ") and " rows/s, " in line and " written (" in line
+    run_extract(True, tmp_path)
+    err = capsys.readouterr().err
+    assert err.startswith("hookscope: extract 3/3, ") and err.count("\n") == 1 and "\r" not in err
+    for off in (False, None):
         run_extract(off, tmp_path)
         assert capsys.readouterr() == ("", "")
+
+
+def test_a_long_stage_writes_a_line_every_so_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope import progress
+
+    stream = io.StringIO()
+    lines = progress.Lines(stream, every=0.0)  # every step is due
+    for done in range(4):
+        lines("stage", done, 3)
+    assert stream.getvalue().splitlines() == ["hookscope: stage 1/3", "hookscope: stage 2/3", "hookscope: stage 3/3"]
+    quiet_stream = io.StringIO()
+    slow = progress.Lines(quiet_stream)  # EVERY seconds: a short stage writes its last line only
+    for done in range(4):
+        slow("stage", done, 3)
+    assert quiet_stream.getvalue() == "hookscope: stage 3/3\n"
+
+
+def test_one_progress_type_one_renderer() -> None:
+    """Two classes were called Lines (a redrawn line's stream in the CLI, the stage lines): one is left."""
+    import hookscope.cli.meter as meter
+
+    assert not hasattr(meter, "Lines") and not hasattr(meter, "extract_progress")
+    assert isinstance(meter.Stages().plain, hookscope.progress.Lines)
 
 
 def test_callback_turns_each_form_into_a_callable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,6 @@ stderr and the files left behind.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import stat
 from pathlib import Path
@@ -16,9 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
+from hookscope import progress as lines_module
 from hookscope.base.files import mark, write_atomically
 from hookscope.cli import commands, demo, main
-from hookscope.cli import meter as progress
 from hookscope.errors import StoreError
 from hookscope.store import shard_writer
 from hookscope.zoo import lenet
@@ -276,27 +275,13 @@ def test_cam_writes_its_picture_with_the_mode_of_the_umask(capsys, tmp_path: Pat
 
 
 # -- 15. progress, and Score-CAM's batch size -----------------------------------------------------
-def test_progress_off_a_terminal_is_a_plain_line_now_and_then(monkeypatch: pytest.MonkeyPatch) -> None:
-    log = io.StringIO()
-    lines = progress.Lines(log, every=0.0)
-    for done in range(3):
-        print(f"\rextract: {done + 1}/3 batches", end="", file=lines, flush=True)
-    print("\rextract: 3/3 batches", end="\n", file=lines, flush=True)
-    assert log.getvalue().splitlines() == ["extract: 1/3 batches", "extract: 2/3 batches", "extract: 3/3 batches"]
-    quiet = io.StringIO()
-    slow = progress.Lines(quiet, every=3600.0)
-    print("\rextract: 1/1 batches", end="", file=slow)
-    print("\rextract: 1/1 batches", end="\n", file=slow)
-    assert quiet.getvalue() == ""  # a short run adds nothing to a log
-
-
 def test_extract_off_a_terminal_writes_progress_lines(capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(progress, "EVERY", 0.0)
+    monkeypatch.setattr(lines_module, "EVERY", 0.0)
     code, _, err = run(capsys, "extract", "lenet", "random:12x1x32x32", "--batch-size", "4", "--select", "conv1",
                        "--out", str(tmp_path / "acts"))  # fmt: skip
-    lines = [line for line in err.splitlines() if line.startswith("extract: ")]
-    assert code == 0 and lines and "\r" not in err
-    assert lines[-1].startswith("extract: [") and "3/3 batches" in lines[-1]
+    lines = [line for line in err.splitlines() if line.startswith("hookscope: extract ")]
+    assert code == 0 and len(lines) == 3 and "\r" not in err  # one line a batch, when each is due
+    assert lines[-1].startswith("hookscope: extract 3/3, ") and "rows/s" in lines[-1]
     code, _, err = run(capsys, "report", "lenet", TINY, "--out", str(tmp_path / "r"))
     assert code == 0 and "hookscope: forward 1/1" in err.splitlines()
 

@@ -243,6 +243,8 @@ def test_no_target_measures_the_clean_top_1_logit() -> None:
     default = hookscope.patch_sweep(model, clean, corrupt, output="logits", select="body")
     by_class = hookscope.patch_sweep(model, clean, corrupt, target=top, output="logits", select="body")
     assert default.restored == by_class.restored
-    assert default.metric_clean == pytest.approx(float(model(clean)["logits"].max(dim=1).values.mean().detach()), rel=1e-12)
+    assert default.metric_clean == pytest.approx(
+        float(model(clean)["logits"].max(dim=1).values.mean().detach()), rel=1e-12
+    )
     with pytest.raises(hookscope.TargetError, match=r"a class target needs a \(batch, classes\) output"):
         hookscope.patch_sweep(encoder(), torch.randn(2, 5, 8, dtype=D), torch.randn(2, 5, 8, dtype=D))

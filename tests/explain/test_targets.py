@@ -163,7 +163,7 @@ def test_what_a_callable_returns_is_held_to_the_contract() -> None:
         call_target(lambda o: o.sum(), out, 3, per_row=True, caller="cam()")
     with pytest.raises(TargetError, match=r"returned shape \(3, 2\); return \(3,\), one value per row, or \(\)"):
         call_target(lambda o: o, out, 3)
-    with pytest.raises(TargetError, match="must return a tensor .* got str"):
+    with pytest.raises(TargetError, match=r"must return a tensor .* got str"):
         call_target(lambda o: "high", out, 3)
     with pytest.warns(DeprecationWarning, match="returning a float is deprecated"):
         assert call_target(lambda o: 2.5, out, 3).item() == 2.5  # patch_sweep took a float before

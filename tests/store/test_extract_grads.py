@@ -35,6 +35,9 @@ def _loss(output: tuple[Tensor, Tensor]) -> Tensor:
     return nn.functional.cross_entropy(*output, reduction="sum")
 
 
+LOSS: dict[str, Any] = {"target": _loss, "forward": _forward, "progress": False}
+
+
 def _by_hand(net: nn.Sequential, x: Tensor, y: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
     """(output, d loss / d output) of each layer, the network written out."""
     h0 = x @ net[0].weight.T + net[0].bias
@@ -47,7 +50,16 @@ def _by_hand(net: nn.Sequential, x: Tensor, y: Tensor) -> dict[str, tuple[Tensor
 def test_each_batch_holds_the_gradients_autograd_gives(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
     weights = {k: v.clone() for k, v in net.state_dict().items()}
-    run = extract(net, batches, out=tmp_path / "g", select=["0", "1", "2"], kinds=KINDS, target=_loss, forward=_forward, progress=False)
+    run = extract(
+        net,
+        batches,
+        out=tmp_path / "g",
+        select=["0", "1", "2"],
+        kinds=KINDS,
+        target=_loss,
+        forward=_forward,
+        progress=False,
+    )
     assert run.complete and run.batches == [0, 1, 2] and run.config["target"] == "_loss"
     for index, (x, y) in enumerate(batches):
         expected = _by_hand(net, x, y)
@@ -62,9 +74,9 @@ def test_each_batch_holds_the_gradients_autograd_gives(tmp_path: Path) -> None:
 
 def test_a_resumed_gradient_run_equals_one_run(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
-    whole = extract(net, batches, out=tmp_path / "whole", kinds=KINDS, target=_loss, forward=_forward, progress=False)
-    extract(net, batches[:1], out=tmp_path / "part", kinds=KINDS, target=_loss, forward=_forward, progress=False)
-    resumed = extract(net, batches, out=tmp_path / "part", kinds=KINDS, target=_loss, forward=_forward, progress=False, resume=True)
+    whole = extract(net, batches, out=tmp_path / "whole", kinds=KINDS, **LOSS)
+    extract(net, batches[:1], out=tmp_path / "part", kinds=KINDS, **LOSS)
+    resumed = extract(net, batches, out=tmp_path / "part", kinds=KINDS, **LOSS, resume=True)
     assert_equal_runs(resumed, whole)
     with pytest.raises(StoreError, match="made with target '_loss'"):  # another loss is another store
         extract(net, batches, out=tmp_path / "part", kinds=KINDS, target=lambda o: o[0].sum(), resume=True,
@@ -87,7 +99,7 @@ def test_what_a_gradient_run_refuses_says_how_to_fix_it(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match=r"forward kinds .*pass target=fn\(output\)"):
         extract(net, batches, out=tmp_path / "a", kinds=("output", "grad_output"), progress=False)
     with pytest.raises(OptionError, match="a parameter's gradient per batch"):
-        extract(net, batches, out=tmp_path / "b", kinds=("param_grad",), target=_loss, forward=_forward, progress=False)
+        extract(net, batches, out=tmp_path / "b", kinds=("param_grad",), **LOSS)
     with pytest.raises(TargetError, match=r"returned shape \(3, 3\); return \(3,\), one value per row, or \(\)"):
         extract(net, batches, out=tmp_path / "c", kinds="grad_output", target=lambda o: o, progress=False)
     with pytest.raises(OptionError, match=r"no \.detach"):
@@ -95,17 +107,17 @@ def test_what_a_gradient_run_refuses_says_how_to_fix_it(tmp_path: Path) -> None:
                 progress=False)  # fmt: skip
     frozen = _net().requires_grad_(False)
     with pytest.raises(OptionError, match="trainable parameters"):
-        extract(frozen, batches, out=tmp_path / "e", kinds="grad_output", target=_loss, forward=_forward, progress=False)
+        extract(frozen, batches, out=tmp_path / "e", kinds="grad_output", **LOSS)
     assert not any((tmp_path / name).exists() for name in "abe")  # refused before the store was made
 
 
 def test_the_old_contract_output_and_batch_still_works_with_a_warning(tmp_path: Path) -> None:
     """``target(output, batch)`` (before the one contract) gives the gradients of the new spelling."""
     net, batches = _net(), _batches()
-    new = extract(net, batches, out=tmp_path / "new", kinds=KINDS, target=_loss, forward=_forward, progress=False)
+    new = extract(net, batches, out=tmp_path / "new", kinds=KINDS, **LOSS)
     with pytest.warns(DeprecationWarning, match=r"extract\(target=fn\(output, batch\)\) is deprecated.*forward="):
         old = extract(net, batches, out=tmp_path / "old", kinds=KINDS, progress=False,
-                      target=lambda out, batch: nn.functional.cross_entropy(out, batch[1], reduction="sum"))  # fmt: skip
+                      target=lambda out, b: nn.functional.cross_entropy(out, b[1], reduction="sum"))  # fmt: skip
     assert_equal_runs(old, new)
     x, y = batches[0]
     torch.testing.assert_close(new.batch(0)["2"].calls[0].get("grad_output"), _by_hand(net, x, y)["2"][1])
@@ -115,7 +127,7 @@ def test_the_manifest_names_the_target_and_an_older_store_says_loss(tmp_path: Pa
     import json
 
     net, batches = _net(), _batches()
-    extract(net, batches[:1], out=tmp_path / "s", kinds=KINDS, target=_loss, forward=_forward, progress=False)
+    extract(net, batches[:1], out=tmp_path / "s", kinds=KINDS, **LOSS)
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     assert manifest["config"]["target"] == "_loss" and "loss" not in manifest["config"]
     older = load(Path(__file__).parent / "data" / "v1.hookscope")  # written with "loss": null

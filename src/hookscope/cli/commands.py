@@ -48,7 +48,7 @@ from .ablate import ablation_sections
 from .captions import chosen_layer, panel_labels
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
-from .meter import extract_progress, progress
+from .meter import progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store, read_by
@@ -184,7 +184,7 @@ def run_extract(args: argparse.Namespace) -> int:
             loaded.model, loader, out=args.out, select=args.select, kinds=tuple(args.kinds),
             max_memory=args.max_memory, reduce=_reduction(args.reduce, args.dtype), stats_only=args.stats_only,
             per_channel=args.per_channel, resume=args.resume, force=args.force, shard_size=args.shard_size,
-            flush_every=args.flush_every, progress=extract_progress(not args.no_progress),
+            flush_every=args.flush_every, progress=not args.no_progress,  # the lines, with throughput
         )  # fmt: skip
     except KeyboardInterrupt:
         kept = len(load(args.out).batches) if os.path.isdir(args.out) else 0

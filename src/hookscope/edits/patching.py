@@ -30,6 +30,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ from ..core.select import Selector
 from ..core.tree import flatten_layout, rebuild
 from ..errors import CaptureWarning, EditError, EditWarning, NotCapturedError, OptionError
 from ..explain.targets import Target, call_target, rows, scores
+from ..progress import Progress, callback
 from .edit import edit
 from .effects import PatchSweep
 from .ops import function
@@ -71,6 +73,7 @@ def patch_sweep(
     call: int | None = None,
     batch_size: int = 8,
     output: str | None = None,
+    progress: Progress = None,
 ) -> PatchSweep:
     """Patch each selected site's clean activation into the corrupted run and measure ``target`` (module doc).
 
@@ -85,8 +88,9 @@ def patch_sweep(
     module that runs several times (None: every call). ``batch_size``: patched runs per forward
     pass. ``output``: the tensor of a structured model output the target reads (``"logits"``; None:
     a callable gets the whole output, a class index the first tensor).
-    ``sites=``, ``metric=`` and ``copies=`` are the old names of ``select=``, ``target=`` and
-    ``batch_size=`` (deprecated).
+    ``progress`` (``hookscope.progress``; default quiet) hears ``("patch_sweep", done, total)``
+    after each patched forward pass. ``sites=``, ``metric=`` and ``copies=`` are the old names of
+    ``select=``, ``target=`` and ``batch_size=`` (deprecated).
     """
     if clean_x.shape != corrupt_x.shape:
         raise EditError(
@@ -111,9 +115,12 @@ def patch_sweep(
         clean, keys = _clean_values(cap, key, call, tuple(clean_x.shape))
         units = _units(clean, positions)
         values: dict[Unit, float] = {}
+        step, passes = partial(callback(progress), "patch_sweep"), math.ceil(len(units) / batch_size)
+        step(0, passes)
         for start in range(0, len(units), batch_size):
             group = units[start : start + batch_size]
             values.update(zip(group, _patched(model, corrupt_x, group, clean, keys, metric, call), strict=True))
+            step(start // batch_size + 1, passes)
     forwards = 2 + math.ceil(len(units) / batch_size)
     return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
 

@@ -295,20 +295,25 @@ def attribute_through(
     baseline: Baseline = None,
     steps: int = 50,
     batch_size: int | None = None,
+    progress: Progress = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``attribute``'s saliency, input x gradient or integrated gradients of ``target`` through any
     ``forward`` of x (not only a model: ``token_attribution`` sends x, a model's embeddings, through
     the rest of the model), and integrated gradients' per-row delta (None for the others).
 
     ``batch_size=len(x)`` sends each integration step as one forward of the whole batch, so a
-    ``forward`` may mix its rows (one number for the batch).
+    ``forward`` may mix its rows (one number for the batch). ``progress`` hears ``(method, done,
+    total)`` as ``attribute``'s does.
     """
     if method not in ("saliency", "input_x_gradient", "integrated_gradients"):
         raise OptionError(f"method={method!r}: attribute_through runs saliency, input_x_gradient, integrated_gradients")
     _check_options(x, method, steps, 1, 0.0, batch_size)
     with torch.inference_mode(False), torch.enable_grad(), once_each():
         x = x.detach().clone()
+        step = partial(callback(progress), method)
         if method == "integrated_gradients":
-            return _integrated_gradients(forward, x, target, baseline, steps, batch_size, lambda done, total: None)
+            return _integrated_gradients(forward, x, target, baseline, steps, batch_size, step)
+        step(0, 1)
         grad = _gradient(forward, x, target)[0]
+        step(1, 1)
         return (grad if method == "saliency" else x * grad), None

@@ -33,16 +33,19 @@ from ..base.optional import require
 from ..base.words import parse_size
 from ..core.select import Selector
 from ..errors import OptionError, StoreError, StoreWarning
+from ..progress import Callback, Progress, callback
 from ..store.columns import Column, columns, read_input
 from ..store.reader import Run, load
 from ..store.shards import inside, one_line, read_index
 
 
 def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: Selector | None = None,
-          kind: str = "output", key: str | None = None, shard_size: int | str = "500MB") -> Path:  # fmt: skip
+          kind: str = "output", key: str | None = None, shard_size: int | str = "500MB",
+          progress: Progress = None) -> Path:  # fmt: skip
     """Write the sites ``select`` picks (as ``core.select.select_sites`` says; None: every site) of the store
     ``source`` (a path or a ``Run``) to ``out`` as an HF datasets folder; an existing ``out`` is replaced
-    only with ``force``."""
+    only with ``force``. ``progress`` (``hookscope.progress``; default quiet) hears ``("export", batches
+    done, batches)``."""
     run = source if isinstance(source, Run) else load(_store_path(source))
     if run.config.get("layout") == "tokens":
         raise OptionError(f"{run.path} is token-major: its sequences are gone; export a store written with "
@@ -52,7 +55,7 @@ def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, sele
     kept = _inputs(run)
     features = _features(picked, kept)
     with staged_folder(root, lambda err, folder: StoreError(f"cannot write {root}: {err} ({folder})")) as staging:
-        files = _write_rows(picked, kept, features, staging, parse_size(shard_size))
+        files = _write_rows(picked, kept, features, staging, parse_size(shard_size), callback(progress))
         _write_state(run, features, staging, files)
         mark(staging, "export")
     return root
@@ -107,13 +110,15 @@ def _inputs(run: Run) -> dict[int, dict[str, Tensor]]:
 
 
 def _write_rows(picked: list[Column], kept: dict[int, dict[str, Tensor]], features: Any, staging: Path,
-                shard_size: int) -> list[str]:  # fmt: skip
+                shard_size: int, step: Callback) -> list[str]:  # fmt: skip
     """Every batch, one at a time, into ``data-*.arrow`` files of about ``shard_size`` bytes."""
     writer_class = require("datasets.arrow_writer").ArrowWriter
     files: list[str] = []
     writer, written = None, 0
+    batches = sorted(set.intersection(*(set(c.places) for c in picked)))
+    step("export", 0, len(batches))
     try:
-        for batch in sorted(set.intersection(*(set(c.places) for c in picked))):
+        for done, batch in enumerate(batches, 1):
             if writer is None:
                 files.append(f"part-{len(files):05d}.arrow")
                 writer, written = writer_class(path=str(staging / files[-1]), features=features), 0
@@ -123,6 +128,7 @@ def _write_rows(picked: list[Column], kept: dict[int, dict[str, Tensor]], featur
             if written >= shard_size:
                 writer.finalize()
                 writer = None
+            step("export", done, len(batches))
         if writer is not None:
             writer.finalize()
     except OSError as err:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -31,6 +32,7 @@ from ..core.policy import Reducer
 from ..core.records import Record
 from ..core.select import Selector
 from ..errors import NonFiniteError, NotCapturedError, OptionError, ShapeError
+from ..progress import Progress, callback
 from ..store.reader import Run, load, selected_sites
 from . import fit as fits
 from .result import Probe, Probes
@@ -53,6 +55,7 @@ def probe(
     holdout: float = 0.25,
     penalty: float = 1e-3,
     seed: int = 0,
+    progress: Progress = None,
 ) -> Probes:
     """A linear probe of ``labels`` at every site ``select`` picks (None: every site).
 
@@ -62,15 +65,19 @@ def probe(
     ``logistic`` (classes, the default for integers), ``ridge`` (values, the default for floats) or
     ``mean_difference`` (classes, nearest class mean). ``holdout``: the share of groups tested,
     drawn with ``seed``; ``penalty``: the L2 strength (ridge: sklearn's ``alpha / N``). The
-    metric is accuracy for classes, R^2 for values.
+    metric is accuracy for classes, R^2 for values. ``progress`` (``hookscope.progress``; default
+    quiet) hears ``("probe", sites done, sites)`` after each site's fit.
     """
     run = load(source) if isinstance(source, (str, os.PathLike)) else source
     target = _labels(labels)
     chosen = _method(method, target)
     found: dict[str, Probe] = {}
-    for site in selected_sites(run, select):
+    sites, step = selected_sites(run, select), partial(callback(progress), "probe")
+    step(0, len(sites))
+    for done, site in enumerate(sites, 1):
         x, y, group, shape = _examples(_tensors(run, site, kind, key, call, reduce), target, groups, site)
         found[site] = _fit_site(site, chosen, x, y, group, shape, holdout=holdout, penalty=penalty, seed=seed)
+        step(done, len(sites))
     return Probes(found)
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -43,7 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base.deprecation import renamed
-from ..base.words import bar, format_size, parse_size
+from ..base.words import format_size, parse_size
 from ..base.world import World
 from ..core import kinds
 from ..core.capture import capture
@@ -53,7 +52,7 @@ from ..core.policy import Reducer
 from ..core.records import Label
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import OptionError, StoreError
-from ..progress import Callback, Progress, callback
+from ..progress import Callback, Progress, callback, quiet, rendered
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from . import format as store_format
@@ -104,9 +103,9 @@ def extract(
     A batch is a tensor, an ``(inputs, ...)`` tuple or list (the first item is the model's
     input), or a dict of keyword arguments; ``forward(model, batch)`` handles anything else.
     Tensors go to the model's device. ``select``: the modules kept (None, the default: every leaf
-    module). ``progress`` (``hookscope.progress``; on by default, a dataset run is long): a line with
-    throughput redrawn on stderr when it is a terminal (``True``; quiet off a terminal), on the given
-    stream, none (``False`` or None), or a callable told ``("extract", batches done, batches in all)``
+    module). ``progress`` (``hookscope.progress``; on by default, a dataset run is long): its lines
+    with throughput, on stderr (``True``) or the given stream, when the run ends and every 10 s
+    before; none (``False`` or None); or a callable told ``("extract", batches done, batches in all)``
     after each batch (0 in all when the loader has no length). An existing store is refused unless
     ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may
     wait in memory before it is written, in a shard not yet full (``None``: only full shards and the
@@ -257,41 +256,38 @@ class _StatsAccumulator:
 
 
 class _Meter:
-    """One line of progress: a bar (when the number of batches is known), rows per second, bytes
-    written and their rate; redrawn at most five times a second. A callable ``progress`` is told
-    ``("extract", done, total)`` after each batch instead."""
+    """``progress=`` of a run: the one rendering (``hookscope.progress.Lines``), a line when the run
+    ends and at most every ``EVERY`` seconds before, with its throughput (rows per second, bytes
+    written and their rate); or a callable told ``("extract", done, total)`` after each batch."""
 
     def __init__(self, progress: Progress, total: int | None) -> None:
-        self.stream = _stream(progress)
-        wants_calls = self.stream is None and progress not in (True, False, None)  # True off a terminal: quiet
-        self.told: Callback | None = callback(progress) if wants_calls else None
+        self.lines = rendered(progress)
+        self.told: Callback = callback(progress) if self.lines is None else quiet
         self.total = total
         self.batches = self.rows = 0
-        self.start = self.shown = time.monotonic()
-        if self.told is not None:
-            self.told("extract", 0, total or 0)
+        self.start = time.monotonic()
+        self.told("extract", 0, total or 0)
+        if self.lines is not None:
+            self.lines("extract", 0, total or 0)
 
     def step(self, rows: int | None, written: int) -> None:
         self.batches += 1
         self.rows += rows or 0
-        if self.told is not None:
-            self.told("extract", self.batches, self.total or 0)
-        if self.stream is not None and time.monotonic() - self.shown >= 0.2:
-            self._show(written, end="")
+        self.told("extract", self.batches, self.total or 0)
+        if self.lines is not None and self.batches != self.total:  # the last line waits for close: all written
+            self.lines("extract", self.batches, self.total or 0, self._detail(written))
 
     def close(self, written: int) -> None:
-        if self.stream is not None:
-            self._show(written, end="\n")
+        """The last line, with the bytes written (a run that stopped early: only when a line is due)."""
+        if self.lines is not None and self.batches:
+            self.lines("extract", self.batches, self.total or self.batches, self._detail(written))
 
-    def _show(self, written: int, end: str) -> None:
-        self.shown = time.monotonic()
-        seconds = max(self.shown - self.start, 1e-9)
-        drawn = f"{bar(self.batches, self.total)} " if self.total else ""
-        of = f"/{self.total}" if self.total is not None else ""
-        line = f"\rextract: {drawn}{self.batches}{of} batches, {self.rows / seconds:,.1f} rows/s"
+    def _detail(self, written: int) -> str:
+        seconds = max(time.monotonic() - self.start, 1e-9)
+        detail = f"{self.rows / seconds:,.1f} rows/s"
         if written:
-            line += f", {format_size(written)} written ({format_size(written / seconds)}/s)"
-        print(line, end=end, file=self.stream or sys.stderr, flush=True)
+            detail += f", {format_size(written)} written ({format_size(written / seconds)}/s)"
+        return detail
 
 
 # -- the store: opened by rank 0, then read by every rank -------------------------------------------
@@ -364,10 +360,3 @@ def _channel_dim(per_channel: bool | int) -> int | None:
     if not isinstance(per_channel, int):
         raise OptionError(f"per_channel must be True, False or a dimension (int), got {per_channel!r}")
     return per_channel
-
-
-def _stream(progress: Progress) -> Any:
-    """Where the redrawn line goes: stderr on a terminal (``True``), the stream given, else nowhere."""
-    if progress is True:
-        return sys.stderr if sys.stderr.isatty() else None
-    return progress if hasattr(progress, "write") else None

@@ -51,6 +51,7 @@ from ..errors import OptionError
 from ..explain.attribute import attribute_through
 from ..explain.baselines import make_baseline
 from ..explain.targets import Target, call_target, rows, scores
+from ..progress import Progress
 from ..viz.highlight import token_html, token_image
 from .text import encoded, model_part
 
@@ -102,6 +103,7 @@ def token_attribution(
     embeddings: nn.Module | None = None,
     rows: Sequence[int] | None = None,
     output: str | None = None,
+    progress: Progress = None,
 ) -> TokenAttribution:
     """Attributions of ``target`` (of ``model(**inputs)``) to each token's embedding (see the module doc).
 
@@ -113,7 +115,8 @@ def token_attribution(
     (``rows=[0]``: which words of text 0 make it similar to text 1). ``steps`` (50, as Captum's
     ``n_steps``) points run one forward and one backward each. ``output`` names the tensor of a
     structured model output the target reads (``"logits"``; None: a callable gets the whole output,
-    a class index the first tensor). ``scalar_fn=`` is the old name of
+    a class index the first tensor). ``progress`` (``hookscope.progress``; default quiet) hears
+    ``(method, done, total)`` after each step through the model. ``scalar_fn=`` is the old name of
     ``target=`` and ``method="ig"`` of ``"integrated_gradients"`` (both deprecated).
     """
     if str(method) == "ig":
@@ -136,7 +139,9 @@ def token_attribution(
     if method == "integrated_gradients":
         base = _baseline(baseline, layer, x, ids, _keep(batch, tokenizer, ids), _pad_id(model, tokenizer))
         base = _only_rows(base, x, rows)
-    attr, _ = attribute_through(forward, x, method, _itself, baseline=base, steps=steps, batch_size=len(x))
+    attr, _ = attribute_through(
+        forward, x, method, _itself, baseline=base, steps=steps, batch_size=len(x), progress=progress
+    )
     per_token = attr.sum(dim=-1).detach()  # (B, T)
     base_value, delta = None, None
     if base is not None:
