@@ -14,7 +14,7 @@ from torch import Tensor, nn
 import hookscope
 from hookscope.errors import OptionError, SelectionError
 from tests.report.test_report import by_hand, tiny_cnn
-from tests.store.test_extract_grads import KINDS, _batches, _by_hand, _loss, _net
+from tests.store.test_extract_grads import KINDS, LOSS, _batches, _by_hand, _net
 
 
 def conv_net() -> nn.Sequential:
@@ -104,9 +104,10 @@ def test_attribute_ig_is_integrated_gradients_and_warns() -> None:
 
 def test_extract_target_equals_the_old_loss_and_both_arities_work(tmp_path: Path) -> None:
     net, batches = _net(), _batches()
-    new = hookscope.extract(net, batches, out=tmp_path / "new", kinds=KINDS, target=_loss, progress=False)
+    new = hookscope.extract(net, batches, out=tmp_path / "new", kinds=KINDS, **LOSS)
+    old_spelling = {"loss" if k == "target" else k: v for k, v in LOSS.items()}
     with pytest.warns(DeprecationWarning, match=r"use extract\(target=\.\.\.\)"):
-        old = hookscope.extract(net, batches, out=tmp_path / "old", kinds=KINDS, loss=_loss, progress=False)
+        old = hookscope.extract(net, batches, out=tmp_path / "old", kinds=KINDS, **old_spelling)
     per_row = hookscope.extract(net, batches, out=tmp_path / "rows", kinds=KINDS, progress=False,
                                 target=lambda out: out.logsumexp(1))  # (output) -> one value per row  # fmt: skip
     for index, (x, y) in enumerate(batches):

@@ -136,7 +136,7 @@ def test_checkpointing_a_block_frees_what_the_graph_says(resnet: Any, block: str
 def test_colours_are_the_numbers(resnet: Any) -> None:
     _, _, graph = resnet
     values = {"conv1": 0.0, "bn1": 5.0, "relu": 10.0, "fc": float("nan")}
-    page = svg(graph.colored(values, measure="test"))
+    page = svg(graph.colored(values, column="test"))
     fills = dict(re.findall(r'data-name="([^"]+)"><title>[^<]*</title><rect [^>]*fill="(#[0-9a-f]{6})"', page))
     assert fills["conv1"] == VIRIDIS[0] and fills["relu"] == VIRIDIS[-1]
     assert fills["bn1"] == "#269089"  # by hand: halfway between stops 2 (#2a788e) and 3 (#22a884)
@@ -148,9 +148,9 @@ def test_overlays_from_hookscope_results(resnet: Any) -> None:
     model, x, _ = resnet
     with hookscope.capture(model, ["conv1", "fc"]) as cap, torch.no_grad():
         model(x)
-    values, measure = overlay_of(cap, measure="std")
+    values, column = overlay_of(cap, column="std")
     assert values["conv1"] == pytest.approx(cap["conv1"].output.std(unbiased=False).item(), rel=1e-5)
-    assert measure == "std of the output"
+    assert column == "std of the output"
     error = hookscope.errors.NonFiniteError("x", module="layer2.0.conv1", value="nan")
     assert overlay_of(error)[0] == {"layer2.0.conv1": 1.0}
 
@@ -207,7 +207,7 @@ def test_model_explorer_node_data_matches_its_builder_and_adapter(resnet: Any, t
     sites = [n.name for n in graph.leaves() if n.type in ("Conv2d", "BatchNorm2d", "Linear")]
     assert len(sites) == 41
     values = {name: float(i) for i, name in enumerate(sites)}
-    path = hookscope.export(graph.colored(values, measure="index"), tmp_path / "nd.json", format="model-explorer")
+    path = hookscope.export(graph.colored(values, column="index"), tmp_path / "nd.json", format="model-explorer")
     ours = json.loads(path.read_text())
     program = torch.export.export(model, (x,))
     converted = adapter.PytorchExportedProgramAdapterImpl(program, {"const_element_count_limit": 16}).convert()
@@ -260,7 +260,7 @@ def test_notebook_view_table_and_plot(resnet: Any) -> None:
 def page(resnet: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     model, x, _ = resnet
     report = build_report(model, x[:1], grads=True, cam_methods=())
-    assert report.graph is not None and report.graph.measure == "mean |grad_output|"
+    assert report.graph is not None and report.graph.column == "mean |grad_output|"
     return write_report(report, tmp_path_factory.mktemp("graph") / "report")
 
 
@@ -296,7 +296,7 @@ def test_a_store_keeps_its_graph_and_its_report_draws_it(resnet: Any, tmp_path: 
     run = hookscope.save(cap, tmp_path / "store", graph=graph)
     report = build_report_from_store(hookscope.load(run.path))
     assert report.graph is not None and report.graph.edges == graph.edges
-    assert report.graph.measure == "bytes saved for backward"
+    assert report.graph.column == "bytes saved for backward"
     html = render_html(report)
     assert 'href="#layer-0"' in html and 'class="hs-graph"' in html
 
@@ -318,7 +318,7 @@ def test_the_training_report_colours_the_graph_by_its_alerts(tmp_path: Path) -> 
     run = hookscope.load(tmp_path / "run.hookscope")
     assert run.alerts
     report = hookscope.build_training_report(run, graph=module_graph(model, torch.randn(2, 8)))
-    assert report.graph is not None and report.graph.measure == "alerts"
+    assert report.graph is not None and report.graph.column == "alerts"
     by_hand: dict[str, float] = {}
     for alert in run.alerts:
         by_hand[alert.module] = by_hand.get(alert.module, 0.0) + 1

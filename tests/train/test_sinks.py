@@ -57,7 +57,7 @@ def test_log_refuses_what_is_not_a_scalar(tmp_path: Path) -> None:
 
 
 def test_a_bad_sink_is_refused_before_anything_opens() -> None:
-    with pytest.raises(hookscope.OptionError, match="KIND one of tensorboard, trackio, mlflow, wandb"):
+    with pytest.raises(hookscope.OptionError, match="TOOL one of tensorboard, trackio, mlflow, wandb"):
         parse(["neptune:x"])
     with pytest.raises(hookscope.OptionError, match="'wandb:offline' or 'wandb:online'"):
         parse("wandb:somewhere")

@@ -5,7 +5,7 @@
     graph = hookscope.module_graph(model, x, exported=True)       # torch.export's node names per module
     hookscope.export(graph.colored(values), "grads.json", format="model-explorer")
     hookscope.export(w.alerts, "alerts.json", format="model-explorer", graph=graph)
-    hookscope.export(run.histories(), "steps", format="model-explorer", graph=graph, measure="grad_norm")
+    hookscope.export(run.histories(), "steps", format="model-explorer", graph=graph, column="grad_norm")
 
 Google's Model Explorer draws a ``torch.export`` program (its PyTorch adapter: ``.pt2`` files)
 and colours its nodes by *node data*: JSON ``{graph id: {"results": {node id: {"value": v}},
@@ -18,7 +18,8 @@ each of its calls; a value keyed by one call of a module that ran more than once
 ``source``: a ``Graph`` with an overlay, or anything ``hookscope.graph.overlay.overlay_of`` reads
 (then ``graph=``, a graph built with ``exported=True``, or ``model=`` and ``x=`` to build one).
 Histories of a watch run (``w.histories()``, ``run.histories()`` or the ``Watch`` itself) write a
-folder, ``out/step-<n>.json`` per logged step, of the column ``measure`` (default ``grad_norm``).
+folder, ``out/step-<n>.json`` per logged step, of the column ``column`` (default ``grad_norm``;
+``measure=`` is its old name).
 Modules with no node, and non-finite values (JSON has none), are left out with a warning.
 """
 
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..base.deprecation import renamed
 from ..base.files import mark, new_output, staged_folder, write_atomically
 from ..errors import CaptureWarning, OptionError, StoreError
 from ..graph.nodes import Graph
@@ -42,22 +44,23 @@ from ..store.series import History
 GRAPH_ID = "graph"  # the id Model Explorer's PyTorch adapter gives the exported program's graph
 
 
+@renamed(measure="column")  # measure= is compare.cka's CKA or RSA
 def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, **options: Any) -> Path:
     """Write node data of ``source`` to ``out`` (a file; a folder for a watch run's histories); see the module."""
-    unknown = set(options) - {"graph", "model", "x", "measure"}
+    unknown = set(options) - {"graph", "model", "x", "column"}
     if unknown:
-        raise OptionError(f"format='model-explorer' takes graph=, model=, x=, measure=; got {sorted(unknown)}")
+        raise OptionError(f"format='model-explorer' takes graph=, model=, x=, column=; got {sorted(unknown)}")
     histories = _histories(source)  # a watch run's: a folder of steps; anything else: one file
     path = new_output(out, force=force, kind="export", file=histories is None)
     graph = _graph(source, options)
     if histories is not None:
-        return _write_steps(histories, graph, path, options.get("measure") or "grad_norm")
-    values, measure = (
-        (dict(source.overlay), source.measure)
+        return _write_steps(histories, graph, path, options.get("column") or "grad_norm")
+    values, column = (
+        (dict(source.overlay), source.column)
         if isinstance(source, Graph)
-        else overlay_of(source, measure=options.get("measure"))
+        else overlay_of(source, column=options.get("column"))
     )
-    data = node_data(values, graph, name=measure)
+    data = node_data(values, graph, name=column)
     write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1), encoding="utf-8"))
     return path
 

@@ -4,7 +4,7 @@
 
     graph = hookscope.module_graph(model, x)         # hookscope.graph.trace: one forward pass under hooks
     graph.leaves()                                    # the modules that ran nothing inside: the boxes drawn
-    graph.colored(grad_norms, measure="|grad|")      # the same graph, its boxes coloured by a number per site
+    graph.colored(grad_norms, column="|grad|")      # the same graph, its boxes coloured by a number per site
     graph.saved_under("layer1.0")                     # bytes that block's forward left saved for the backward
     graph.node("layer1.0").checkpoint                  # of which torch.utils.checkpoint on it would free this
 
@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base.deprecation import renamed, warn_renamed
 from ..base.display import Shows, plot_of, table_of
 
 # the two ends of the data flow, beside the modules' names (not kinds: the model's input and output)
@@ -95,11 +96,11 @@ class Graph(Shows):
     note: str  # why it was built that way
     blocks: tuple[str, ...] = ()  # repeated blocks (core.select.blocks), drawn folded
     overlay: Mapping[str, float] = field(default_factory=dict)  # module name -> the number it is coloured by
-    measure: str = ""  # what the overlay's numbers are
+    column: str = ""  # what the overlay's numbers are: the column they fill in the table, the legend's name
     export_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # module -> torch.export node names
 
     def __repr__(self) -> str:
-        coloured = f", coloured by {self.measure}" if self.overlay else ""
+        coloured = f", coloured by {self.column}" if self.overlay else ""
         modules, calls = len({node.module for node in self.nodes}), len(self.nodes)
         ran = f"{modules} modules" + (f" in {calls} calls" if calls != modules else "")
         return f"<Graph {self.model}: {ran}, {len(self.edges)} edges, by {self.built}{coloured}>"
@@ -146,10 +147,18 @@ class Graph(Shows):
         """Bytes the forward of ``name`` and everything inside it left saved for the backward."""
         return sum(node.saved for node in self.under(name))
 
-    def colored(self, overlay: Mapping[str, float], *, measure: str = "value") -> Graph:
+    @renamed(measure="column")
+    def colored(self, overlay: Mapping[str, float], *, column: str = "value") -> Graph:
         """This graph with its boxes coloured by ``overlay`` (module name, or a call's ``module#i``, -> number;
-        see ``graph.overlay``); a module's value colours each of its calls."""
-        return dataclasses.replace(self, overlay={str(k): float(v) for k, v in overlay.items()}, measure=measure)
+        see ``graph.overlay``); a module's value colours each of its calls. ``column`` names the numbers
+        (``measure=``, its old name, is ``compare.cka``'s CKA or RSA)."""
+        return dataclasses.replace(self, overlay={str(k): float(v) for k, v in overlay.items()}, column=column)
+
+    @property
+    def measure(self) -> str:
+        """The old name of ``column`` (one release)."""
+        warn_renamed("Graph.measure", "Graph.column")
+        return self.column
 
     def value(self, name: str) -> float | None:
         """The overlay's number for node ``name``: its own, else its module's, else None."""

@@ -2,12 +2,12 @@
 
 ::
 
-    graph.colored(overlay_of(cap, measure="std")[0])          # a capture: a statistic of each output
-    values, measure = overlay_of(w.alerts)                     # a watch's alerts: how many per module
-    values, measure = overlay_of(sweep)                        # a patch sweep: the fraction restored
+    graph.colored(overlay_of(cap, column="std")[0])           # a capture: a statistic of each output
+    values, column = overlay_of(w.alerts)                      # a watch's alerts: how many per module
+    values, column = overlay_of(sweep)                         # a patch sweep: the fraction restored
     divergence(cap_a, cap_b)                                   # two models on one input: relative change
 
-``overlay_of`` reads: a mapping of numbers; a mapping of ``Summary`` (any field: ``measure=``), of
+``overlay_of`` reads: a mapping of numbers; a mapping of ``Summary`` (any field: ``column=``), of
 ``Record`` (a capture: ``summarize`` of each first call's output, ``mean_abs`` by default) or of
 ``History`` (a watch run: the last logged value of a column, ``grad_norm`` by default); a
 ``GradientFlow`` (mean |gradient|); a list of ``Alert`` (count per module); a ``NonFiniteError``
@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..base.deprecation import renamed
 from ..core.records import Record
 from ..errors import NonFiniteError, OptionError
 from ..stats.summary import GradientFlow, Summary, summarize
@@ -37,7 +38,8 @@ NON_FINITE = "#d62728"
 NO_VALUE = "#ffffff"
 
 
-def overlay_of(source: Any, *, measure: str | None = None) -> tuple[dict[str, float], str]:
+@renamed(measure="column")  # measure= is compare.cka's CKA or RSA
+def overlay_of(source: Any, *, column: str | None = None) -> tuple[dict[str, float], str]:
     """``(module name -> number, what the numbers are)`` from a result hookscope made (see the module)."""
     if isinstance(source, NonFiniteError):
         return {source.module: 1.0}, f"first non-finite value ({source.value}, {source.phase})"
@@ -50,28 +52,28 @@ def overlay_of(source: Any, *, measure: str | None = None) -> tuple[dict[str, fl
     if isinstance(source, Sequence) and all(isinstance(a, Alert) for a in source):
         return {k: float(v) for k, v in Counter(a.module for a in source).items()}, "alerts"
     if isinstance(source, Mapping):
-        return _from_mapping(source, measure)
+        return _from_mapping(source, column)
     raise OptionError(
         f"an overlay is a mapping of numbers, summaries, records or histories, a GradientFlow, a list of alerts, "
         f"a NonFiniteError, a patch sweep or an edit report; got {type(source).__name__}"
     )
 
 
-def _from_mapping(source: Mapping[str, Any], measure: str | None) -> tuple[dict[str, float], str]:
+def _from_mapping(source: Mapping[str, Any], column: str | None) -> tuple[dict[str, float], str]:
     values = list(source.values())
     if all(isinstance(v, Record) for v in values):
-        stat = measure or "mean_abs"
+        stat = column or "mean_abs"
         found = {k: _stat(summarize(r.calls[0].tensors["output"][r.calls[0].keys("output")[0]]), stat)
                  for k, r in source.items() if r.calls and r.calls[0].keys("output")}  # fmt: skip
         return found, f"{stat} of the output"
     if all(isinstance(v, Summary) for v in values):
-        stat = measure or "mean_abs"
+        stat = column or "mean_abs"
         return {k: _stat(v, stat) for k, v in source.items()}, stat
     if all(isinstance(v, History) for v in values):
-        column = measure or "grad_norm"
-        return {k: v[column][-1] for k, v in source.items() if len(v)}, f"{column} (last logged step)"
+        name = column or "grad_norm"
+        return {k: v[name][-1] for k, v in source.items() if len(v)}, f"{name} (last logged step)"
     if all(isinstance(v, int | float) for v in values):
-        return {str(k): float(v) for k, v in source.items()}, measure or "value"
+        return {str(k): float(v) for k, v in source.items()}, column or "value"
     raise OptionError(
         "an overlay mapping holds numbers, Summary, Record or History values, one kind; "
         f"got {sorted({type(v).__name__ for v in values})}; pass module name -> float"
@@ -81,7 +83,7 @@ def _from_mapping(source: Mapping[str, Any], measure: str | None) -> tuple[dict[
 def _stat(summary: Summary, stat: str) -> float:
     value = summary.as_dict().get(stat)
     if not isinstance(value, int | float):
-        raise OptionError(f"measure={stat!r} is not a number of a Summary; pass mean, std, min, max, mean_abs, ...")
+        raise OptionError(f"column={stat!r} is not a number of a Summary; pass mean, std, min, max, mean_abs, ...")
     return float(value)
 
 

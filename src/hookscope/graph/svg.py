@@ -111,7 +111,7 @@ def _title(graph: Graph, box: Box, value: float | None) -> str:
     lines = [f"{box.name} ({node.type}), {calls}"]
     if value is not None:
         inside = box.folded and box.name not in graph.overlay
-        lines.append(f"{graph.measure}: {_number(value)}" + (" (largest inside)" if inside else ""))
+        lines.append(f"{graph.column}: {_number(value)}" + (" (largest inside)" if inside else ""))
     lines.append(f"saved for backward: {format_size(graph.saved_under(box.name))}")
     if box.folded:
         lines.append(f"checkpointing it would free {format_size(node.checkpoint)}; click to open")
@@ -149,7 +149,7 @@ def legend(graph: Graph) -> str:
     )
     bad = any(not math.isfinite(v) for v in graph.overlay.values())
     return (
-        f'<p class="hs-legend"><b>{_e(graph.measure)}</b>{" (log scale)" if log else ""}: {_number(lo)} '
+        f'<p class="hs-legend"><b>{_e(graph.column)}</b>{" (log scale)" if log else ""}: {_number(lo)} '
         f'<span style="display:inline-block;width:120px;height:10px;vertical-align:middle;'
         f'background:linear-gradient(to right, {stops})"></span> {_number(hi)}'
         f"{RED_KEY if bad else ''} · white: no value · {lines}</p>"
@@ -205,5 +205,5 @@ def graph_table(graph: Graph) -> str:
         )
         for n in sorted(graph.nodes, key=lambda n: n.order)
     ]
-    head = ("module", "type", "calls", "saved", "saved inside", "checkpoint frees", graph.measure or "value")
+    head = ("module", "type", "calls", "saved", "saved inside", "checkpoint frees", graph.column or "value")
     return "\n".join(columns([head, *rows], right=(2, 3, 4, 5, 6)))

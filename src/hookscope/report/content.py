@@ -181,9 +181,9 @@ def coloured(graph: Graph | None, flow: FlowChart | None) -> Graph | None:
     if graph is None:
         return None
     if flow is not None:
-        return graph.colored({bar.name: bar.mean_abs for bar in flow.bars}, measure="mean |grad_output|")
+        return graph.colored({bar.name: bar.mean_abs for bar in flow.bars}, column="mean |grad_output|")
     saved = {node.name: float(node.saved) for node in graph.leaves()}
-    return graph.colored(saved, measure="bytes saved for backward")
+    return graph.colored(saved, column="bytes saved for backward")
 
 
 def layer_views(

@@ -139,8 +139,8 @@ def _kept_graph(run: Run) -> Graph | None:
 def _alert_graph(graph: Graph | None, alerts: Sequence[Alert], histories: Mapping[str, History]) -> Graph | None:
     if graph is None:
         return None
-    values, measure = overlay_of(list(alerts)) if alerts else overlay_of(dict(histories), measure="grad_norm")
-    return graph.colored(values, measure=measure)
+    values, column = overlay_of(list(alerts)) if alerts else overlay_of(dict(histories), column="grad_norm")
+    return graph.colored(values, column=column)
 
 
 def training_report(run: Run, *, title: str | None = None, max_layers: int = 64) -> TrainingReport:

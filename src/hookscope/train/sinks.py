@@ -26,13 +26,22 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from ..base.deprecation import warn_renamed
 from ..base.optional import require
 from ..errors import OptionError
 from ..store.series import Alert
 from .board import Board
 
-KINDS = ("tensorboard", "trackio", "mlflow", "wandb")
+TOOLS = ("tensorboard", "trackio", "mlflow", "wandb")  # the tools a sink writes to (KINDS are what a capture keeps)
 EXPERIMENT = "hookscope"  # the MLflow experiment and the W&B project of a watch's runs
+
+
+def __getattr__(name: str) -> Any:
+    """``KINDS``, this module's old name of ``TOOLS``, for one release (``hookscope.KINDS`` are capture kinds)."""
+    if name == "KINDS":
+        warn_renamed("hookscope.train.sinks.KINDS", "hookscope.train.sinks.TOOLS")
+        return TOOLS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Sink(Protocol):
@@ -53,8 +62,8 @@ def parse(specs: Sequence[Any] | str | None) -> list[tuple[str, Any]]:
             out.append(("object", spec))  # a Sink made by the caller (integrations.accelerate)
             continue
         kind, _, where = str(spec).partition(":")
-        if kind not in KINDS or not where:
-            raise OptionError(f"sinks= takes 'KIND:WHERE' with KIND one of {', '.join(KINDS)} (e.g. "
+        if kind not in TOOLS or not where:
+            raise OptionError(f"sinks= takes 'TOOL:WHERE' with TOOL one of {', '.join(TOOLS)} (e.g. "
                               f"'tensorboard:runs/tb', 'trackio:exp1', 'wandb:offline'); got {spec!r}")  # fmt: skip
         if kind == "wandb" and where not in ("offline", "online"):
             raise OptionError(f"a wandb sink is 'wandb:offline' or 'wandb:online', got {spec!r}")
