@@ -131,7 +131,7 @@ def test_the_stream_is_seeded_per_epoch_and_disjoint_across_ranks(tmp_path: Path
         for rank in (0, 1):
             monkeypatch.setenv("RANK", str(rank))
             monkeypatch.setenv("WORLD_SIZE", "2")
-            stream = hookscope.StoreStream(run.path, "mlp", by="tokens", batch_size=3, max_memory=60, seed=7)
+            stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=3, max_memory=60, seed=7)
             stream.set_epoch(epoch)
             parts.append(torch.cat(list(stream)))
             assert torch.equal(torch.cat(list(stream)), parts[-1])  # seeded: the same epoch, the same order
@@ -140,7 +140,7 @@ def test_the_stream_is_seeded_per_epoch_and_disjoint_across_ranks(tmp_path: Path
     assert not torch.equal(*epochs)  # another epoch, another order
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
-    stream = hookscope.StoreStream(run.path, "mlp", by="tokens", batch_size=3, max_memory=60, seed=7)
+    stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=3, max_memory=60, seed=7)
     got = torch.cat(list(DataLoader(stream, batch_size=None, num_workers=2)))
     assert _sorted(got).equal(_sorted(want))
 
@@ -229,6 +229,6 @@ def test_the_stream_holds_at_most_max_memory_plus_a_batch(tmp_path: Path, monkey
 
     monkeypatch.setattr(dataset._Window, "add", counted)
     batch_bytes = 2 * 5 * 3 * 4  # a batch: 2 rows of 5 tokens of 3 float32
-    stream = hookscope.StoreStream(run.path, "mlp", by="tokens", batch_size=2, max_memory=100)
+    stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=2, max_memory=100)
     assert len(torch.cat(list(stream))) == len(hookscope.StoreDataset(run.path, "mlp", by="tokens"))
     assert held and max(held) <= 100 + batch_bytes

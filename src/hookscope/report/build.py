@@ -46,6 +46,7 @@ from ..core.select import Selector
 from ..errors import CaptureWarning, OptionError
 from ..explain.cam import CAM_METHODS
 from ..explain.targets import Target, explained, logits, scores
+from ..graph.nodes import Graph
 from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
 from .content import (
@@ -86,7 +87,7 @@ def build_report(
     output: str | None = None,
     image_names: Sequence[str] = (),
     sections: Sequence[object] = (),
-    graph: bool = True,
+    graph: Graph | bool = True,
     faithfulness: bool = False,
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
@@ -103,18 +104,19 @@ def build_report(
     at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
     after each of its steps. ``sections``: drawn after the prediction, each a ``PatchSweep``, a ``Similarity``
     or ``Divergence`` (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section``
-    (``hookscope.report.sections``). ``graph``: draw the module graph (``hookscope.graph``), traced by hooks in
+    (``hookscope.report.sections``). ``graph``: the module graph drawn, a ``Graph`` (``module_graph``, as
+    ``save``, ``extract`` and ``build_training_report`` take it), ``True`` (the default): traced by hooks in
     the same pass (which then records gradients, to measure what each module leaves saved for the backward),
-    coloured by mean |gradient| with ``grads``, else by those saved bytes. ``faithfulness``: measure each CAM's
-    deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC badge under each
-    CAM and a section with the curves.
+    coloured by mean |gradient| with ``grads``, else by those saved bytes; ``False``: none. ``faithfulness``: measure
+    each CAM's deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC badge
+    under each CAM and a section with the curves.
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)
     _check_options(model, x, grads, pictures, cam_methods, top_k, max_layers)
     step = callback(progress)
     with evaluating(model) as switched:  # the model as it predicts; every module's flag restored after
-        tracer = Tracer(model) if graph else None
+        tracer = Tracer(model) if graph is True else None  # a Graph given is drawn as it is
         cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step, tracer)
         scores_2d = _class_scores(returned, labels, key)
         del returned  # with a graph it holds the pass's autograd graph
@@ -144,7 +146,7 @@ def build_report(
         selected=len(cap),
         image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
         sections=tuple(as_section(section) for section in (*faithful, *sections)),
-        graph=coloured(tracer.graph() if tracer is not None else None, flow),
+        graph=coloured(tracer.graph() if tracer is not None else graph if isinstance(graph, Graph) else None, flow),
     )
 
 

@@ -4,7 +4,7 @@
 
     data = hookscope.StoreDataset("acts.hookscope", "blocks.3", by="tokens")   # (B, T, D) -> tokens of D
     loader = DataLoader(data, batch_size=4096, shuffle=True, num_workers=2)
-    stream = hookscope.StoreStream("acts.hookscope", "blocks.3", by="tokens", batch_size=4096, seed=0)
+    stream = hookscope.StoreStream("acts.hookscope", "blocks.3", by="tokens", minibatch=4096, seed=0)
     for epoch in range(2):
         stream.set_epoch(epoch)
         for x in DataLoader(stream, batch_size=None, num_workers=2): ...
@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from ..base.deprecation import renamed
 from ..base.words import parse_size
 from ..base.world import World
 from ..core.select import Selector
@@ -94,17 +95,17 @@ class StoreDataset(Dataset[Item]):
 
 class StoreStream(IterableDataset[Item]):
     """The items of ``StoreDataset`` through a shuffle buffer: whole batches read in a seeded order, shuffled
-    in a buffer of at most ``max_memory`` bytes; ``batch_size``: yield minibatches of that many items."""
+    in a buffer of at most ``max_memory`` bytes; ``minibatch``: yield minibatches of that many items
+    (``batch_size=``, its old name, is the rows a function sends through a model at once)."""
 
+    @renamed(batch_size="minibatch")
     def __init__(self, source: Source | Sequence[Source], select: Selector | None = None, *,
-                 kind: str = "output", key: str | None = None, by: str = "rows", batch_size: int | None = None,
+                 kind: str = "output", key: str | None = None, by: str = "rows", minibatch: int | None = None,
                  max_memory: int | str = "256MB", seed: int = 0, verify: bool = True) -> None:  # fmt: skip
         self.data = StoreDataset(source, select, kind=kind, key=key, by=by, verify=verify)
-        if batch_size is not None and (
-            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-        ):
-            raise OptionError(f"batch_size must be a positive int or None (single items), got {batch_size!r}")
-        self.batch_size, self.limit, self.seed, self.epoch = batch_size, parse_size(max_memory), seed, 0
+        if minibatch is not None and (isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch < 1):
+            raise OptionError(f"minibatch must be a positive int or None (single items), got {minibatch!r}")
+        self.minibatch, self.limit, self.seed, self.epoch = minibatch, parse_size(max_memory), seed, 0
         world = World.current(environment=True)
         self.rank, self.world = world.rank, world.size
 
@@ -120,7 +121,7 @@ class StoreStream(IterableDataset[Item]):
         order = torch.randperm(len(self.data.batches), generator=_generator(self.seed, self.epoch))
         mine = [self.data.batches[p] for p in order[slot::slots].tolist()]
         window = _Window(
-            self.data.columns, self.limit, _generator(self.seed, self.epoch, slot + 1), self.batch_size or 1
+            self.data.columns, self.limit, _generator(self.seed, self.epoch, slot + 1), self.minibatch or 1
         )
         for batch in mine:
             window.add(batch)
@@ -129,11 +130,11 @@ class StoreStream(IterableDataset[Item]):
         yield from self._emit(window, window.draw(half=False))
 
     def _emit(self, window: _Window, drawn: tuple[Tensor, Tensor]) -> Iterator[Item]:
-        """The drawn items, as minibatches of ``batch_size`` (the last one shorter) or one by one."""
-        size = self.batch_size or 1
+        """The drawn items, as minibatches of ``minibatch`` (the last one shorter) or one by one."""
+        size = self.minibatch or 1
         for start in range(0, len(drawn[0]), size):
             parts = window.gather(drawn[0][start : start + size], drawn[1][start : start + size])
-            yield _one(parts, squeeze=self.batch_size is None)
+            yield _one(parts, squeeze=self.minibatch is None)
 
 
 class _Window:
@@ -141,8 +142,8 @@ class _Window:
     of them, held as (batch, row) pairs over the batches' mapped arrays (not copies); drawn items are
     gathered from those arrays into the minibatch (``select``)."""
 
-    def __init__(self, found: list[Column], limit: int, generator: torch.Generator, batch_size: int) -> None:
-        self.columns, self.generator, self.batch_size = found, generator, batch_size
+    def __init__(self, found: list[Column], limit: int, generator: torch.Generator, minibatch: int) -> None:
+        self.columns, self.generator, self.minibatch = found, generator, minibatch
         self.parts: dict[int, list[Tensor]] = {}  # batch -> its items, one tensor per column
         self.batch: list[Tensor] = []  # the held items: their batch, ...
         self.row: list[Tensor] = []  # ... and row in it
@@ -169,7 +170,7 @@ class _Window:
         batch, row = torch.cat(self.batch), torch.cat(self.row)
         order = torch.randperm(self.count, generator=self.generator)
         taken = self.count // 2 if half else self.count
-        taken -= taken % self.batch_size if half and taken >= self.batch_size else 0
+        taken -= taken % self.minibatch if half and taken >= self.minibatch else 0
         kept, drawn = order[taken:], order[:taken]
         self.batch, self.row, self.count, self.drew = [batch[kept]], [row[kept]], self.count - taken, True
         return batch[drawn], row[drawn]
