@@ -15,9 +15,12 @@ One result shape: every result has ``_repr_html_``; ``.table()`` (text) where it
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import OptionError
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 T = TypeVar("T")
 Renderer = Callable[[Any], str]
@@ -97,9 +100,10 @@ def table_of(obj: object, **options: Any) -> str:
     return str(_registered(_TABLE, obj, "table")(obj, **options))
 
 
-def plot_of(obj: object, **options: Any) -> Any:
+def plot_of(obj: object, **options: Any) -> Image:
     """The picture (a ``PIL.Image.Image``) a room registered for ``obj``'s class (what ``obj.plot()`` returns)."""
-    return _registered(_PLOT, obj, "plot")(obj, **options)
+    image: Image = _registered(_PLOT, obj, "plot")(obj, **options)
+    return image
 
 
 def _registered(table: dict[type, Any], obj: object, what: str) -> Any:

@@ -25,7 +25,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +41,9 @@ from ..core.tree import flatten
 from ..errors import CaptureWarning, ModelError, NotCapturedError, OptionError
 from ..store.batches import default_forward, model_device
 from .sources import unit_name
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 OUTPUT = "(output)"
 SHOWN = 6  # differences listed in a mismatch error
@@ -87,7 +90,7 @@ class Divergence(Shows):
         """A row per site: shape, relative error, cosine, max |difference| and where (text)."""
         return table_of(self)
 
-    def plot(self, *, rtol: float | None = None) -> Any:
+    def plot(self, *, rtol: float | None = None) -> Image:
         """The relative error per site in forward order, log scale; ``rtol`` draws the tolerance."""
         return plot_of(self, rtol=rtol)
 

@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +32,9 @@ from ..progress import Progress, callback
 from ..store.reader import Run
 from . import hsic, rdm
 from .sources import MIN_ROWS, Matrices, Matrix, Pick, model_batches, open_store, same_rows, store_batches
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 Source = nn.Module | Run | str | os.PathLike[str]
 MEASURES = {"cka": hsic.gram, "rsa": rdm.rdm}
@@ -65,7 +68,7 @@ class Similarity(Shows):
         """The matrix as text: A's units down, B's across (numbered), values to 3 decimals."""
         return table_of(self)
 
-    def plot(self, *, cmap: str = "magma") -> Any:
+    def plot(self, *, cmap: str = "magma") -> Image:
         """A heatmap, A's units down and B's across; beside it the diagonal (same-named units) when there is one."""
         return plot_of(self, cmap=cmap)
 

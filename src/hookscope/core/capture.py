@@ -26,12 +26,12 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from ..base.display import Shows, table_of
+from ..base.display import Shows, plot_of, table_of
 from ..base.words import closest
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from .backward import GradientHooks
@@ -48,6 +48,9 @@ from .policy import Keeper, Policy, Reducer
 from .records import Call, Record
 from .select import Selector, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 
 def capture(
@@ -148,6 +151,11 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows):
     def table(self) -> str:
         """A row per site, in forward order: type, calls, kinds held, their shapes in call 0, bytes held (text)."""
         return table_of(self)
+
+    def plot(self, *, kind: Kind | None = None) -> Image:
+        """The gradient flow of a gradient ``kind``, else a histogram per site (None: ``grad_output`` where
+        held, else ``output``), a PIL image (``hookscope.report.tables.sites_plot``)."""
+        return plot_of(self, kind=kind)
 
     # -- lifecycle (core.block: entered once, hooks removed before the diagnosis) ------------------
     def _install(self, handles: HandleGroup) -> None:

@@ -28,10 +28,13 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..base.deprecation import renamed, warn_renamed
 from ..base.display import Shows, plot_of, table_of
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 # the two ends of the data flow, beside the modules' names (not kinds: the model's input and output)
 INPUT = "input"
@@ -192,6 +195,6 @@ class Graph(Shows):
         """A row per module: type, calls, saved bytes (its own and inside it), and the overlay's value."""
         return table_of(self)
 
-    def plot(self) -> Any:
+    def plot(self) -> Image:
         """The overview as a picture (PIL), drawn from the SVG's layout (``hookscope.graph.picture``)."""
         return plot_of(self)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..base.display import Shows, table_of
+from ..base.display import Shows, plot_of, table_of
 from ..core.channels import is_channels_last
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
@@ -164,6 +164,10 @@ class Report(Shows):
     def table(self) -> str:
         """A row per layer: type, calls, shape, the mean and std of each kind drawn (text)."""
         return table_of(self)
+
+    def plot(self) -> Image:
+        """The page's first picture, the first image explained (a PIL image)."""
+        return plot_of(self)
 
     def image_name(self, index: int) -> str:
         """What the page calls image ``index``: its file name when known, else ``image 0``."""

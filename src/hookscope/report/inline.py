@@ -114,7 +114,7 @@ def card_css() -> str:
 
 
 # -- the views --------------------------------------------------------------------------------
-@shows_as(Report, table=tables.report_table)
+@shows_as(Report, table=tables.report_table, plot=tables.report_plot)
 def report_view(report: Report) -> str:
     return report_html(report)
 
@@ -127,7 +127,7 @@ def report_html(report: Report, *, max_layers: int = SHOW_LAYERS) -> str:
     return cards_html(shown, report.kinds, title=title, left_out=left, image=report.image_name(0))
 
 
-@shows_as(Capture, table=tables.sites_table)
+@shows_as(Capture, table=tables.sites_table, plot=tables.sites_plot)
 def capture_html(cap: Capture) -> str:
     return sites_html(cap, title=repr(cap).strip("<>"))
 
@@ -185,7 +185,7 @@ def stats_html(stats: Mapping[str, Any], *, title: str, log: bool = False) -> st
     return html.view(Safe(body), title=title, css=card_css() + ".hookscope-view .stats-view { max-width: 420px; }")
 
 
-@shows_as(Run, table=tables.run_table)
+@shows_as(Run, table=tables.run_table, plot=tables.sites_plot)
 def run_html(run: Run) -> str:
     contents = run.contents()
     rows = [

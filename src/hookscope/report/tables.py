@@ -15,6 +15,7 @@ plain text and PIL images, drawn with ``hookscope.base.words.columns`` and ``hoo
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ from ..errors import OptionError
 from ..stats.streaming import RunningStats
 from ..stats.summary import Summary
 from ..store.reader import Run
-from ..viz.charts import counts_plot
+from ..viz.charts import counts_plot, gradient_flow_plot, histogram_plot
 from ..viz.images import feature_grid
 from .content import Report
 from .html import format_number
@@ -40,6 +41,26 @@ GRID_CHANNELS = 16  # maps a call's plot draws by default
 
 
 # -- a capture (any {site: Record}) ------------------------------------------------------------
+def sites_plot(sites: Mapping[str, Record], *, kind: Kind | None = None) -> Image:
+    """``Capture.plot`` and ``Run.plot``: the gradient flow of a gradient kind, else a histogram per
+    site (None: ``grad_output`` where a site holds it, else ``output``)."""
+    if kind is None:
+        held = any(call.keys("grad_output") for record in sites.values() for call in record.calls)
+        kind = "grad_output" if held else "output"
+    if is_gradient(kind):
+        return gradient_flow_plot(sites, kind=kind)
+    return histogram_plot(sites, kind=kind)
+
+
+def report_plot(report: Report) -> Image:
+    """``Report.plot``: the page's first picture (the first image explained)."""
+    if not report.pictures:
+        raise OptionError(f"the report {report.title!r} has no picture; build it from images to draw one")
+    from PIL import Image as PILImage
+
+    return PILImage.open(io.BytesIO(report.pictures[0])).convert("RGB")
+
+
 def sites_table(sites: Mapping[str, Record]) -> str:
     """A row per site, in forward order: type, calls, kinds held, the shape of each in call 0, bytes held."""
     rows = [("#", "site", "type", "calls", "kinds", "shapes (call 0)", "size")]

@@ -26,11 +26,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch import Tensor
 
-from ..base.display import Shows, table_of
+from ..base.display import Shows, plot_of, table_of
 from ..base.words import closest, format_size
 from ..core import kinds
 from ..core.kinds import Kind
@@ -48,6 +48,9 @@ from .index import Index, ranges, wrong_sizes
 from .schema import check_index, with_target
 from .series import Alert, History
 from .shards import MappedShards, read_stats
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 T = TypeVar("T")
 
@@ -111,6 +114,10 @@ class Run(Mapping[str, Record], Shows):
     def table(self) -> str:
         """The store's table of contents: what ``describe()`` (``hookscope info``) gives."""
         return table_of(self)
+
+    def plot(self, *, kind: Kind | None = None) -> Image:
+        """What ``Capture.plot`` draws, from the stored tensors: the gradient flow, or a histogram per site."""
+        return plot_of(self, kind=kind)
 
     @property
     def batches(self) -> list[int]:

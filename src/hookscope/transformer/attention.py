@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -46,6 +46,9 @@ from .own import OwnAttention, own_attention_modules
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights
 from .text import Groups, encoded, input_ids, tokens_of, word_groups, word_ids_of
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 
 @dataclass(frozen=True, repr=False)
@@ -113,7 +116,7 @@ class Attention(Shows):
         heads: Sequence[int] | None = None,
         columns: int = 7,
         mean: bool = True,
-    ) -> Any:
+    ) -> Image:
         """A PIL image of ``layer``'s heads and their mean: what ``hookscope.attention_grid(att, layer, ...)`` draws."""
         return plot_of(self, layer=layer, batch=batch, heads=heads, columns=columns, mean=mean)
 

@@ -38,7 +38,7 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import torch
 from torch import Tensor, nn
@@ -54,6 +54,9 @@ from ..explain.targets import Target, call_target, rows, scores
 from ..progress import Progress
 from ..viz.highlight import token_html, token_image
 from .text import encoded, model_part
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 Method = Literal["integrated_gradients", "input_x_gradient"]
 METHODS: tuple[str, ...] = ("integrated_gradients", "input_x_gradient")
@@ -81,7 +84,7 @@ class TokenAttribution(Shows):
         """A line per token (or per word) of every row: the row, its position, the token and its score."""
         return table_of(self, words=words)
 
-    def plot(self, *, words: bool = True) -> Any:
+    def plot(self, *, words: bool = True) -> Image:
         """A PIL image: each row's words (or tokens) coloured by their scores, red raises f, blue lowers it."""
         return plot_of(self, words=words)
 

@@ -25,7 +25,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -38,6 +38,9 @@ from ..core.capture import capture
 from ..core.select import BLOCKS, Selector, select_modules
 from ..errors import CaptureWarning, OptionError, SelectionError
 from .text import encoded, model_part
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)
 DPI = 100
@@ -58,7 +61,7 @@ class LogitLens(Shows):
         """Row ``row`` as text: a line per layer, a column per position, the top token and its probability."""
         return table_of(self, row=row)
 
-    def plot(self, *, row: int = 0) -> Any:
+    def plot(self, *, row: int = 0) -> Image:
         """Row ``row`` as a PIL heatmap: layers down, positions across, shaded by the top token's probability."""
         return plot_of(self, row=row)
 

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -45,6 +45,9 @@ from ..core.select import Selector, modules_under
 from ..errors import CaptureWarning, OptionError, SelectionError
 from ..viz.fragments import Safe, image_tag, table, view
 from ..viz.images import feature_grid, overlay
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 HeadFusion = Literal["mean", "max", "min"]
 HEAD_FUSIONS: tuple[str, ...] = get_args(HeadFusion)
@@ -65,7 +68,7 @@ class Rollout(Shows):
         """A line per image: the patch with the most rollout (row, column of the grid) and the maps' mean."""
         return table_of(self)
 
-    def plot(self, image: Any = None, *, batch: int = 0, cmap: str | None = None, alpha: float = 0.5) -> Any:
+    def plot(self, image: Any = None, *, batch: int = 0, cmap: str | None = None, alpha: float = 0.5) -> Image:
         """A PIL image: every image's map as a tile, or ``maps[batch]`` over ``image`` (``hookscope.overlay``)."""
         return plot_of(self, image=image, batch=batch, cmap=cmap, alpha=alpha)
 
