@@ -20,6 +20,7 @@ merges the batches it finds, so nothing is held between batches.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,8 +57,10 @@ def first_rows(n: int) -> Reduction:
     return Reduction(f"first_rows({n})", lambda t: t[:n] if t.dim() else t)
 
 
-def top_channels(k: int) -> Reduction:
-    """Per image, its ``k`` most active channels: (B, C, *S) -> (B, 2, k), values then indices."""
+def top_channels(top_k: int = 5, **old: int) -> Reduction:
+    """Per image, its ``top_k`` most active channels: (B, C, *S) -> (B, 2, top_k), values then indices.
+    ``k=`` is the old name of ``top_k`` (deprecated)."""
+    k = _top_k("top_channels", top_k, old)
     _positive("top_channels", k)
 
     def reduce(t: Tensor) -> Tensor:
@@ -73,8 +76,9 @@ def top_channels(k: int) -> Reduction:
 GRID = 4  # columns of a top_examples table that say the positions' grid: dims, then up to 3 sizes
 
 
-def top_examples(k: int = 9) -> Reduction:
-    """Per unit, the batch's ``k`` largest activations with their row and position, and each row's peak.
+def top_examples(top_k: int = 9, **old: int) -> Reduction:
+    """Per unit, the batch's ``k = top_k`` largest activations with their row and position, and each row's peak
+    (9 by default, not the house's 5: a 3 x 3 grid of examples per unit, ``TopExamples.plot``).
 
     Units are dim 1 of (B, C, *S) maps (positions: the flattened ``S``), the last dim of (B, T, D)
     tokens (positions: ``T``) and dim 1 of (B, D) rows (one position). Returns (U, 3k + 4 + B), float64
@@ -82,9 +86,23 @@ def top_examples(k: int = 9) -> Reduction:
     ``[:, k:2k]`` rows and ``[:, 2k:3k]`` positions (-1 past it), ``[:, 3k:3k+4]`` the positions' grid
     (its number of dims, then up to 3 sizes, 0-padded: (2, H, W, 0) for maps, (1, T, 0, 0) for
     tokens), ``[:, 3k+4:]`` each row's largest value of the unit (what its histogram counts).
+    ``k=`` is the old name of ``top_k`` (deprecated).
     """
+    k = _top_k("top_examples", top_k, old)
     _positive("top_examples", k)
     return Reduction(f"top_examples({k})", lambda t: batch_top(t, k))
+
+
+def _top_k(name: str, top_k: int, old: dict[str, int]) -> int:
+    """``top_k``, or the old ``k=`` with a ``DeprecationWarning`` (this leaf cannot import base.deprecation)."""
+    unknown = sorted(set(old) - {"k"})
+    if unknown:
+        raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}")
+    if "k" not in old:
+        return top_k
+    warnings.warn(f"{name}(k=...) is deprecated and will be removed in the next release; use {name}(top_k=...)",
+                  DeprecationWarning, stacklevel=3)  # fmt: skip
+    return old["k"]
 
 
 def unit_positions(t: Tensor) -> Tensor:

@@ -49,7 +49,7 @@ def brute_force(model: nn.Module, loader: list[torch.Tensor], site: str, k: int)
 
 def test_the_streamed_top_k_is_the_brute_force_top_k(tmp_path: Path) -> None:
     model, loader = conv_net(), batches()
-    hookscope.extract(model, loader, select="2", out=tmp_path / "top", reduce=top_examples(k=7), progress=False)
+    hookscope.extract(model, loader, select="2", out=tmp_path / "top", reduce=top_examples(top_k=7), progress=False)
     top = TopExamples.read(hookscope.load(tmp_path / "top"), "2")
     expected = brute_force(model, loader, "2", 7)
     assert top.grid == (5, 5) and top.units == 5 and top.k == 7 and top.peaks.shape == (5, 13)
@@ -67,7 +67,7 @@ def test_tokens_rank_positions_and_peaks_count_each_input(tmp_path: Path) -> Non
     layer = nn.Linear(4, 3)
     g = torch.Generator().manual_seed(2)
     loader = [torch.randn(2, 6, 4, generator=g), torch.randn(3, 6, 4, generator=g)]
-    hookscope.extract(layer, loader, out=tmp_path / "tok", reduce=top_examples(k=3), progress=False)
+    hookscope.extract(layer, loader, out=tmp_path / "tok", reduce=top_examples(top_k=3), progress=False)
     top = TopExamples.read(hookscope.load(tmp_path / "tok"), "")
     with torch.no_grad():
         acts = torch.cat([layer(x) for x in loader])  # (5, T, D): rows in store order
@@ -85,11 +85,13 @@ def test_a_resumed_store_merges_to_the_same_top_k(tmp_path: Path) -> None:
         raise RuntimeError("the data went away")
 
     with pytest.raises(RuntimeError, match="the data went away"):
-        hookscope.extract(model, failing(), select="2", out=tmp_path / "r", reduce=top_examples(k=5), progress=False)
+        hookscope.extract(
+            model, failing(), select="2", out=tmp_path / "r", reduce=top_examples(top_k=5), progress=False
+        )
     assert hookscope.load(tmp_path / "r").batches == [0, 1]
-    hookscope.extract(model, loader, select="2", out=tmp_path / "r", reduce=top_examples(k=5), progress=False,
+    hookscope.extract(model, loader, select="2", out=tmp_path / "r", reduce=top_examples(top_k=5), progress=False,
                       resume=True)  # fmt: skip
-    hookscope.extract(model, loader, select="2", out=tmp_path / "w", reduce=top_examples(k=5), progress=False)
+    hookscope.extract(model, loader, select="2", out=tmp_path / "w", reduce=top_examples(top_k=5), progress=False)
     resumed, whole = (TopExamples.read(hookscope.load(tmp_path / name), "2") for name in ("r", "w"))
     assert torch.equal(resumed.values, whole.values) and torch.equal(resumed.rows, whole.rows)
     assert torch.equal(resumed.batches, whole.batches) and torch.equal(resumed.peaks, whole.peaks)
@@ -101,7 +103,7 @@ def test_the_difference_of_two_runs_ranks_the_inputs_whose_peak_grew(tmp_path: P
     with torch.no_grad():
         b[2].weight[3] *= 2.0  # unit 3 changed between the two checkpoints
     for model, name in ((a, "a"), (b, "b")):
-        hookscope.extract(model, loader, select="2", out=tmp_path / name, reduce=top_examples(k=4), progress=False)
+        hookscope.extract(model, loader, select="2", out=tmp_path / name, reduce=top_examples(top_k=4), progress=False)
     top_a, top_b = (TopExamples.read(hookscope.load(tmp_path / n), "2") for n in ("a", "b"))
     moved = top_b.difference(top_a)
     grown = top_b.peaks - top_a.peaks
@@ -124,7 +126,7 @@ def test_memory_stays_flat_and_the_store_small(tmp_path: Path) -> None:
 
 def test_wrong_uses_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match="top_examples needs a positive int, got 0"):
-        top_examples(k=0)
+        top_examples(top_k=0)
     hookscope.extract(conv_net(), batches(), select="2", out=tmp_path / "plain", progress=False)
     with pytest.raises(StoreError, match=r"not extracted with reduce=top_examples\(k\)"):
         TopExamples.read(hookscope.load(tmp_path / "plain"), "2")
@@ -132,7 +134,7 @@ def test_wrong_uses_say_what_to_do(tmp_path: Path) -> None:
 
 def test_top_examples_show_as_table_plot_and_html(tmp_path: Path) -> None:
     model, loader = conv_net(), batches()
-    hookscope.extract(model, loader, select="2", out=tmp_path / "t", reduce=top_examples(k=3), progress=False)
+    hookscope.extract(model, loader, select="2", out=tmp_path / "t", reduce=top_examples(top_k=3), progress=False)
     top = hookscope.TopExamples.read(hookscope.load(tmp_path / "t"), "2")
     best = top.ranked()[0]
     first = top.table().splitlines()[1].split()

@@ -20,7 +20,7 @@ from tests.report.test_narrow import check_widths
 
 
 def lenet_top(tmp_path: Path, name: str, model: nn.Module, x: torch.Tensor) -> hookscope.TopExamples:
-    hookscope.extract(model, list(x.split(40)), select="relu2", out=tmp_path / name, reduce=top_examples(k=9),
+    hookscope.extract(model, list(x.split(40)), select="relu2", out=tmp_path / name, reduce=top_examples(top_k=9),
                       progress=False)  # fmt: skip
     return hookscope.TopExamples.read(hookscope.load(tmp_path / name), "relu2")
 

@@ -318,7 +318,7 @@ def test_a_file_size_limit_is_reported_like_a_full_disk(tmp_path: Path) -> None:
     out = tmp_path / "limited"
     job = subprocess.run(
         [sys.executable, "-c", script, "extract", "tests/jobs.py:small_net", "random:64x3x32x32", "--batch-size",
-         "4", "--out", str(out)],
+         "4", "--out", str(out), "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert job.returncode == 1

@@ -2,7 +2,7 @@
 
 ::
 
-    hookscope.extract(model, loader, select="layer4", out="top.hookscope", reduce=reducers.top_examples(k=9))
+    hookscope.extract(model, loader, select="layer4", out="top.hookscope", reduce=reducers.top_examples(top_k=9))
     top = TopExamples.read(hookscope.load("top.hookscope"), "layer4")
     top.values[17], top.batches[17], top.rows[17], top.positions[17]   # unit 17's 9 best, descending
     top.where(17, 0)                    # (batch, row, (h, w)) of its best: a map cell, a token, ()
@@ -156,5 +156,5 @@ def _k_of(run: Run) -> int:
     if found is None:
         used = run.config.get("reduce")
         raise StoreError(f"{run.path} was not extracted with reduce=top_examples(k) (its reduce is {used!r}); "
-                         "extract it with reduce=hookscope.reducers.top_examples(k=9)")  # fmt: skip
+                         "extract it with reduce=hookscope.reducers.top_examples(top_k=9)")  # fmt: skip
     return int(found.group(1))
