@@ -8,8 +8,12 @@ one default (``DEFAULTS``), and what follows a function's subject is keyword-onl
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import inspect
+import pkgutil
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +22,11 @@ import pytest
 
 import hookscope
 import hookscope.core.select
+import hookscope.edits
 import hookscope.exports.sae_lens
+import hookscope.integrations
+import hookscope.reducers
+import hookscope.zoo
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     name: getattr(hookscope, name) for name in hookscope.__all__ if inspect.isfunction(getattr(hookscope, name))
@@ -30,12 +38,46 @@ FUNCTIONS |= {
     if inspect.isfunction(getattr(hookscope.compare, name))
 }
 
+# the edit ops (hookscope.edits), the reducers, the zoo and the integrations speak it too
+FUNCTIONS |= {f"edits.{n}": getattr(hookscope.edits, n) for n in hookscope.edits.__all__
+              if inspect.isfunction(getattr(hookscope.edits, n))}  # fmt: skip
+FUNCTIONS |= {f"reducers.{n}": f for n, f in vars(hookscope.reducers).items()  # those that make a Reduction
+              if inspect.isfunction(f) and inspect.signature(f).return_annotation == "Reduction"}  # fmt: skip
+FUNCTIONS |= {f"zoo.{n}": f for n, f in vars(hookscope.zoo).items()  # its own, not what it imports
+              if inspect.isfunction(f) and f.__module__.startswith("hookscope.zoo") and n[0] != "_"}  # fmt: skip
+
+
+def _integrations() -> dict[str, Callable[..., Any]]:
+    """The integrations' functions and the constructors of their classes (a missing trainer library: skipped)."""
+    found: dict[str, Callable[..., Any]] = {}
+    for info in pkgutil.iter_modules(hookscope.integrations.__path__):
+        if info.name == "session":  # the callbacks' shared machinery, not called by users
+            continue
+        try:
+            module = importlib.import_module(f"hookscope.integrations.{info.name}")
+        except ImportError:
+            continue
+        for n, v in vars(module).items():
+            own = not n.startswith("_") and getattr(v, "__module__", "") == module.__name__
+            if own and (inspect.isfunction(v) or inspect.isclass(v)):
+                found[f"integrations.{info.name}.{n}"] = v
+    return found
+
+
+FUNCTIONS |= _integrations()
+
 # The old spellings: each is now the name on the right (kept one release with a DeprecationWarning).
 RENAMED = {
     "selector": "select", "layer": "select", "layers": "select", "blocks": "select", "sites": "select",
     "scalar_fn": "target", "metric": "target", "loss": "target",
     "k": "top_k", "copies": "batch_size",
 }  # fmt: skip
+# One name, one meaning: a name that meant two things keeps one; the other is now the name on the right.
+SECOND_MEANINGS = {
+    "Graph.colored": {"measure": "column"},  # measure= is compare.cka's CKA or RSA; the graph's numbers are a column
+    "StoreStream": {"batch_size": "minibatch"},  # batch_size= is rows through a model; a stream yields minibatches
+    "TopExamples.table": {"top_k": "units"},  # top_k= counts predictions; a table of units shows units
+}
 
 # The shared vocabulary (README "One vocabulary"): one name per idea in every function.
 SHARED = {
@@ -66,6 +108,7 @@ SUBJECTS = {
     "run",  # build_training_report(run): a watch store (hookscope.load)
     "edits",  # edit(model, {selector: spec}): the mapping's keys are Selectors
     "source",  # export(source, out, format=): a store, a capture, a graph overlay, ... in another tool's format
+    "accelerator",  # integrations.accelerate: the Accelerator the watch goes through
     "model_a", "model_b",  # compare.cka / compare.divergence: the two models (or stores) compared
     "maps",  # faithfulness(model, x, maps): the heatmaps measured
 }  # fmt: skip
@@ -102,6 +145,18 @@ OPTIONS = {
     "groups", "holdout", "penalty",
     # faithfulness: which metrics, whose numbers, the random and edge controls; build_report(faithfulness=) adds it
     "metrics", "convention", "controls", "faithfulness",
+    # the edit ops: what an op changes (units of a token output, the value, factor, vector, bounds, direction, fn)
+    "units", "value", "factor", "vector", "dim", "min", "max", "direction", "fn",
+    # the reducers: first_rows(n) rows, chain(*reducers)
+    "n", "reducers",
+    # the zoo: the side of the square an image is resized to
+    "size",
+    # the integrations: the callback's nan_guard (the Accelerator is a subject)
+    "nan_guard",
+    # the graph's numbers: the column they fill (Graph.colored, export(format="model-explorer"))
+    "column",
+    # a store stream: items per minibatch it yields
+    "minibatch",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -114,12 +169,21 @@ POSITIONAL = {
     "attention_grid": {"layer"}, "render_html": set(),
     "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
     "faithfulness": {"maps"},  # faithfulness(model, x, maps): the maps are what is measured
+    # an edit op's own value is its subject: add(vector), clamp(min, max), scale(factor), ...
+    "edits.add": {"vector"}, "edits.clamp": {"min", "max"}, "edits.function": {"fn"},
+    "edits.project_out": {"direction"}, "edits.replace": {"value"}, "edits.scale": {"factor"},
+    # a reducer's one number or dtype: first_rows(8), top_channels(3), top_examples(9), cast(torch.float16)
+    "reducers.first_rows": {"n"}, "reducers.top_channels": {"top_k"}, "reducers.top_examples": {"top_k"},
+    "reducers.cast": {"dtype"},
+    "zoo.lite_input": {"size"}, "zoo.imagenet_input": {"size"},  # (image, size): the image and its new size
 }  # fmt: skip
 
 # The shared defaults: {option: {function: default}}, and one default for any other function.
 # else None; the text report draws the token norms of the encoder layers, as `hookscope report minilm` does
 SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks", "build_text_report": ":blocks"}
 DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None}
+# README "One vocabulary": the one top_k that is not 5, and why
+TOP_K_DEFAULTS = {"reducers.top_examples": 9}  # the examples kept per unit: a 3 x 3 grid (TopExamples.plot)
 PROGRESS_DEFAULTS = {"extract": True}  # a dataset run is long; else None (quiet)
 # steps= is 50 points on an integration path (Captum's n_steps), and 20 intervals of a deletion curve (TorchCAM's)
 STEPS_DEFAULTS = {"faithfulness": 20}
@@ -154,6 +218,7 @@ def test_shared_options_have_one_default(name: str) -> None:
     for option, default in DEFAULTS.items():
         if option in params:
             default = STEPS_DEFAULTS.get(name, default) if option == "steps" else default
+            default = TOP_K_DEFAULTS.get(name, default) if option == "top_k" else default
             assert params[option].default == default, f"{name}({option}=) must default to {default!r}"
     if "progress" in params:
         assert params["progress"].default == PROGRESS_DEFAULTS.get(name), f"{name}(progress=)'s default"
@@ -162,7 +227,11 @@ def test_shared_options_have_one_default(name: str) -> None:
     assert all(p.default != "ig" for p in params.values()), f"{name}: the method is 'integrated_gradients'"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in FUNCTIONS if "select" in inspect.signature(FUNCTIONS[n]).parameters))
+WITH_SELECT = [n for n in FUNCTIONS if "select" in inspect.signature(FUNCTIONS[n]).parameters]
+
+
+# the integrations pass select= on to watch, whose docstring says it
+@pytest.mark.parametrize("name", sorted(n for n in WITH_SELECT if not n.startswith("integrations.")))
 def test_each_docstring_says_what_select_picks(name: str) -> None:
     doc = inspect.getdoc(FUNCTIONS[name]) or ""
     assert "select" in doc, f"{name}'s docstring must say what select= picks and what None means"
@@ -259,3 +328,130 @@ def test_the_readme_vocabulary_row_of_select_lists_every_function() -> None:
     assert '`":blocks"`' in row and "transformer.h.*" in row  # how to ask for blocks, and what a glob is
     for name in _select_table():
         assert f"`{name}`" in row, f"README's select= row does not say what None picks in {name}"
+
+
+# -- the constructors of exported classes ----------------------------------------------------------
+# Parts of a result that hookscope builds (Call, Run, Probes, ...): names of what the object holds.
+RESULT_PARTS = {
+    "tensors", "missing", "watched", "reached", "order", "error", "layouts",  # Call: what a capture recorded
+    "rows", "type", "probes",  # GradientFlow, History, Probes: their rows, a module's type, the fitted probes
+    "root", "manifest",  # Run: load(path) opens the store at root and reads its manifest
+    "policy",  # Capture: capture() turns detach=, clone=, device=, dtype= into one Policy
+}  # fmt: skip
+# A dataclass result is built by hookscope (its fields are what it holds); these are built by users.
+USER_DATACLASSES = {"Thresholds", "Policy"}
+
+
+def _constructors() -> dict[str, inspect.Signature]:
+    found = {}
+    for name in hookscope.__all__:
+        cls = getattr(hookscope, name)
+        if not inspect.isclass(cls) or issubclass(cls, BaseException) or name in {"KINDS"}:
+            continue
+        if dataclasses.is_dataclass(cls) and name not in USER_DATACLASSES:
+            continue
+        found[name] = inspect.signature(cls)
+    return found
+
+
+def test_constructors_speak_the_vocabulary() -> None:
+    constructors = _constructors()
+    assert {"Capture", "Run", "StoreStream", "StoreDataset", "Watch", "Thresholds", "RunningStats"} <= set(constructors)
+    for cls, signature in constructors.items():
+        for p in signature.parameters.values():
+            if p.kind is p.VAR_KEYWORD:
+                continue
+            assert p.name not in RENAMED, f"{cls}({p.name}=) is the old spelling of {RENAMED[p.name]}="
+            assert p.name not in SECOND_MEANINGS.get(cls, {}), f"{cls}({p.name}=) means another thing elsewhere"
+            known = ALLOWED | METHOD_NAMES | RESULT_PARTS | {f.name for f in _fields(cls)}
+            assert p.name in known, f"{cls}({p.name}=) is not in the vocabulary"
+
+
+def _fields(cls: str) -> tuple[dataclasses.Field[Any], ...]:
+    value = getattr(hookscope, cls)
+    return dataclasses.fields(value) if cls in USER_DATACLASSES else ()
+
+
+# -- one name, one meaning ----------------------------------------------------------------------------
+def _signature_of(dotted: str) -> inspect.Signature:
+    """``Graph.colored``, ``StoreStream`` (its constructor), ``TopExamples.table``."""
+    owner, _, method = dotted.partition(".")
+    value = getattr(hookscope, owner)
+    return inspect.signature(getattr(value, method) if method else value)
+
+
+@pytest.mark.parametrize("where", sorted(SECOND_MEANINGS))
+def test_a_name_has_one_meaning(where: str) -> None:
+    parameters = _signature_of(where).parameters
+    for old, new in SECOND_MEANINGS[where].items():
+        assert new in parameters and old not in parameters, f"{where}({old}=) is now {new}="
+
+
+def test_measure_is_the_similarity_measure_only() -> None:
+    takes = [n for n in FUNCTIONS if "measure" in inspect.signature(FUNCTIONS[n]).parameters]
+    assert takes == ["compare.cka"]
+    assert all("measure" not in sig.parameters for _, _, sig in _methods())
+
+
+def test_graph_is_a_module_graph_everywhere() -> None:
+    """build_report(graph=) takes a Graph, as save, extract and build_training_report do; True traces one."""
+    annotation = str(inspect.signature(hookscope.build_report).parameters["graph"].annotation)
+    assert "Graph" in annotation and "bool" in annotation
+
+
+def test_sink_tools_are_not_kinds() -> None:
+    """hookscope.KINDS are what a capture keeps; the tools a sink writes to are train.sinks.TOOLS."""
+    from hookscope.train import sinks
+
+    assert sinks.TOOLS == ("tensorboard", "trackio", "mlflow", "wandb")
+    with pytest.warns(DeprecationWarning, match=r"sinks\.KINDS is deprecated.*sinks\.TOOLS"):
+        assert sinks.KINDS == sinks.TOOLS
+    assert set(sinks.TOOLS).isdisjoint(hookscope.KINDS)
+
+
+def test_one_class_per_name() -> None:
+    """Two classes were called Lines (the CLI's redrawn-line stream, the progress lines): a name is one class."""
+    names: dict[str, list[str]] = {}
+    for info in pkgutil.walk_packages(hookscope.__path__, "hookscope."):
+        if info.name.startswith("hookscope.integrations.") or info.name == "hookscope.__main__":
+            continue  # their trainer libraries may be missing; __main__ runs the command line
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the forwarders of moved modules
+            module = importlib.import_module(info.name)
+        for n, v in vars(module).items():
+            if inspect.isclass(v) and v.__module__ == info.name and not n.startswith("_"):
+                names.setdefault(n, []).append(info.name)
+    assert names["Lines"] == ["hookscope.progress"]
+
+
+# -- progress= and target= ------------------------------------------------------------------------------
+def test_the_long_functions_take_progress() -> None:
+    from hookscope.exports import sae_lens
+
+    long = ["cam", "attribute", "build_report", "extract", "token_attribution", "patch_sweep", "probe"]
+    for name in long:
+        assert "progress" in inspect.signature(FUNCTIONS[name]).parameters, f"{name} takes progress="
+    assert inspect.signature(sae_lens.write).parameters["progress"].default is None  # export(format="datasets")
+
+
+def test_a_target_that_can_be_left_out_defaults_to_the_top_1_class() -> None:
+    """None means each row's top-1 class in cam, attribute, build_report and patch_sweep (on the clean input)."""
+    for name in ("cam", "attribute", "build_report", "patch_sweep"):
+        assert inspect.signature(FUNCTIONS[name]).parameters["target"].default is None, f"{name}(target=None)"
+
+
+def test_the_one_target_contract_is_written_where_it_is_checked() -> None:
+    from hookscope.explain import targets
+
+    doc = inspect.getdoc(targets) or ""
+    assert "target(output) -> Tensor" in doc and "call_target" in doc
+    for name in ("cam", "attribute", "token_attribution", "patch_sweep", "extract"):
+        assert name in doc.split("The one contract")[1], f"explain/targets.py names {name} under the one contract"
+
+
+# -- results draw themselves -----------------------------------------------------------------------------
+def test_every_plot_is_a_pil_image() -> None:
+    plots = {cls: sig for cls, method, sig in _methods() if method == "plot"}
+    assert {"Capture", "Run", "Report", "Graph", "Attention", "Similarity", "Divergence"} <= set(plots)
+    wrong = {cls: str(sig.return_annotation) for cls, sig in plots.items() if sig.return_annotation != "Image"}
+    assert wrong == {}, "type .plot() as PIL's Image (a TYPE_CHECKING import)"

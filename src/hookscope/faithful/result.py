@@ -90,4 +90,4 @@ class Faithfulness(Mapping[str, MapScores], Shows):
 
     def plot(self) -> Image:
         """Deletion and insertion curves of every map, its controls dashed (a PIL image)."""
-        return plot_of(self)  # type: ignore[no-any-return]
+        return plot_of(self)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..base.deprecation import renamed
 from ..base.display import Shows
 from ..base.words import closest, columns
 from ..core.kinds import Kind
@@ -107,11 +108,13 @@ class TopExamples(Shows):
         return TopExamples(self.site, grown.gather(1, top.indices), batches, rows, torch.zeros_like(rows), (),
                            grown, self.order, top.indices, label="difference")  # fmt: skip
 
-    def table(self, *, top_k: int = 16) -> str:
-        """A row per unit (the ``top_k`` units with the largest best value): its best values and where."""
+    @renamed(top_k="units")
+    def table(self, *, units: int = 16) -> str:
+        """A row per unit (the ``units`` units with the largest best value): its best values and where.
+        ``top_k=`` is its old name (deprecated): ``top_k`` counts predictions, these are units."""
         header = ["unit", "best", f"mean of top {self.k}", "batch", "row", "position"]
         rows = [header]
-        for unit in self.ranked()[:top_k]:
+        for unit in self.ranked()[:units]:
             batch, row, cell = self.where(unit)
             rows.append([str(unit), f"{float(self.values[unit, 0]):.4g}", f"{float(self.values[unit].nanmean()):.4g}",
                          str(batch), str(row), str(cell) if cell else "-"])  # fmt: skip

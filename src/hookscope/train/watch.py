@@ -106,7 +106,7 @@ def watch(
         specs.append(("tensorboard", os.fspath(tensorboard)))
     return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
-                 scale=LossScale(scaler))  # fmt: skip
+                 scaler=LossScale(scaler))  # fmt: skip
 
 
 class Watch(Block, display.Shows):
@@ -118,9 +118,9 @@ class Watch(Block, display.Shows):
 
     noun, remake = "watch", "hookscope.watch(...)"
 
-    def __init__(self, model: nn.Module, optimizers: list[Optimizer], *, every: int, select: Selector | None,
-                 out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]],
-                 thresholds: Thresholds, force: bool, flush_every: float | None, scale: LossScale) -> None:  # fmt: skip
+    def __init__(self, model: nn.Module, optimizer: list[Optimizer], *, every: int, select: Selector | None,
+                 out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]], thresholds: Thresholds,
+                 force: bool, flush_every: float | None, scaler: LossScale) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
@@ -128,7 +128,7 @@ class Watch(Block, display.Shows):
         self.alerts: list[Alert] = []
         self._store = None if out is None else WatchStore(out, force=force)
         self.out = None if self._store is None else self._store.out
-        self._select, self._flush_every, self._sink_specs, self._scale = select, flush_every, sinks, scale
+        self._select, self._flush_every, self._sink_specs, self._scale = select, flush_every, sinks, scaler
         self.skipped: list[int] = []  # the step index at each step the GradScaler skipped (train.scaler)
         self._scalars = Scalars()
         self._sinks: list[Sink] = []
@@ -138,7 +138,7 @@ class Watch(Block, display.Shows):
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
         self._clock = StepClock(
-            optimizers, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
+            optimizer, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
         )
         self._step = StepHooks(model, self.sites, self._clock.touch)  # the module hooks of a logged step
         self._detector = Detector(thresholds)
