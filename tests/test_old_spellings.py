@@ -176,3 +176,43 @@ def test_each_old_spelling_is_reported_at_the_callers_line() -> None:
         deprecations = [w for w in seen if w.category is DeprecationWarning]
         assert len(deprecations) == 1 and deprecations[0].filename == __file__
         assert deprecations[0].lineno == call.__code__.co_firstlineno
+
+
+# -- one name, one meaning: a second meaning's old spelling works for one release -------------------------
+def test_the_graphs_column_was_measure() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    graph = hookscope.module_graph(net, torch.rand(2, 3))
+    new = graph.colored({"0": 1.0, "2": 3.0}, column="|grad|")
+    with pytest.warns(DeprecationWarning, match=r"colored\(measure=\.\.\.\) is deprecated.*colored\(column=\.\.\.\)"):
+        old = graph.colored({"0": 1.0, "2": 3.0}, measure="|grad|")
+    assert old == new and new.column == "|grad|"
+    with pytest.warns(DeprecationWarning, match=r"Graph\.measure is deprecated.*Graph\.column"):
+        assert new.measure == "|grad|"
+    from hookscope.graph.overlay import overlay_of
+
+    summaries = {"a": hookscope.summarize(torch.tensor([1.0, -3.0]))}
+    with pytest.warns(DeprecationWarning, match=r"overlay_of\(measure=\.\.\.\)"):
+        assert overlay_of(summaries, measure="max") == overlay_of(summaries, column="max") == ({"a": 1.0}, "max")
+
+
+def test_top_k_of_the_reducers_was_k() -> None:
+    x = torch.tensor([[[1.0], [5.0], [3.0]]])  # (B=1, C=3, 1): channel 1 then 2 are the most active
+    top = hookscope.reducers.top_channels(top_k=2).reduction(x)
+    assert top.tolist() == [[[5.0, 3.0], [1.0, 2.0]]]  # values, then indices (torch.topk's)
+    with pytest.warns(DeprecationWarning, match=r"top_channels\(k=\.\.\.\) is deprecated.*top_k="):
+        assert torch.equal(hookscope.reducers.top_channels(k=2).reduction(x), top)
+    with pytest.warns(DeprecationWarning, match=r"top_examples\(k=\.\.\.\)"):
+        assert hookscope.reducers.top_examples(k=3).name == hookscope.reducers.top_examples(top_k=3).name
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n'"):
+        hookscope.reducers.top_examples(n=3)
+
+
+def test_a_streams_minibatch_was_batch_size(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 6)
+    hookscope.extract(layer, [torch.rand(2, 3, 4) for _ in range(2)], out=tmp_path / "s", progress=False)
+    new = list(hookscope.StoreStream(tmp_path / "s", by="tokens", minibatch=4, seed=1))
+    with pytest.warns(DeprecationWarning, match=r"__init__\(batch_size=\.\.\.\).*minibatch="):
+        old = list(hookscope.StoreStream(tmp_path / "s", by="tokens", batch_size=4, seed=1))
+    assert [len(b) for b in new] == [4, 4, 4] and all(torch.equal(a, b) for a, b in zip(old, new, strict=True))

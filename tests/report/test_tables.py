@@ -186,3 +186,37 @@ def test_the_public_results_have_one_shape(name: str, methods: set[str]) -> None
     cls = getattr(hookscope, name)
     assert {m for m in ("table", "plot") if callable(getattr(cls, m, None))} == methods
     assert has_view(cls)
+
+
+# -- .plot() of a capture, a store and a report ---------------------------------------------------------
+def _small() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+    return net.eval(), torch.rand(2, 3, 8, 8)
+
+
+def _pixels(image: Any) -> np.ndarray:
+    return np.asarray(image.convert("RGB"))
+
+
+def test_a_capture_and_a_store_plot_the_gradient_flow_or_histograms(tmp_path: Path) -> None:
+    from hookscope.viz.charts import gradient_flow_plot, histogram_plot
+
+    net, x = _small()
+    with hookscope.capture(net, ["0", "4"], kinds=("output", "grad_output")) as cap:
+        net(x).sum().backward()
+    np.testing.assert_array_equal(_pixels(cap.plot()), _pixels(gradient_flow_plot(cap)))  # grads held: their flow
+    np.testing.assert_array_equal(_pixels(cap.plot(kind="output")), _pixels(histogram_plot(cap, kind="output")))
+    run = hookscope.extract(net, [x], out=tmp_path / "s", select=["0", "4"], progress=False)
+    np.testing.assert_array_equal(_pixels(run.plot()), _pixels(histogram_plot(run, kind="output")))
+
+
+def test_a_report_plots_its_first_picture() -> None:
+    import io
+
+    from PIL import Image
+
+    net, x = _small()
+    report = hookscope.build_report(net, x, cam_methods=())
+    expected = Image.open(io.BytesIO(report.pictures[0])).convert("RGB")
+    np.testing.assert_array_equal(_pixels(report.plot()), np.asarray(expected))
