@@ -148,3 +148,30 @@ def test_eager_against_inductor() -> None:
         div = hookscope.compare.divergence(model, compiled, x)
     assert all(s.relative == 0 for s in div.sites[:-1])
     assert div["(output)"].relative < 1e-5 and div.first(rtol=1e-5) is None
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + self.b(y)
+
+
+def test_a_tuple_x_is_positional_arguments_as_in_module_graph() -> None:
+    """x=(x, y) is model(x, y) (module_graph's reading); an (inputs, labels) tuple the model cannot take
+    still feeds its first item, with a warning, for one release."""
+    model, other = _TwoInputs(), _TwoInputs()
+    with torch.no_grad():
+        other.b.weight.add_(0.5)
+    x, y = torch.rand(4, 3), torch.rand(4, 3)
+    div = hookscope.compare.divergence(model, other, (x, y), select="b")
+    with torch.no_grad():
+        expected = (other.b(y) - model.b(y)).abs().max().item()
+    assert div.sites[0].name == "b" and div.sites[0].max_abs == pytest.approx(expected, rel=1e-6)
+    one = nn.Linear(3, 2)
+    with pytest.warns(DeprecationWarning, match=r"feeding only the first item is deprecated.*model\(\*x\)"):
+        old = hookscope.compare.divergence(one, one, (x, torch.tensor([0, 1, 0, 1])))
+    assert old.sites[0].shape == (4, 2)

@@ -21,6 +21,7 @@ compiled code, and a note (and a warning) says so. ``autocast=torch.bfloat16`` r
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import warnings
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from ..base.deprecation import warn_renamed
 from ..base.display import Shows, plot_of, table_of
 from ..base.words import closest
 from ..core.capture import Capture, capture
@@ -106,12 +108,15 @@ def divergence(
     """Run ``model_a`` and ``model_b`` on ``x`` (in eval mode, under no_grad) and compare every output
     of the modules ``select`` picks in A (None: every leaf module), matched by name in B, call by call.
 
-    ``x``: a tensor, an ``(inputs, ...)`` tuple (its first item is fed) or a dict of keyword arguments.
+    ``x``: a tensor, a tuple of positional arguments (``model(*x)``, as ``module_graph`` reads it) or a dict
+    of keyword arguments. A tuple the model cannot take is read as before, ``(inputs, ...)`` (its first
+    item fed), for one release, with a ``DeprecationWarning``.
     ``autocast``: a dtype (``torch.bfloat16``, ``torch.float16``) B runs under ``torch.autocast`` in.
     """
     if autocast is not None and not (isinstance(autocast, torch.dtype) and autocast.is_floating_point):
         raise OptionError(f"autocast={autocast!r} is not a floating dtype; pass e.g. autocast=torch.bfloat16")
     _check_pair(model_a, model_b)
+    x = _arguments(model_a, x)
     names = [name for name, _ in select_modules(model_a, select)]
     cap_a, out_a = _run(model_a, names, x, None)
     cap_b, out_b = _run(model_b, names, x, autocast)
@@ -150,18 +155,42 @@ def _few(names: list[str]) -> str:
     return f"{len(names)} ({shown}{', ...' if len(names) > SHOWN else ''})"
 
 
+def _arguments(model: nn.Module, x: Any) -> Any:
+    """``x`` as ``_feed`` gives it to the model: a tuple ``model.forward`` takes is its positional arguments;
+    one it cannot take is read the old way, ``(inputs, ...)``, its first item (with a warning)."""
+    if not isinstance(x, tuple):
+        return x
+    try:
+        inspect.signature(unwrap(model).forward).bind(*x)
+    except TypeError:
+        warn_renamed("divergence(x=(inputs, ...)) feeding only the first item", "x=inputs (a tuple is model(*x))",
+                     stacklevel=3)  # fmt: skip
+        return x[0]
+    return _Positional(x)
+
+
+class _Positional(tuple):  # type: ignore[type-arg]
+    """A tuple of positional arguments, told apart from a loader's ``(inputs, ...)`` batch."""
+
+
+def _feed(model: nn.Module, x: Any) -> Any:
+    if isinstance(x, _Positional):
+        device = model_device(model)
+        return model(*(a.to(device) if isinstance(a, Tensor) else a for a in x))
+    return default_forward(model_device(model))(model, x)
+
+
 def _run(model: nn.Module, names: list[str], x: Any, autocast: torch.dtype | None) -> tuple[Capture, Any]:
-    feed = default_forward(model_device(model))
     with evaluating(unwrap(model), "hookscope.compare.divergence", wrappers=1), warnings.catch_warnings():
         warnings.filterwarnings("ignore", "hookscope: .* is compiled", CaptureWarning)  # said once, by divergence
         with torch.no_grad(), capture(model, names) as cap, _autocast(model, autocast):
-            out = feed(model, x)
+            out = _feed(model, x)
     return cap, out
 
 
 def _plain(model: nn.Module, x: Any, autocast: torch.dtype | None) -> Any:
     with evaluating(unwrap(model)), torch.no_grad(), _autocast(model, autocast):
-        return default_forward(model_device(model))(model, x)
+        return _feed(model, x)
 
 
 def _autocast(model: nn.Module, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
