@@ -11,7 +11,7 @@ readers one after the other (the order turning each round):
 
 - ``hf arrow + buffer``: the exported folder (``datasets.load_from_disk``, torch format), chunks of 32
   sequences in a random order into the same shuffle buffer as below: SAE Lens's cached-activation path;
-- ``rows + buffer``: ``StoreStream(rows, by="tokens", batch_size=4096)``, its shuffle buffer of 64 MB;
+- ``rows + buffer``: ``StoreStream(rows, by="tokens", minibatch=4096)``, its shuffle buffer of 64 MB;
 - ``tokens random``: ``StoreDataset(tokens, by="tokens")[4096 random indices]``: fully random tokens;
 - ``rows random``: the same over the row store (one gather per batch), for reference;
 - ``rows + copying buffer``: the row store through the buffer of ``hf arrow + buffer`` (concatenate,
@@ -88,7 +88,7 @@ def mixed(chunks: Iterator[torch.Tensor], capacity: int = 64 * 2**20 // (D * 4))
 
 
 def stream(path: Path) -> Callable[[], int]:
-    data = hookscope.StoreStream(path, "1", by="tokens", batch_size=MINIBATCH, max_memory="64MB")
+    data = hookscope.StoreStream(path, "1", by="tokens", minibatch=MINIBATCH, max_memory="64MB")
     return lambda: sum(len(x) for x in data)
 
 

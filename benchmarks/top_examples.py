@@ -4,7 +4,7 @@
 
 ResNet-18 (random init, eval, no_grad) over batches of 16 made once and held in memory. Each
 round runs both, in turn order alternating, each into a fresh store: ``extract`` of the site's
-output (every value written), and the same with ``reduce=reducers.top_examples(k=9)`` (per unit
+output (every value written), and the same with ``reduce=reducers.top_examples(top_k=9)`` (per unit
 its 9 best activations with their row and position, and each row's peak). The ratio is the median
 over rounds of *top-k time / plain time of the same round* (wall, and CPU time of the process, which
 a shared machine disturbs less); the target is at most 1.15x. Also
@@ -45,7 +45,7 @@ def batches(count: int, side: int) -> list[torch.Tensor]:
 
 def run(net: nn.Module, data: list[torch.Tensor], out: Path, site: str, top: bool) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (every thread of the process) and bytes written of one extract."""
-    reduce = reducers.top_examples(k=K) if top else None
+    reduce = reducers.top_examples(top_k=K) if top else None
     start, cpu = time.perf_counter(), time.process_time()
     stored = extract(net, data, out=out, select=site, max_memory="256MB", progress=False, reduce=reduce)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu

@@ -261,7 +261,7 @@ METHOD_NAMES = {
     "scalars",  # Watch.log(**scalars): named numbers kept beside the statistics
     "rtol",  # Divergence.first / .plot: the relative tolerance
     "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
-    "overlay", "measure",  # Graph.colored(overlay, measure=): a number per module and what the numbers are
+    "overlay",  # Graph.colored(overlay, column=): a number per module (column= names them)
 }  # fmt: skip
 RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
 

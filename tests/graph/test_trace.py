@@ -123,7 +123,7 @@ def test_the_demo_reports_graph_is_the_trace_with_or_without_grads(lite: Any) ->
     drawn = [build_report(model, x, select="_conv_head", grads=grads, cam_methods=()).graph for grads in (False, True)]
     assert drawn[0] is not None and drawn[1] is not None
     assert drawn[0].edges == drawn[1].edges == module_graph(model, x).edges
-    assert drawn[1].measure == "mean |grad_output|" and acyclic(drawn[1])
+    assert drawn[1].column == "mean |grad_output|" and acyclic(drawn[1])
 
 
 def test_a_modules_value_colours_each_of_its_calls_and_a_calls_value_that_call(resnet: Any) -> None:
