@@ -137,8 +137,8 @@ def test_store_table_is_what_describe_gives(cap: hookscope.Capture, tmp_path: Pa
         "head",
         "head",
     ]
-    with pytest.raises(hookscope.OptionError, match=r"a Run has no \.plot\(\)"):
-        plot_of(run)
+    with pytest.raises(hookscope.OptionError, match=r"a Node has no \.plot\(\)"):  # nothing registered for it
+        plot_of(hookscope.module_graph(nn.Linear(2, 2), torch.zeros(1, 2)).nodes[0])
 
 
 def test_report_table_is_a_row_per_layer_with_its_statistics(model: Net) -> None:
@@ -177,8 +177,9 @@ def test_every_result_s_view_is_a_string(cap: hookscope.Capture, tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("name", "methods"),
-    [("Capture", {"table"}), ("Record", {"table", "plot"}), ("Call", {"plot"}), ("Summary", {"table", "plot"}),
-     ("RunningStats", {"table", "plot"}), ("Run", {"table"}), ("Report", {"table"}), ("History", {"table", "plot"}),
+    [("Capture", {"table", "plot"}), ("Record", {"table", "plot"}), ("Call", {"plot"}),
+     ("Summary", {"table", "plot"}), ("RunningStats", {"table", "plot"}), ("Run", {"table", "plot"}),
+     ("Report", {"table", "plot"}), ("History", {"table", "plot"}),
      ("Watch", {"table", "plot"}), ("GradientFlow", {"table", "plot"}), ("PatchSweep", {"table", "plot"}),
      ("Probes", {"table", "plot"}), ("TopExamples", {"table", "plot"})],
 )  # fmt: skip
