@@ -59,7 +59,7 @@ def test_a_text_unit_shows_its_tokens_highlighted(chromium: Any, tmp_path: Path)
     torch.manual_seed(0)
     layer = nn.Linear(4, 3)
     x = torch.randn(6, 7, 4)
-    hookscope.extract(layer, [x[:3], x[3:]], out=tmp_path / "tok", reduce=top_examples(k=3), progress=False)
+    hookscope.extract(layer, [x[:3], x[3:]], out=tmp_path / "tok", reduce=top_examples(top_k=3), progress=False)
     top = hookscope.TopExamples.read(hookscope.load(tmp_path / "tok"), "")
     words = [[f"w{row}_{t}" for t in range(7)] for row in range(6)]
     html = str(top_examples_html(top, tokens=words))
@@ -84,7 +84,7 @@ def test_a_dead_activation_warns_and_draws_the_scaled_cell(tmp_path: Path) -> No
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU())
     x = torch.rand(3, 1, 8, 8)
-    hookscope.extract(net, [x], select="1", out=tmp_path / "d", reduce=top_examples(k=2), progress=False)
+    hookscope.extract(net, [x], select="1", out=tmp_path / "d", reduce=top_examples(top_k=2), progress=False)
     top = hookscope.TopExamples.read(hookscope.load(tmp_path / "d"), "1")
     with torch.no_grad():
         net[0].bias.fill_(-100.0)  # every activation is now 0 behind the ReLU: no gradient reaches the input
