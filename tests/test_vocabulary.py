@@ -451,7 +451,11 @@ def test_the_one_target_contract_is_written_where_it_is_checked() -> None:
 
 # -- results draw themselves -----------------------------------------------------------------------------
 def test_every_plot_is_a_pil_image() -> None:
-    plots = {cls: sig for cls, method, sig in _methods() if method == "plot"}
+    exported = [(n, getattr(hookscope, n)) for n in hookscope.__all__]
+    exported += [(n, getattr(hookscope.compare, n)) for n in hookscope.compare.__all__]
+    plots = {
+        n: inspect.signature(c.plot) for n, c in exported if inspect.isclass(c) and callable(getattr(c, "plot", None))
+    }
     assert {"Capture", "Run", "Report", "Graph", "Attention", "Similarity", "Divergence"} <= set(plots)
     wrong = {cls: str(sig.return_annotation) for cls, sig in plots.items() if sig.return_annotation != "Image"}
     assert wrong == {}, "type .plot() as PIL's Image (a TYPE_CHECKING import)"

@@ -26,12 +26,12 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..base.display import Shows, plot_of, table_of
+from ..base.display import Shows, table_of
 from ..base.words import closest
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from .backward import GradientHooks
@@ -45,12 +45,9 @@ from .kinds import Kind, at, choose, misspelled, names
 from .phase import CallPhase, Regions, call_phase, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
-from .records import Call, Record
+from .records import Call, Record, SitesPlot
 from .select import Selector, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
 
 
 def capture(
@@ -87,7 +84,7 @@ def shapes_of(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
     return cap
 
 
-class Capture(GradientHooks, Block, Mapping[str, Record], Shows):
+class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
     """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
 
     noun, remake = "capture", "hookscope.capture(...)"
@@ -151,11 +148,6 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows):
     def table(self) -> str:
         """A row per site, in forward order: type, calls, kinds held, their shapes in call 0, bytes held (text)."""
         return table_of(self)
-
-    def plot(self, *, kind: Kind | None = None) -> Image:
-        """The gradient flow of a gradient ``kind``, else a histogram per site (None: ``grad_output`` where
-        held, else ``output``), a PIL image (``hookscope.report.tables.sites_plot``)."""
-        return plot_of(self, kind=kind)
 
     # -- lifecycle (core.block: entered once, hooks removed before the diagnosis) ------------------
     def _install(self, handles: HandleGroup) -> None:

@@ -74,6 +74,15 @@ class _Shortcuts:
         raise NotImplementedError
 
 
+class SitesPlot:
+    """``.plot()`` of a mapping of sites (a ``Capture``, a store's ``Run``)."""
+
+    def plot(self, *, kind: Kind | None = None) -> Image:
+        """The gradient flow of a gradient ``kind``, else a histogram per site (None: ``grad_output`` where
+        held, else ``output``), a PIL image (``hookscope.report.tables.sites_plot``)."""
+        return plot_of(self, kind=kind)
+
+
 class Call(_Shortcuts, Shows):
     """One call of a site: the tensors of each kind, by key, and why any kind is empty.
 

@@ -26,16 +26,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from torch import Tensor
 
-from ..base.display import Shows, plot_of, table_of
+from ..base.display import Shows, table_of
 from ..base.words import closest, format_size
 from ..core import kinds
 from ..core.kinds import Kind
 from ..core.layout import from_json
-from ..core.records import Call, Label, Record
+from ..core.records import Call, Label, Record, SitesPlot
 from ..core.select import Selector, select_sites
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
@@ -48,9 +48,6 @@ from .index import Index, ranges, wrong_sizes
 from .schema import check_index, with_target
 from .series import Alert, History
 from .shards import MappedShards, read_stats
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
 
 T = TypeVar("T")
 
@@ -72,7 +69,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
     return Run(root, {**manifest, "damaged": {**manifest.get("damaged", {}), **bad}}, verify=verify)
 
 
-class Run(Mapping[str, Record], Shows):
+class Run(Mapping[str, Record], Shows, SitesPlot):
     """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], *, verify: bool = True) -> None:
@@ -114,10 +111,6 @@ class Run(Mapping[str, Record], Shows):
     def table(self) -> str:
         """The store's table of contents: what ``describe()`` (``hookscope info``) gives."""
         return table_of(self)
-
-    def plot(self, *, kind: Kind | None = None) -> Image:
-        """What ``Capture.plot`` draws, from the stored tensors: the gradient flow, or a histogram per site."""
-        return plot_of(self, kind=kind)
 
     @property
     def batches(self) -> list[int]:

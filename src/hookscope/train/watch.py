@@ -137,9 +137,7 @@ class Watch(Block, display.Shows):
         self._reads = OptimizerReads(self.sites)  # gradients and updates around an optimizer step
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
-        self._clock = StepClock(
-            optimizer, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post
-        )
+        self._clock = StepClock(optimizer, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post)
         self._step = StepHooks(model, self.sites, self._clock.touch)  # the module hooks of a logged step
         self._detector = Detector(thresholds)
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
