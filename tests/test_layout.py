@@ -249,7 +249,7 @@ def test_report_draws_no_capability() -> None:
 
 
 MAX_MODULE_LINES = 350  # and 60 lines of code a function
-OVER_FOR_NOW: set[str] = {"store.extract"}  # being split
+OVER_FOR_NOW: set[str] = set()  # modules allowed over the limit while they are split (none today)
 
 
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base.deprecation import renamed
-from ..base.words import format_size, parse_size
+from ..base.words import parse_size
 from ..base.world import World
 from ..core import kinds
 from ..core.capture import capture
@@ -52,7 +51,7 @@ from ..core.policy import Reducer
 from ..core.records import Label
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import OptionError, StoreError
-from ..progress import Callback, Progress, callback, quiet, rendered
+from ..progress import Progress
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
 from . import format as store_format
@@ -73,6 +72,7 @@ from .ranks import share
 from .reader import Run, load
 from .save import entries, provenance
 from .shard_writer import Pending, ShardWriter, StatsCheckpoint
+from .throughput import Meter
 from .token_layout import as_tokens, batch_inputs, check_layout, join_rows, join_tokens
 
 
@@ -136,7 +136,7 @@ def extract(
         header["graph"] = graph.as_dict()
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
-    meter = _Meter(progress if world.rank == 0 else None, total)
+    meter = Meter(progress if world.rank == 0 else None, total)
     job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, target, layout)
     todo = unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
     try:
@@ -165,7 +165,7 @@ class _Job:
     """One rank's extraction loop, in its two flavours: tensors to shards, or statistics."""
 
     def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
-                 reduce: Reducer | None, world: World, meter: _Meter, forward: Forward,
+                 reduce: Reducer | None, world: World, meter: Meter, forward: Forward,
                  flush_every: float | None, target: Loss | None, layout: str = "rows") -> None:  # fmt: skip
         self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
         self.world, self.meter, self.forward, self.flush_every = world, meter, forward, flush_every
@@ -253,41 +253,6 @@ class _StatsAccumulator:
             if label not in self.table:
                 self.table[label] = RunningStats(channel_dim=self.channel_dim)
             self.table[label].update(kept)
-
-
-class _Meter:
-    """``progress=`` of a run: the one rendering (``hookscope.progress.Lines``), a line when the run
-    ends and at most every ``EVERY`` seconds before, with its throughput (rows per second, bytes
-    written and their rate); or a callable told ``("extract", done, total)`` after each batch."""
-
-    def __init__(self, progress: Progress, total: int | None) -> None:
-        self.lines = rendered(progress)
-        self.told: Callback = callback(progress) if self.lines is None else quiet
-        self.total = total
-        self.batches = self.rows = 0
-        self.start = time.monotonic()
-        self.told("extract", 0, total or 0)
-        if self.lines is not None:
-            self.lines("extract", 0, total or 0)
-
-    def step(self, rows: int | None, written: int) -> None:
-        self.batches += 1
-        self.rows += rows or 0
-        self.told("extract", self.batches, self.total or 0)
-        if self.lines is not None and self.batches != self.total:  # the last line waits for close: all written
-            self.lines("extract", self.batches, self.total or 0, self._detail(written))
-
-    def close(self, written: int) -> None:
-        """The last line, with the bytes written (a run that stopped early: only when a line is due)."""
-        if self.lines is not None and self.batches:
-            self.lines("extract", self.batches, self.total or self.batches, self._detail(written))
-
-    def _detail(self, written: int) -> str:
-        seconds = max(time.monotonic() - self.start, 1e-9)
-        detail = f"{self.rows / seconds:,.1f} rows/s"
-        if written:
-            detail += f", {format_size(written)} written ({format_size(written / seconds)}/s)"
-        return detail
 
 
 # -- the store: opened by rank 0, then read by every rank -------------------------------------------
