@@ -68,6 +68,31 @@ def capture(
     ``dtype`` decide what is stored (see ``hookscope.core.policy``); ``reduce(site, kind, key, tensor)``
     runs in the hook and returns what to keep instead (or None for nothing). With no model, the
     capture only records taps (``cap.tap(tensor, name)``).
+
+    Args:
+        model: the network whose modules are hooked; None for a capture that only records taps.
+        select: which modules: a name, a glob (``"layer*.conv2"``), a module type, a predicate
+            ``(name, module) -> bool`` or a list of these; None (the default) picks every leaf module.
+        kinds: one kind or several, of ``input``, ``output``, ``grad_input``, ``grad_output`` and
+            ``param_grad``; the default keeps outputs only.
+        detach: store tensors without their autograd graph (the default); False keeps the graph, so
+            stored tensors can be differentiated further.
+        clone: store copies (the default), safe from later in-place ops; False stores references and
+            warns at exit about any that changed.
+        device: where copies go (``"cpu"`` moves them off the accelerator); None keeps each tensor's device.
+        dtype: a floating dtype that floating tensors are cast to; None keeps their dtype.
+        reduce: ``(site, kind, key, tensor) -> tensor | None``, run in the hook on each tensor; what it
+            returns is kept in place of the tensor (None keeps nothing). See ``hookscope.reducers``.
+
+    Returns:
+        A ``Capture`` to open with ``with``: inside the block its hooks record; after it, ``cap[name]``
+        is the ``Record`` of each site.
+
+    Raises:
+        CaptureError: ``device`` is not a torch device, ``dtype`` not a floating dtype, ``reduce`` not
+            callable, or ``select`` given without a model.
+        SelectionError: ``model`` is not an ``nn.Module``, or ``select`` matches no module.
+        OptionError: a kind is unknown.
     """
     policy = Policy.make(detach=detach, clone=clone, device=device, dtype=dtype)
     return Capture(model, select, kinds=kinds, policy=policy, reduce=reduce)
@@ -202,6 +227,19 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
         Returns ``tensor`` unchanged, so a tap can sit inside an expression. Tapping the same
         name again adds a call.
+
+        Args:
+            tensor: any tensor computed inside the block; it is stored under ``policy`` as key ``value``.
+            name: the site it is recorded as; a name already tapped gets another call.
+            grad: also hook its gradient (recorded as ``grad_output``), when it requires one; False
+                stores the value only.
+
+        Returns:
+            ``tensor`` itself, unchanged.
+
+        Raises:
+            CaptureError: the capture is not active, ``tensor`` is not a tensor, or ``name`` is a module
+                site of this capture.
         """
         if self._state != "active":
             raise CaptureError("tap() needs an active capture: call it inside `with hookscope.capture() as cap:`")

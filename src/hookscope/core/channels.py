@@ -37,6 +37,18 @@ def tokens_to_grid(tokens: Tensor, *, prefix: int | None = None, grid: tuple[int
     number of patches: 197 tokens are 1 + 14 x 14, 201 are 5 + 14 x 14. That guess is
     unambiguous for grids of 4 x 4 patches and more; pass ``prefix`` for smaller ones and
     ``grid=(h, w)`` for non-square ones (then ``prefix`` defaults to ``N - h * w``).
+
+    Args:
+        tokens: ``(B, N, C)`` or ``(N, C)`` token activations.
+        prefix: how many leading tokens to drop; None guesses it (see above) or, with ``grid``, takes
+            ``N - h * w``.
+        grid: the patch grid ``(h, w)``; None reads a square one.
+
+    Returns:
+        ``(B, C, h, w)`` maps (``B = 1`` for unbatched tokens).
+
+    Raises:
+        ShapeError: ``tokens`` is not a 2-D or 3-D tensor, or no prefix/grid fits its token count.
     """
     if not isinstance(tokens, Tensor) or tokens.dim() not in (2, 3):
         raise ShapeError(f"expected (batch, tokens, channels) or (tokens, channels), got {_describe(tokens)}")
@@ -56,6 +68,17 @@ def spatial_maps(tensor: Tensor, *, tokens: bool = False, channels_last: bool = 
     it (or an unbatched ``(N, C)``) as tokens through ``tokens_to_grid``. Captured activations
     always have a batch axis, so ``tokens=True`` is safe for them: conv maps pass through.
     ``channels_last`` reads 4-D maps as ``(B, H, W, C)`` (see ``is_channels_last``).
+
+    Args:
+        tensor: ``(B, C, H, W)`` or ``(C, H, W)`` maps, or ``(B, N, C)`` / ``(N, C)`` tokens with ``tokens=True``.
+        tokens: read a 3-D (or 2-D) tensor as ViT tokens on a patch grid; False reads 3-D as ``(C, H, W)``.
+        channels_last: read 4-D maps as ``(B, H, W, C)``.
+
+    Returns:
+        ``(B, C, H, W)`` maps.
+
+    Raises:
+        ShapeError: ``tensor`` is not a tensor, or its shape is none of the above.
     """
     if not isinstance(tensor, Tensor):
         raise ShapeError(f"expected a torch.Tensor, got {_describe(tensor)}")

@@ -99,7 +99,15 @@ def _gone(handle: Removable) -> bool:
 
 @dataclass(frozen=True)
 class HookInfo:
-    """A hook found on a model: where it sits, of which kind, and what it is."""
+    """A hook found on a model: where it sits, of which kind, and what it is.
+
+    Attributes:
+        where: the dotted module name (``""`` is the model), ``"name.weight"`` for a parameter,
+            ``"<optimizer 0: SGD>"``, ``"<tensor 0>"`` for a tensor passed in, or ``"<global>"``.
+        kind: ``forward_pre``, ``forward``, ``backward_pre``, ``backward``, ``grad``,
+            ``post_accumulate_grad``, ``optimizer_step_pre`` or ``optimizer_step_post``.
+        hook: the callable's qualified name and source location.
+    """
 
     where: str  # dotted module name ("" is the model), "name.weight" for a parameter, "<optimizer 0: SGD>",
     # "<tensor 0>" for a tensor given to find_hooks, or "<global>"
@@ -142,6 +150,14 @@ def find_hooks(
     or an output kept from inside a block). Hooks on autograd nodes (``grad_fn.register_hook``) live
     in torch's C++ graph and cannot be listed; those are the hooks reachable from Python. A compiled
     model is searched whole (its ``torch.compile`` wrappers too) under its eager names.
+
+    Args:
+        model: the network whose modules and parameters are searched.
+        optimizer: one optimizer or several whose step hooks are listed too; none by default.
+        tensors: one tensor or several (a loss, a kept output) whose tensor hooks are listed too.
+
+    Returns:
+        One ``HookInfo`` per hook found; empty when nothing is registered.
     """
     found = _global_hooks()
     for name, module in named_modules(model, wrappers=True):

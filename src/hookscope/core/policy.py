@@ -45,7 +45,14 @@ _AliasKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...], i
 
 @dataclass(frozen=True)
 class Policy:
-    """How a captured tensor is stored. See the module docstring for the defaults."""
+    """How a captured tensor is stored. See the module docstring for the defaults.
+
+    Args:
+        detach: store without the autograd graph.
+        clone: store a copy rather than a reference.
+        device: the device copies go to; None keeps each tensor's.
+        dtype: the floating dtype floating tensors are cast to; None keeps theirs.
+    """
 
     detach: bool = True
     clone: bool = True
@@ -54,7 +61,20 @@ class Policy:
 
     @classmethod
     def make(cls, *, detach: bool, clone: bool, device: torch.device | str | None, dtype: torch.dtype | None) -> Policy:
-        """Validate user options into a policy, with one-line errors for bad values."""
+        """Validate user options into a policy, with one-line errors for bad values.
+
+        Args:
+            detach: store without the autograd graph.
+            clone: store a copy rather than a reference.
+            device: a torch device or its name (``"cpu"``, ``"cuda:0"``); None keeps each tensor's device.
+            dtype: a floating torch dtype; None keeps each tensor's dtype.
+
+        Returns:
+            The validated ``Policy``.
+
+        Raises:
+            CaptureError: ``device`` is not a torch device, or ``dtype`` is not a floating dtype.
+        """
         try:
             dev = None if device is None else torch.device(device)
         except (RuntimeError, TypeError) as err:
@@ -64,7 +84,14 @@ class Policy:
         return cls(detach=bool(detach), clone=bool(clone), device=dev, dtype=dtype)
 
     def apply(self, tensor: Tensor) -> Tensor:
-        """The stored form of ``tensor``: a pure function of the tensor and the policy."""
+        """The stored form of ``tensor``: a pure function of the tensor and the policy.
+
+        Args:
+            tensor: the tensor a hook saw.
+
+        Returns:
+            It detached, moved, cast and copied as the policy says (the tensor itself when nothing applies).
+        """
         kept = tensor.detach() if self.detach else tensor
         dtype = self.dtype if self.dtype is not None and kept.is_floating_point() else None
         if self.device is not None or dtype is not None:

@@ -91,6 +91,17 @@ class Call(_Shortcuts, Shows):
     when first read or written: a hook builds a record per call, and most calls fill one of them.
     The unset attributes are read from the class (a plain class: cheaper to build than a dataclass
     or a slotted one, in the hot path of every hooked call).
+
+    Args:
+        site: the name of the site (module or tap) that was called.
+        index: the k-th call of this site inside the capture (0 first).
+        tensors: kind -> key -> stored tensor; None starts empty.
+        missing: kind -> why that kind holds nothing; None starts empty.
+        watched: gradient kind -> the keys whose gradient is hooked; None starts empty.
+        reached: the gradient kinds a backward pass delivered; None starts empty.
+        order: the call's position among all calls of the capture, in the order they returned (-1: unknown).
+        error: ``"Type: message"`` of the exception the module's forward raised, or None.
+        layouts: kind -> the structure (tuple, dict, ...) its tensors sat in; None when each was one tensor.
     """
 
     order: int = -1  # position among all calls of the capture, in the order they returned
@@ -154,17 +165,48 @@ class Call(_Shortcuts, Shows):
         return f"<Call {self.site!r} #{self.index}: {held or 'nothing held'}{failed}>"
 
     def plot(self, *, kind: Kind | None = None, channels: int = 16) -> Image:
-        """Image 0's first ``channels`` maps of ``kind`` (default: the first kind held, output first), a grid."""
+        """Image 0's first ``channels`` maps of ``kind`` (default: the first kind held, output first), a grid.
+
+        Args:
+            kind: the kind drawn; None takes the first kind held, ``output`` first.
+            channels: how many maps (channels) of image 0 the grid shows.
+
+        Returns:
+            A PIL image: the feature grid.
+
+        Raises:
+            MissingDependencyError: Pillow or matplotlib is not installed.
+        """
         image: Image = plot_of(self, kind=kind, channels=channels)
         return image
 
     def keys(self, kind: Kind) -> list[str]:
-        """The keys held for ``kind``, in layout order."""
+        """The keys held for ``kind``, in layout order.
+
+        Args:
+            kind: the kind asked for (``output``, ``grad_input``, ...).
+
+        Returns:
+            The keys (``"out"``, ``"args[0]"``, ``"kwargs.mask"``, ...) that hold a tensor; empty when none.
+        """
         held = self.tensors.get(kind, {})
         return [k for k in self.watched.get(kind, held) if k in held]
 
     def get(self, kind: Kind, key: str | None = None) -> Tensor:
-        """The tensor of ``kind`` at ``key``; without a key, the first one (see module doc)."""
+        """The tensor of ``kind`` at ``key``; without a key, the first one (see module doc).
+
+        Args:
+            kind: the kind asked for.
+            key: the leaf's key in the module's structure (``"out"``, ``"args[0]"``, ``"[1]"``...); None
+                takes the first one.
+
+        Returns:
+            The stored tensor.
+
+        Raises:
+            NotCapturedError: nothing is held for ``kind`` (or at ``key``); the message says why (not
+                captured, no backward pass yet, no grad mode...).
+        """
         held = self.tensors.get(kind, {})
         if key is None:
             layout = self.watched.get(kind) or list(held)
@@ -188,7 +230,12 @@ class Call(_Shortcuts, Shows):
         return f"no {kind} for {where}: it was not captured; pass kinds=(..., {kind!r}) to hookscope.capture"
 
     def set_layout(self, kinds: tuple[str, ...], layout: Layout) -> None:
-        """Remember the structure the tensors of ``kinds`` sat in, so ``value_of`` can rebuild it."""
+        """Remember the structure the tensors of ``kinds`` sat in, so ``value_of`` can rebuild it.
+
+        Args:
+            kinds: the kinds whose tensors sat in ``layout`` (those of one hook point).
+            layout: the structure (``hookscope.core.tree``); a bare tensor's ``Leaf`` is not stored.
+        """
         if kinds and not isinstance(layout, Leaf):  # a bare tensor needs no layout
             if self.layouts is None:
                 self.layouts = {}
@@ -196,11 +243,32 @@ class Call(_Shortcuts, Shows):
                 self.layouts[kind] = layout
 
     def first(self, kind: Kind) -> Tensor:
-        """The first tensor of ``kind``, in layout order (``get(kind)``)."""
+        """The first tensor of ``kind``, in layout order (``get(kind)``).
+
+        Args:
+            kind: the kind asked for.
+
+        Returns:
+            The first stored tensor of ``kind``.
+
+        Raises:
+            NotCapturedError: nothing is held for ``kind``.
+        """
         return self.get(kind)
 
     def value_of(self, kind: Kind) -> Any:
-        """``kind`` as the module had it: its tensors put back in their structure (see module doc)."""
+        """``kind`` as the module had it: its tensors put back in their structure (see module doc).
+
+        Args:
+            kind: the kind asked for.
+
+        Returns:
+            A tensor for a module that had one tensor; otherwise the tuple, dict, dataclass or
+            ``Arguments(args, kwargs)`` rebuilt around the stored tensors (None where one got no gradient).
+
+        Raises:
+            NotCapturedError: nothing is held for ``kind``.
+        """
         layout = self.layouts.get(kind) if self.layouts else None
         held = self.tensors.get(kind)
         if layout is None or (not held and _has_tensors(layout)):
@@ -211,7 +279,18 @@ class Call(_Shortcuts, Shows):
         return value
 
     def sole(self, kind: Kind) -> Tensor:
-        """The one tensor of ``kind``; a clear error when the value holds several (pass a key)."""
+        """The one tensor of ``kind``; a clear error when the value holds several (pass a key).
+
+        Args:
+            kind: the kind asked for.
+
+        Returns:
+            The single tensor of ``kind``.
+
+        Raises:
+            AmbiguousCallError: ``kind`` holds several tensors; pass a key to ``get``.
+            NotCapturedError: nothing is held for ``kind``.
+        """
         keys = self.keys(kind)
         if len(keys) > 1:
             raise AmbiguousCallError(
@@ -223,7 +302,18 @@ class Call(_Shortcuts, Shows):
 
 @dataclass(eq=False)
 class Record(_Shortcuts, Shows):
-    """Everything captured at one site (a module or a tap), across all of its calls."""
+    """Everything captured at one site (a module or a tap), across all of its calls.
+
+    Attributes:
+        name: the site's dotted module name, or the tap's name.
+        type: the module's class name, or ``"tap"``.
+        kinds: the kinds the capture keeps here.
+        calls: one ``Call`` per call of the site, in call order.
+        param_grads: parameter name -> its gradient after each backward pass (``param_grad``).
+        missing: site-wide reasons something is absent (``"param_grad"``, ``"call"``).
+        channels: the module's output channels as its weight says (tells ``(B, H, W, C)`` maps
+            apart), or None.
+    """
 
     name: str
     type: str  # the module's class name, or "tap"
@@ -241,23 +331,70 @@ class Record(_Shortcuts, Shows):
         return table_of(self)
 
     def plot(self, *, call: int = 0, kind: Kind | None = None, channels: int = 16) -> Image:
-        """The feature grid of call ``call`` (see ``Call.plot``)."""
+        """The feature grid of call ``call`` (see ``Call.plot``).
+
+        Args:
+            call: which call (0: the first).
+            kind: the kind drawn; None takes the first kind held, ``output`` first.
+            channels: how many maps of image 0 the grid shows.
+
+        Returns:
+            A PIL image: the feature grid.
+
+        Raises:
+            MissingDependencyError: Pillow or matplotlib is not installed.
+        """
         image: Image = plot_of(self, call=call, kind=kind, channels=channels)
         return image
 
     def values(self, kind: Kind = "output", key: str | None = None) -> list[Any]:
         """``kind`` from every call, in call order: the tensor at ``key``, or without one the value in
-        its structure (``call.value_of(kind)``)."""
+        its structure (``call.value_of(kind)``).
+
+        Args:
+            kind: the kind asked for (default ``output``).
+            key: a leaf's key; None gives each call's whole value in its structure.
+
+        Returns:
+            One value per call, in call order.
+
+        Raises:
+            NotCapturedError: a call holds nothing for ``kind`` (or at ``key``).
+        """
         return [call.get(kind, key) if key is not None else call.value_of(kind) for call in self.calls]
 
     def stack(self, kind: Kind = "output", key: str | None = None, dim: int = 0) -> Tensor:
         """The tensor of ``kind`` at ``key`` from every call, stacked along a new dimension ``dim``;
-        without a key, the kind must hold one tensor per call."""
+        without a key, the kind must hold one tensor per call.
+
+        Args:
+            kind: the kind asked for (default ``output``).
+            key: a leaf's key; None requires one tensor per call.
+            dim: where the new call dimension goes (``torch.stack``'s ``dim``).
+
+        Returns:
+            The tensors stacked: shape ``(calls, *shape)`` for ``dim=0``.
+
+        Raises:
+            AmbiguousCallError: without a key, a call holds several tensors of ``kind``.
+            NotCapturedError: a call holds nothing for ``kind`` (or at ``key``).
+        """
         tensors = [call.get(kind, key) if key is not None else call.sole(kind) for call in self.calls]
         return torch.stack(tensors, dim=dim)
 
     def only_call(self, what: str) -> Call:
-        """The single call of this site, or a clear error when there are none or several."""
+        """The single call of this site, or a clear error when there are none or several.
+
+        Args:
+            what: the kind or shortcut being read, named in the error message.
+
+        Returns:
+            The one ``Call`` of the site.
+
+        Raises:
+            NotCapturedError: the site was never called inside the capture.
+            AmbiguousCallError: it was called several times.
+        """
         if len(self.calls) == 1:
             return self.calls[0]
         if not self.calls:
@@ -270,11 +407,33 @@ class Record(_Shortcuts, Shows):
         )
 
     def first(self, kind: Kind) -> Tensor:
-        """The first tensor of ``kind`` of the only call."""
+        """The first tensor of ``kind`` of the only call.
+
+        Args:
+            kind: the kind asked for.
+
+        Returns:
+            The first stored tensor of ``kind`` in the site's only call.
+
+        Raises:
+            NotCapturedError: no call, or nothing held for ``kind``.
+            AmbiguousCallError: the site was called several times.
+        """
         return self.only_call(kind).get(kind)
 
     def value_of(self, kind: Kind) -> Any:
-        """``kind`` of the only call, in the module's structure (what the shortcuts return)."""
+        """``kind`` of the only call, in the module's structure (what the shortcuts return).
+
+        Args:
+            kind: the kind asked for.
+
+        Returns:
+            The only call's value of ``kind``, in the module's structure (see ``Call.value_of``).
+
+        Raises:
+            NotCapturedError: no call, or nothing held for ``kind``.
+            AmbiguousCallError: the site was called several times.
+        """
         return self.only_call(kind).value_of(kind)
 
     @property

@@ -74,7 +74,15 @@ TRIVIAL: tuple[type[nn.Module], ...] = (nn.Identity, *(getattr(nn, n) for n in _
 
 @dataclass(frozen=True)
 class ModuleInfo:
-    """One module of a model, as ``hookscope.list_modules`` reports it."""
+    """One module of a model, as ``hookscope.list_modules`` reports it.
+
+    Attributes:
+        name: the dotted path; ``""`` is the model itself.
+        type: the module's class name.
+        params: the parameters of this module and its children, counted in elements.
+        depth: 0 for the model itself, 1 for its children, and so on.
+        leaf: True when the module has no children.
+    """
 
     name: str  # dotted path; "" is the model itself
     type: str  # class name
@@ -84,7 +92,17 @@ class ModuleInfo:
 
 
 def list_modules(model: nn.Module) -> list[ModuleInfo]:
-    """Every module of ``model``: dotted name, type, parameter count, depth (a compiled model: its eager names)."""
+    """Every module of ``model``: dotted name, type, parameter count, depth (a compiled model: its eager names).
+
+    Args:
+        model: the network to list.
+
+    Returns:
+        One ``ModuleInfo`` per module, the model itself first, in ``named_modules`` order.
+
+    Raises:
+        SelectionError: ``model`` is not an ``nn.Module``.
+    """
     _check_model(model)
     return [
         ModuleInfo(
@@ -106,6 +124,18 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
     A module registered under several names (a shared module) comes back once, under the first
     name that matched. Raises ``SelectionError`` naming the closest names when a selector
     matches nothing. ``selector=`` is the old spelling of ``select=``.
+
+    Args:
+        model: the network to select from.
+        select: a name, a glob (``"layer*.conv2"``), ``":blocks"``, a module type, a predicate
+            ``(name, module) -> bool``, or a list of these (their union); None picks every leaf module.
+
+    Returns:
+        ``(name, module)`` pairs in model order, each module once.
+
+    Raises:
+        SelectionError: ``model`` is not an ``nn.Module``, or a selector matches no module (the
+            message names the closest names).
     """
     _check_model(model)
     named = named_modules(model, remove_duplicate=False)
