@@ -81,7 +81,12 @@ def _ascending(by_key: Tensor) -> Tensor:
 
 
 class RunningStats(Shows):
-    """Statistics of every tensor passed to ``update``, without keeping any (module docstring)."""
+    """Statistics of every tensor passed to ``update``, without keeping any (module docstring).
+
+    Args:
+        channel_dim: also keep moments per channel along this dimension (1 for ``(N, C, ...)``,
+            -1 for channels-last); None keeps them for the whole tensor only.
+    """
 
     def __init__(self, *, channel_dim: int | None = None) -> None:
         self.channel_dim = channel_dim
@@ -101,13 +106,34 @@ class RunningStats(Shows):
         return table_of(self)
 
     def plot(self, *, log: bool = False) -> Image:
-        """The histogram of the finite values; ``log`` puts the counts on a log scale."""
+        """The histogram of the finite values; ``log`` puts the counts on a log scale.
+
+        Args:
+            log: put the counts on a log scale.
+
+        Returns:
+            A PIL image of the histogram.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         image: Image = plot_of(self, log=log)
         return image
 
     # -- the stream --------------------------------------------------------------------------
     def update(self, tensor: Tensor) -> RunningStats:
-        """Add every element of ``tensor``; returns self."""
+        """Add every element of ``tensor``; returns self.
+
+        Args:
+            tensor: any tensor; its values are read in float64 and not kept.
+
+        Returns:
+            This ``RunningStats``, updated (so calls chain).
+
+        Raises:
+            OptionError: with ``channel_dim``, the tensor lacks that dimension or has a different channel
+                count than the tensors before it.
+        """
         values = _as_float64(tensor)
         if self.shape is None:
             self.shape, self.dtype = tuple(tensor.shape), str(tensor.dtype).removeprefix("torch.")
@@ -130,7 +156,18 @@ class RunningStats(Shows):
         return self
 
     def merge(self, other: RunningStats) -> RunningStats:
-        """A new ``RunningStats`` of both streams; neither is changed."""
+        """A new ``RunningStats`` of both streams; neither is changed.
+
+        Args:
+            other: the statistics of another stream (another batch, run or rank), with the same ``channel_dim``.
+
+        Returns:
+            A new ``RunningStats`` equal to one that had seen both streams.
+
+        Raises:
+            OptionError: the two keep per-channel statistics along different dimensions, or of different
+                channel counts.
+        """
         if other.channel_dim != self.channel_dim:
             raise OptionError(
                 f"cannot merge statistics per channel along dim {self.channel_dim} "
@@ -219,7 +256,15 @@ class RunningStats(Shows):
     def as_dict(self, bins: int = 50) -> dict[str, Any]:
         """The keys of ``Summary.as_dict()``, for a report: NaN as None; no percentiles (see the module
         docstring); the histogram redrawn on ``bins`` equal bins from min to max, its counts
-        spread evenly within each grid bin (fractional, so approximate)."""
+        spread evenly within each grid bin (fractional, so approximate).
+
+        Args:
+            bins: how many equal bins from min to max the histogram is redrawn on.
+
+        Returns:
+            ``count``, ``mean``, ``std``, ``min``, ``max``, ``mean_abs``, ``l2``, ``zero_fraction``,
+            ``nan_count``, ``inf_count``, ``percentiles`` (empty) and ``histogram`` (``counts``, ``edges``).
+        """
         n, mean, var = self.n, self.mean, self.var
         finite = n > 0
         counts, edges = linear_histogram(self.hist, self.min, self.max, bins) if finite else ([], [])
@@ -250,7 +295,15 @@ class RunningStats(Shows):
 
     @classmethod
     def from_tensors(cls, named: dict[str, Tensor], *, channel_dim: int | None = None) -> RunningStats:
-        """The statistics ``to_tensors`` wrote."""
+        """The statistics ``to_tensors`` wrote.
+
+        Args:
+            named: what ``to_tensors`` returned (``counts``, ``hist``, ``updates``, ``all.*``, ``channels.*``).
+            channel_dim: the ``channel_dim`` the statistics were kept with.
+
+        Returns:
+            The ``RunningStats`` that wrote them, exactly.
+        """
         stats = cls(channel_dim=channel_dim)
         stats.counts, stats.hist, stats.updates = named["counts"], named["hist"], int(named["updates"][0])
         stats.all = Moments(**{f.name: named[f"all.{f.name}"] for f in fields(Moments)})

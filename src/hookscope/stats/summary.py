@@ -65,7 +65,23 @@ class ChannelSummary:
 
 @dataclass(frozen=True)
 class Summary(Shows):
-    """What ``summarize`` found in one tensor (the module docstring has the rules)."""
+    """What ``summarize`` found in one tensor (the module docstring has the rules).
+
+    Attributes:
+        count: every element, NaN and infinities included.
+        mean: the mean of the finite values.
+        std: their population standard deviation (ddof=0).
+        min: the smallest finite value.
+        max: the largest finite value.
+        mean_abs: the mean of |x| over the finite values.
+        l2: the Euclidean norm of the finite values.
+        zero_fraction: exact zeros over ``count``.
+        nan_count: how many elements are NaN.
+        inf_count: how many are +Inf or -Inf.
+        percentiles: percentile in [0, 100] -> its value (linear interpolation, numpy's default).
+        histogram: ``bins`` equal-width bins from the finite min to the finite max.
+        channels: the same statistics per channel with ``per_channel=True``, else None.
+    """
 
     count: int
     mean: float
@@ -90,7 +106,17 @@ class Summary(Shows):
         return table_of(self)
 
     def plot(self, *, log: bool = False) -> Image:
-        """The histogram of the finite values; ``log`` puts the counts on a log scale."""
+        """The histogram of the finite values; ``log`` puts the counts on a log scale.
+
+        Args:
+            log: put the counts on a log scale.
+
+        Returns:
+            A PIL image of the histogram.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         image: Image = plot_of(self, log=log)
         return image
 
@@ -115,6 +141,10 @@ class GradientFlow(Sequence[FlowRow], Shows):
 
     Indexing and iterating give the rows, as the list it used to be; ``table()`` is text and
     ``plot()`` the chart of ``gradient_flow_plot``.
+
+    Args:
+        rows: one ``FlowRow`` per site (name, mean |grad|, max |grad|, elements), in forward order.
+        kind: the gradient kind the rows measure (``grad_output``, ``grad_input`` or ``param_grad``).
     """
 
     def __init__(self, rows: Iterable[FlowRow], kind: Kind = "grad_output") -> None:
@@ -149,7 +179,19 @@ class GradientFlow(Sequence[FlowRow], Shows):
         return table_of(self)
 
     def plot(self, *, vanish: float = 1e-6, explode: float = 1e3) -> Image:
-        """The chart of ``gradient_flow_plot``: mean and max |gradient| per site, log scale, both thresholds."""
+        """The chart of ``gradient_flow_plot``: mean and max |gradient| per site, log scale, both thresholds.
+
+        Args:
+            vanish: mean |gradient| below this is drawn as vanishing (orange).
+            explode: max |gradient| above this is drawn as exploding (red).
+
+        Returns:
+            A PIL image of the chart.
+
+        Raises:
+            OptionError: the thresholds do not satisfy ``0 < vanish < explode``, or there are no rows.
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         image: Image = plot_of(self, vanish=vanish, explode=explode)
         return image
 
@@ -162,7 +204,23 @@ def summarize(
     bins: int = 50,
     percentiles: Sequence[float] = PERCENTILES,
 ) -> Summary:
-    """Count, moments, norms, percentiles and a histogram of ``tensor`` (see the module docstring)."""
+    """Count, moments, norms, percentiles and a histogram of ``tensor`` (see the module docstring).
+
+    Args:
+        tensor: any tensor; int and bool tensors are converted, the maths runs in float64 on its device.
+        per_channel: also summarize each slice along ``channel_dim`` (``Summary.channels``).
+        channel_dim: the channel dimension, counted on the tensor as given: 1 for ``(N, C, ...)``,
+            0 for one ``(C, H, W)`` image, -1 for channels-last features.
+        bins: how many equal-width histogram bins.
+        percentiles: the percentiles to report, each in [0, 100].
+
+    Returns:
+        A ``Summary``; with no finite value every statistic is NaN and the histogram empty.
+
+    Raises:
+        OptionError: ``bins`` is not a positive int, a percentile lies outside [0, 100], or
+            ``channel_dim`` is out of range for the tensor.
+    """
     values = _as_float64(tensor)
     _check_options(values, bins, percentiles, channel_dim if per_channel else None)
     flat = values.flatten()
@@ -191,6 +249,16 @@ def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") 
     ``grad_output`` / ``grad_input``: every key of every call, pooled element by element.
     ``param_grad``: the latest backward pass's gradient of each of the site's parameters.
     NaN and Inf gradients are not filtered: they show up in the row, as they should.
+
+    Args:
+        capture: a capture (any mapping of site name to ``Record``) that ran a backward pass.
+        kind: the gradient kind measured: ``grad_output`` (the default), ``grad_input`` or ``param_grad``.
+
+    Returns:
+        A ``GradientFlow``: one row per site that holds gradients, in forward order.
+
+    Raises:
+        OptionError: ``kind`` is not a gradient kind.
     """
     if not is_gradient(kind):
         raise OptionError(f"gradient_flow needs a gradient kind ({', '.join(gradient_kinds())}), got {kind!r}")
