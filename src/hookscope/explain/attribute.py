@@ -98,6 +98,35 @@ def attribute(
     ``hookscope.explain.targets``). ``progress`` (``hookscope.progress``; default quiet) hears
     ``(method, done, total)`` after each batch of rows through the model. ``method="ig"`` is the old
     spelling of ``"integrated_gradients"``.
+
+    Args:
+        model: the network; it runs in eval mode, its flags are restored afterwards.
+        x: a floating ``(B, ...)`` input batch; it is not modified.
+        method: ``saliency`` (the default), ``input_x_gradient``, ``smoothgrad``,
+            ``integrated_gradients`` or ``guided_backprop``.
+        target: what is explained: a class index, one per image, a ``(B,)`` tensor, or a callable on
+            the output returning ``(B,)`` scores; None is each image's top-1 class.
+        baseline: integrated gradients' starting point (see above); None is zeros.
+        steps: integrated gradients' Gauss-Legendre points per image.
+        batch_size: rows of steps or noisy copies sent through the model at once; None sends all.
+        samples: smoothgrad's noisy copies per image.
+        noise: smoothgrad's noise std, as a fraction of each image's max - min.
+        generator: the random generator of smoothgrad's noise; None uses torch's global one.
+        output: the key of the tensor in a structured model output that ``target`` indexes; None
+            takes the first tensor.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+        return_delta: with integrated gradients, also return the completeness error per image.
+
+    Returns:
+        The attributions, detached, with ``x``'s shape; with ``return_delta``, the pair
+        ``(attributions, delta)`` with ``delta`` of shape ``(B,)``.
+
+    Raises:
+        OptionError: an unknown method, ``x`` not a floating batch, a non-positive ``steps``,
+            ``samples`` or ``batch_size``, a negative ``noise``, or ``return_delta`` with a method
+            other than integrated gradients.
+        TargetError: ``target`` does not fit the model's output.
     """
     method = _method(method)
     _check_options(x, method, steps, samples, noise, batch_size)

@@ -183,6 +183,28 @@ def cam(
     batches). Grad-CAM++ and XGrad-CAM warn when more than 5% of the layer's activations are
     negative (a conv before its activation): their weights assume non-negative ones
     (``hookscope.explain.signed``). ``layer=`` is the old spelling of ``select=``.
+
+    Args:
+        model: the network; it runs in eval mode, its flags are restored afterwards.
+        x: an image batch ``(B, C, H, W)``.
+        method: ``gradcam`` (the default), ``gradcam++``, ``xgradcam``, ``scorecam`` or ``eigencam``.
+        target: the class index (or one per image, a ``(B,)`` tensor, or a callable on the output
+            returning ``(B,)`` scores); None is each image's top-1 class.
+        select: the one module whose maps are read; None picks it (see above).
+        call: which call of that module, 0-based, negative from the end; None is the last.
+        key: the tensor of a module that returns several; None is the first.
+        output: the key of the tensor in a structured model output that ``target`` indexes.
+        batch_size: Score-CAM's masked copies per forward pass.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+
+    Returns:
+        ``(B, H, W)`` heatmaps at ``x``'s size, each scaled to [0, 1].
+
+    Raises:
+        OptionError: an unknown method, or ``x`` is not 4-D.
+        SelectionError: ``select`` matches no module or several, or no module returns spatial maps.
+        TargetError: ``target`` does not fit the model's output.
     """
     if method not in CAM_METHODS:
         raise OptionError(f"unknown CAM method {method!r}; methods are {', '.join(CAM_METHODS)}")

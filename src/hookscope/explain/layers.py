@@ -68,7 +68,18 @@ def one_module(model: nn.Module, select: Selector | None) -> str | None:
 
 
 def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
-    """The (name, call) a CAM reads without ``select=`` (``choose_layer`` says how, and logs why)."""
+    """The (name, call) a CAM reads without ``select=`` (``choose_layer`` says how, and logs why).
+
+    Args:
+        model: the network.
+        x: an input batch it runs once (under no_grad, outputs recorded as shapes only).
+
+    Returns:
+        ``(name, call)``: the module's dotted name and which of its calls (0-based) the CAM reads.
+
+    Raises:
+        SelectionError: no module returns a spatial map or tokens on a patch grid.
+    """
     choice = choose_layer(model, x)
     return choice.layer, choice.call
 
