@@ -51,6 +51,20 @@ def histogram_plot(
     a dict) gets a panel per key, titled ``site key``; with ``kind="param_grad"`` each parameter
     gets its own panel, from the latest backward pass. NaN and Inf are left out of the bars and counted in the title.
     ``log`` puts the counts on a log scale; ``columns`` defaults to about a square grid.
+
+    Args:
+        tensors: name -> tensor, or a capture (name -> ``Record``).
+        kind: the kind plotted from a capture (default ``output``).
+        bins: bars per histogram.
+        log: put the counts on a log scale.
+        columns: panels per row; None is about a square grid.
+
+    Returns:
+        A PIL image of the grid.
+
+    Raises:
+        OptionError: no tensor or site holds ``kind``.
+        MissingDependencyError: matplotlib or Pillow is not installed.
     """
     panels = _panels(tensors, kind)
     if not panels:
@@ -70,6 +84,21 @@ def gradient_flow_plot(
     Takes a capture (``stats.gradient_flow(capture, kind=kind)`` is computed) or its rows. A bar
     below ``vanish`` is orange, one above ``explode`` red; a zero gradient is an orange x on
     the floor. The figure widens with the number of layers.
+
+    Args:
+        capture_or_rows: a capture (name -> ``Record``) that ran a backward pass, or the rows of
+            ``gradient_flow``.
+        kind: the gradient kind read from a capture (default ``grad_output``).
+        vanish: mean |gradient| below this is vanishing (orange).
+        explode: max |gradient| above this is exploding (red).
+
+    Returns:
+        A PIL image of the chart.
+
+    Raises:
+        OptionError: the thresholds do not satisfy ``0 < vanish < explode``, ``kind`` is not a
+            gradient kind, or no site holds ``kind``.
+        MissingDependencyError: matplotlib or Pillow is not installed.
     """
     rows = gradient_flow(capture_or_rows, kind=kind) if isinstance(capture_or_rows, Mapping) else capture_or_rows
     if not 0 < vanish < explode:

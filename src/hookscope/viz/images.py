@@ -75,6 +75,30 @@ def feature_grid(
     of a batch is a block of rows. NaN and +-Inf are drawn in the ``background`` colour.
     ``tokens`` and ``channels_last`` are handed to ``hookscope.core.channels.spatial_maps`` (``True`` for
     ``(B, N, C)`` tokens, and for ``(H, W, C)`` / ``(B, H, W, C)`` maps: Swin's, say).
+
+    Args:
+        tensor: ``(C, H, W)`` / ``(B, C, H, W)`` maps, ``(B, N, C)`` tokens with ``tokens=True``, or
+            channels-last maps with ``channels_last=True``.
+        channels: how many channels get a tile; None draws them all.
+        pick: which channels: ``first``, ``top_mean`` or ``top_var``.
+        normalize: ``tile`` scales each tile alone, ``shared`` all tiles together.
+        cmap: a matplotlib colormap name; None is ``RdBu_r`` when diverging, else ``viridis``.
+        diverging: centre the colours on 0 (for gradients).
+        padding: pixels between tiles.
+        min_tile: small maps are enlarged (nearest) to at least this many pixels.
+        columns: tiles per row; None is about a square.
+        background: the RGB colour of the padding and of NaN and infinite values.
+        tokens: read a 3-D tensor as ``(B, N, C)`` ViT tokens.
+        channels_last: read maps as ``(B, H, W, C)`` or ``(H, W, C)``.
+
+    Returns:
+        A PIL image: the tiles, each image of the batch a block of rows.
+
+    Raises:
+        OptionError: an unknown ``pick`` or ``normalize``, ``channels`` or ``columns`` below 1, or a
+            negative ``padding``.
+        ShapeError: the tensor cannot be read as maps, or is empty.
+        MissingDependencyError: Pillow or matplotlib is not installed.
     """
     _check_options(pick, normalize, channels, padding, columns)
     if channels_last and tensor.dim() == 3:
@@ -111,6 +135,19 @@ def overlay(image: Picture, heat: Heat, *, cmap: str = "jet", alpha: float = 0.5
     [0, 1] (anything ``to_pil`` takes). ``heat`` is one ``(h, w)`` map (tensor or array; leading
     size-1 axes are dropped) whose values are clipped to [0, 1] and resized (bilinear) to the
     image size.
+
+    Args:
+        image: the picture (PIL image, uint8 ``(H, W, 3)`` array, float ``(3, H, W)`` tensor in [0, 1]).
+        heat: one ``(h, w)`` map, clipped to [0, 1] and resized to the image.
+        cmap: the matplotlib colormap of the heat.
+        alpha: the heat's weight in the blend, in [0, 1].
+
+    Returns:
+        A PIL RGB image of the image's size.
+
+    Raises:
+        OptionError: ``alpha`` is outside [0, 1].
+        MissingDependencyError: Pillow, numpy or matplotlib is not installed.
     """
     if not 0.0 <= alpha <= 1.0:
         raise OptionError(f"alpha must be in [0, 1], got {alpha}")
@@ -133,6 +170,20 @@ def panel(
 
     The picture is ``3 * W + 2 * PANEL_GAP`` wide and ``H`` plus one caption line high
     (``H`` when ``labels`` is None). The heatmap is ``overlay(..., alpha=1)``.
+
+    Args:
+        image: the picture (PIL image, uint8 ``(H, W, 3)`` array, float ``(3, H, W)`` tensor in [0, 1]).
+        heat: one ``(h, w)`` map, clipped to [0, 1] and resized to the image.
+        cmap: the matplotlib colormap of the heat.
+        alpha: the heat's weight in the third panel, in [0, 1].
+        labels: the three captions; None draws none.
+
+    Returns:
+        A PIL RGB image, ``3 * W + 2 * PANEL_GAP`` wide.
+
+    Raises:
+        OptionError: ``alpha`` is outside [0, 1].
+        MissingDependencyError: Pillow, numpy or matplotlib is not installed.
     """
     require("PIL.Image")
     from PIL import Image, ImageDraw
