@@ -54,6 +54,20 @@ class StoreDataset(Dataset[Item]):
     site's first). ``verify``: read each array through its CRC-32 once, here, so
     that the length is final before the first epoch: the batches of a damaged shard (its header, its
     rows or its bytes) are left out with one ``StoreWarning`` naming them, never found mid-epoch.
+
+    Args:
+        source: a store's path, a ``load``-ed ``Run``, or a list of them (aligned by batch).
+        select: site names or glob patterns; None takes every site.
+        kind: the kind read (default ``output``).
+        key: the tensor of a call; None takes the site's first.
+        by: ``rows`` (an item per sample) or ``tokens`` (an item per token of ``(B, T, D)`` values).
+        verify: read every array through its CRC-32 here, leaving out a damaged shard's batches with a
+            ``StoreWarning``; False trusts the bytes.
+
+    Raises:
+        OptionError: an unknown ``by``, or ``by="rows"`` on a token-major store.
+        SelectionError: ``select`` matches no site of the store.
+        StoreError: the store holds no ``kind`` at ``key`` of a selected site.
     """
 
     def __init__(
@@ -80,7 +94,18 @@ class StoreDataset(Dataset[Item]):
         return _one(self.gather(asked), squeeze=False)
 
     def gather(self, index: Tensor) -> list[Tensor]:
-        """Items ``index`` (a 1-D long tensor) of every column, one gather per array they lie in."""
+        """Items ``index`` (a 1-D long tensor) of every column, one gather per array they lie in.
+
+        Args:
+            index: a 1-D long tensor of item indices (negative ones count from the end).
+
+        Returns:
+            One tensor per column (site), each ``(len(index), *item_shape)``.
+
+        Raises:
+            OptionError: ``index`` is not 1-D.
+            IndexError: an index is out of range.
+        """
         if index.dim() != 1:
             raise OptionError(
                 f"a StoreDataset is indexed by an int or a 1-D list of ints, got shape {tuple(index.shape)}"
@@ -110,7 +135,11 @@ class StoreStream(IterableDataset[Item]):
         self.rank, self.world = world.rank, world.size
 
     def set_epoch(self, epoch: int) -> None:
-        """Shuffle for ``epoch`` (call it before each epoch, as with ``DistributedSampler``)."""
+        """Shuffle for ``epoch`` (call it before each epoch, as with ``DistributedSampler``).
+
+        Args:
+            epoch: the epoch number; each gives another seeded order.
+        """
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Item]:

@@ -122,6 +122,37 @@ def extract(
     where batches carry an ``attention_mask``, so a random token is one read (``hookscope.store.token_layout``).
     Batches with ``input_ids`` keep them beside the activations (token ids). ``graph``: a ``hookscope.Graph``
     (``module_graph``) kept in the manifest, for the store's report. Returns ``load(out)``.
+
+    Args:
+        model: the network; its device is where batches go.
+        loader: an iterable of batches (a ``DataLoader``, a list...).
+        out: the store's folder.
+        select: the modules kept; None keeps every leaf module.
+        kinds: the kinds kept (default ``output``); gradient kinds need ``target``.
+        max_memory: the bound on tensors held before they are written, in bytes or as text (``"2GB"``).
+        reduce: ``(site, kind, key, tensor) -> tensor | None`` applied in the hook (``hookscope.reducers``).
+        stats_only: keep ``RunningStats`` per (site, kind, key) instead of tensors.
+        per_channel: with ``stats_only``, also per channel: True for dim 1, or the channel dimension.
+        resume: continue an existing store, skipping the batches it holds.
+        force: replace an existing store.
+        progress: see above; True by default.
+        forward: ``forward(model, batch)`` for batches of another shape; None reads them as above.
+        shard_size: the most bytes per shard file, in bytes or as text (``"256MB"``).
+        flush_every: seconds a finished batch may wait in memory before it is written; None waits
+            for a full shard.
+        target: the loss whose backward pass each batch runs, for gradient kinds; None runs none.
+        layout: ``rows`` (the default) or ``tokens`` (one flat ``(tokens, features)`` array per shard).
+        graph: a ``hookscope.Graph`` kept in the manifest; None keeps none.
+
+    Returns:
+        The store, opened (``load(out)``).
+
+    Raises:
+        OutputExistsError: ``out`` exists and neither ``resume`` nor ``force`` was given.
+        OptionError: an unknown kind, a gradient kind without ``target``, a bad ``target``,
+            ``flush_every``, ``per_channel`` or ``layout``.
+        SelectionError: ``select`` matches no module.
+        StoreError: the store cannot be written, or the one resumed was made with other options.
     """
     chosen = _check_kinds(model, kinds, target)
     limit = parse_size(max_memory)

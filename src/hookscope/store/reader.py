@@ -56,6 +56,16 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
     """Open the store at ``path``: reads its manifest only (see ``hookscope.store.format``).
 
     ``verify``: check each tensor's CRC-32 the first time it is read (its bytes are read once then).
+
+    Args:
+        path: the store's folder (written by ``save``, ``extract`` or ``watch``).
+        verify: check each tensor's CRC-32 the first time it is read; False trusts the bytes.
+
+    Returns:
+        The store as a ``Run``: a mapping of site name to ``Record``, tensors read when used.
+
+    Raises:
+        StoreError: ``path`` does not exist or holds no manifest.
     """
     root = Path(path)
     manifest_path = root / MANIFEST
@@ -130,7 +140,18 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         return None if None in rows else sum(r for r in rows if r is not None)
 
     def batch(self, index: int) -> dict[str, Record]:
-        """The records of batch ``index`` alone: ``run.batch(3)["features.3"].output``."""
+        """The records of batch ``index`` alone: ``run.batch(3)["features.3"].output``.
+
+        Args:
+            index: a batch index of the loader (one of ``run.batches``).
+
+        Returns:
+            Site name -> the ``Record`` of that batch alone.
+
+        Raises:
+            NotCapturedError: the store does not hold batch ``index``.
+            DamagedShardError: the shard that held it is damaged.
+        """
         self._check_batch(index)
         records = self._intact(lambda: {site: self._record(site, batch=index) for site in self._sites})
         self._check_batch(index)  # reading it may have found its shard damaged
@@ -145,7 +166,20 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             raise NotCapturedError(f"batch {index} is not in {self.path}; it holds {ranges(self.batches)}")
 
     def stats(self, site: str, kind: Kind = "output", key: str | None = None) -> RunningStats:
-        """The statistics of ``site``'s ``kind`` at ``key`` (the first key without one), over the run."""
+        """The statistics of ``site``'s ``kind`` at ``key`` (the first key without one), over the run.
+
+        Args:
+            site: the site's name.
+            kind: the kind (default ``output``).
+            key: the tensor's key; None takes the site's first key.
+
+        Returns:
+            The ``RunningStats`` over the whole run.
+
+        Raises:
+            NotCapturedError: the store holds no statistics of that site, kind and key (or is not a
+                statistics-only store).
+        """
         table = self.statistics()
         for label, stats in table.items():
             if label[:2] == (site, kind) and key in (None, label[2]):
@@ -161,7 +195,17 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         return self._stats
 
     def history(self, name: str) -> History:
-        """The rows ``hookscope.watch`` logged for the module ``name`` (a watch store: ``hookscope.store.series``)."""
+        """The rows ``hookscope.watch`` logged for the module ``name`` (a watch store: ``hookscope.store.series``).
+
+        Args:
+            name: the watched module's dotted name.
+
+        Returns:
+            Its ``History``: one row per logged step.
+
+        Raises:
+            NotCapturedError: the store holds no history of ``name`` (the message names the closest ones).
+        """
         return series.pick(self.histories(), name, self.path)
 
     def histories(self) -> dict[str, History]:

@@ -51,6 +51,20 @@ def save(
     Shards hold at most ``shard_size`` bytes (one tensor more).
     ``path=`` is the old spelling of ``out=``. ``graph``: a ``hookscope.Graph`` (``module_graph``) the
     store keeps in its manifest, for the report of the store to draw.
+
+    Args:
+        cap: a capture (any mapping of site name to ``Record``), after its block.
+        out: the store's folder; it must not exist unless ``force``.
+        force: replace an existing ``out``.
+        shard_size: the most bytes per shard file, in bytes or as text (``"1GB"``).
+        graph: a ``hookscope.Graph`` kept in the manifest; None keeps none.
+
+    Returns:
+        The store, opened (``load(out)``).
+
+    Raises:
+        OutputExistsError: ``out`` exists and ``force`` is False.
+        StoreError: the store cannot be written (a full disk, an unwritable folder); nothing is left behind.
     """
     root = new_output(out, force=force, kind="store")
     limit = parse_size(shard_size)

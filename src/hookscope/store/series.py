@@ -58,7 +58,17 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class Alert:
-    """Something going wrong at one module: ``kind`` (vanishing, exploding, dead, update_ratio, non_finite)."""
+    """Something going wrong at one module: ``kind`` (vanishing, exploding, dead, update_ratio, non_finite).
+
+    Attributes:
+        step: the optimizer step at which the bound was crossed.
+        module: the watched module's dotted name.
+        kind: ``vanishing``, ``exploding``, ``dead``, ``update_ratio`` or ``non_finite``.
+        column: the statistic (a ``History`` column) that crossed its bound.
+        value: its value at ``step``.
+        bound: the threshold it crossed (``hookscope.Thresholds``).
+        message: the alert in words, with what to try.
+    """
 
     step: int
     module: str
@@ -73,7 +83,15 @@ class Alert:
 
 
 class History(display.Shows):
-    """One site's statistics over the logged steps: ``h["grad_norm"]`` is a list, a float per logged step."""
+    """One site's statistics over the logged steps: ``h["grad_norm"]`` is a list, a float per logged step.
+
+    Args:
+        name: the watched module's dotted name.
+        type: its class name.
+        rows: a float64 tensor ``(steps, len(COLUMNS))``, a row per logged step (``step``,
+            ``act_mean``, ``act_std``, ``act_abs_mean``, ``zeros``, ``dead``, ``grad_output_norm``,
+            ``grad_norm``, ``weight_norm``, ``update_ratio``).
+    """
 
     def __init__(self, name: str, type: str, rows: Tensor) -> None:
         self.name, self.type = name, type
@@ -97,7 +115,17 @@ class History(display.Shows):
         return [int(s) for s in self["step"]]
 
     def row(self, step: int) -> dict[str, float]:
-        """The statistics logged at ``step``, by column."""
+        """The statistics logged at ``step``, by column.
+
+        Args:
+            step: a logged optimizer step (one of ``h.steps``).
+
+        Returns:
+            Column name -> value at that step.
+
+        Raises:
+            NotCapturedError: ``step`` was not logged; the message names the nearest logged step.
+        """
         if step not in self.steps:
             raise NotCapturedError(
                 f"step {step!r} was not logged for {self.name!r} (logged: {_span(self.steps)}"
@@ -111,11 +139,30 @@ class History(display.Shows):
         return self.row(self.steps[-1]) if len(self) else {}
 
     def table(self, *, columns: Sequence[str] | None = None) -> str:
-        """A row per logged step of ``columns`` (default: the usual statistics that were measured), as text."""
+        """A row per logged step of ``columns`` (default: the usual statistics that were measured), as text.
+
+        Args:
+            columns: the columns shown; None shows the usual statistics that were measured.
+
+        Returns:
+            The table, as text.
+        """
         return display.table_of(self, columns=columns)
 
     def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:
-        """``column`` over the logged steps (the training report's chart, one line), as a PIL image."""
+        """``column`` over the logged steps (the training report's chart, one line), as a PIL image.
+
+        Args:
+            column: the statistic drawn (default ``grad_norm``).
+            log: a log scale for the values; None decides from the column and its range.
+
+        Returns:
+            A PIL image of the chart.
+
+        Raises:
+            NotCapturedError: ``column`` is not a column of a history.
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         image: Image = display.plot_of(self, column=column, log=log)
         return image
 
