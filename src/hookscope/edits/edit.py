@@ -66,6 +66,20 @@ def edit(model: nn.Module, edits: Mapping[Selector, EditSpec], *, strict: bool =
     ``edits`` maps a selector to an edit of ``hookscope.edits`` (or a function ``(tensor, call) ->
     tensor``), or to a list of them, applied in order. ``strict=False``: what would raise
     ``EditError`` at the end of the block warns ``EditWarning`` instead.
+
+    Args:
+        model: the network whose modules are edited.
+        edits: selector -> an edit (``edits.zero(...)``, ``edits.scale(...)``... or a function
+            ``(tensor, call) -> tensor``), or a list of them applied in order.
+        strict: raise ``EditError`` at the end of the block when an edit never took effect; False
+            warns ``EditWarning`` instead.
+
+    Returns:
+        An ``Edit`` block: the hooks are in place inside ``with``, gone after it.
+
+    Raises:
+        EditError: ``edits`` is not a non-empty dict, or an edit is malformed.
+        SelectionError: a selector matches no module.
     """
     return Edit(model, edits, strict=strict)
 
@@ -80,7 +94,19 @@ class _Site:
 
 
 class Edit(Block):
-    """One edit block: its hooks, and what each edit did (``report()``)."""
+    """One edit block: its hooks, and what each edit did (``report()``).
+
+    Built by ``hookscope.edit``.
+
+    Args:
+        model: the network whose modules are edited.
+        edits: selector -> an edit, or a list of them applied in order.
+        strict: raise ``EditError`` when an edit never took effect; False warns ``EditWarning``.
+
+    Raises:
+        EditError: ``edits`` is not a non-empty dict, or an edit is malformed.
+        SelectionError: a selector matches no module.
+    """
 
     noun, remake = "edit block", "hookscope.edit(...)"
 

@@ -27,7 +27,16 @@ DPI = 100
 
 @dataclass(frozen=True)
 class PatchSweep(Shows):
-    """Per site, the fraction of the metric's clean-minus-corrupted gap that patching it restored."""
+    """Per site, the fraction of the metric's clean-minus-corrupted gap that patching it restored.
+
+    Attributes:
+        restored: site -> the fraction of ``metric_clean - metric_corrupt`` that patching it gave
+            back (1: all of it, 0: none), or one fraction per position for a token site.
+        metric_clean: the target on the clean input.
+        metric_corrupt: the target on the corrupted input.
+        patched: site -> the target of the patched run(s), like ``restored``.
+        forwards: forward passes the sweep ran, clean and corrupted included.
+    """
 
     restored: dict[str, float | list[float]]  # site -> fraction, or one fraction per position
     metric_clean: float
@@ -37,7 +46,17 @@ class PatchSweep(Shows):
 
     @classmethod
     def made(cls, values: Mapping[Any, float], clean: float, corrupt: float, *, forwards: int) -> PatchSweep:
-        """From ``{unit: metric}`` (units with ``site`` and ``position``), in the units' order."""
+        """From ``{unit: metric}`` (units with ``site`` and ``position``), in the units' order.
+
+        Args:
+            values: unit (with ``site`` and ``position``, None for a whole activation) -> the patched metric.
+            clean: the metric on the clean input.
+            corrupt: the metric on the corrupted input.
+            forwards: forward passes run.
+
+        Returns:
+            The ``PatchSweep``, sites in the units' order.
+        """
         patched: dict[str, Any] = {}
         for unit, value in values.items():
             if unit.position is None:
@@ -56,7 +75,18 @@ class PatchSweep(Shows):
         return f"<PatchSweep of {len(self.restored)} sites, metric clean {clean:.4g}, corrupted {corrupt:.4g}>"
 
     def fraction(self, site: str, position: int | None = None) -> float:
-        """The restored fraction at ``site`` (and ``position`` for a token site)."""
+        """The restored fraction at ``site`` (and ``position`` for a token site).
+
+        Args:
+            site: a swept site's name.
+            position: the position, for a site patched per position; None for a whole-activation site.
+
+        Returns:
+            The restored fraction.
+
+        Raises:
+            NotCapturedError: ``site`` was not swept, or ``position`` is missing or out of range.
+        """
         if site not in self.restored:
             hint = closest(str(site), self.restored)
             raise NotCapturedError(f"{site!r} is not a site of this sweep ({len(self.restored)} sites{hint}); "
@@ -84,7 +114,19 @@ class PatchSweep(Shows):
 
     def plot(self, *, labels: Sequence[str] | None = None, cmap: str = "RdBu_r") -> Image:
         """A heatmap: sites down, positions across (one column for whole-activation sites), each
-        cell's fraction written on it; ``labels`` name the positions (the tokens)."""
+        cell's fraction written on it; ``labels`` name the positions (the tokens).
+
+        Args:
+            labels: names of the positions (the tokens), one per column; None numbers them.
+            cmap: the matplotlib colormap, spread over [-1, 1].
+
+        Returns:
+            A PIL RGB image of the heatmap.
+
+        Raises:
+            OptionError: ``labels`` does not name every position.
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         figure: Any = require("matplotlib.figure")
         agg: Any = require("matplotlib.backends.backend_agg")
         pil: Any = require("PIL.Image")

@@ -57,7 +57,16 @@ class Along:
 @dataclass(frozen=True, eq=False)
 class EditOp:
     """One edit: ``change(tensor, where)`` returns the edited copy; ``zeroes`` marks a zero-ablation
-    (a tensor that was already zero is left as it was, and that is no failure)."""
+    (a tensor that was already zero is left as it was, and that is no failure).
+
+    Attributes:
+        name: how the edit shows itself (``edits.zero(channels=[3])``).
+        change: ``(tensor, where) -> tensor``: the edited copy of ``tensor`` at ``where`` (a ``Where``).
+        kind: what is edited: ``output``, ``input`` or ``grad_output``.
+        key: the tensor of a structured value; None when the value holds one.
+        call: the one call edited; None edits every call.
+        zeroes: a zero-ablation (a tensor already zero is no failure).
+    """
 
     name: str
     change: Callable[[Tensor, Where], Tensor]
@@ -91,7 +100,23 @@ def zero(
     key: str | None = None,
     call: int | None = None,
 ) -> EditOp:
-    """Set to 0 everything, or the ``channels`` (dim 1), ``units`` (last dim) or ``positions`` (dim 1)."""
+    """Set to 0 everything, or the ``channels`` (dim 1), ``units`` (last dim) or ``positions`` (dim 1).
+
+    Args:
+        channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
+        units: indices along the last dimension (a Linear's features); None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
+    """
     part = _along(channels, units, positions)
     return _op(
         _named("zero", part),
@@ -115,7 +140,25 @@ def mean(
 ) -> EditOp:
     """Replace by a mean (mean ablation): of a ``RunningStats`` (per channel when it has them), of a
     store's statistics (a ``Run``, or ``run.statistics()``: the site's own), a tensor, or with no
-    source the mean over the batch (dim 0) of the tensor itself."""
+    source the mean over the batch (dim 0) of the tensor itself.
+
+    Args:
+        source: a ``RunningStats`` (per channel when it has them), a ``Run`` or its ``statistics()``
+            (the site's own), a tensor broadcast to the shape, or None for the batch's own mean (dim 0).
+        channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
+        units: indices along the last dimension (a Linear's features); None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions (a source that does not fit raises when applied).
+    """
     part = _along(channels, units, positions)
 
     def change(tensor: Tensor, where: Where) -> Tensor:
@@ -134,7 +177,24 @@ def scale(
     key: str | None = None,
     call: int | None = None,
 ) -> EditOp:
-    """Multiply by ``factor`` (all, or the channels / units / positions given)."""
+    """Multiply by ``factor`` (all, or the channels / units / positions given).
+
+    Args:
+        factor: a number, or a tensor broadcast to the shape.
+        channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
+        units: indices along the last dimension (a Linear's features); None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
+    """
     part = _along(channels, units, positions)
     return _op(_named("scale", part, factor), lambda t, w: _put(t, t * factor, part, w), kind, key, call)
 
@@ -149,7 +209,23 @@ def add(
     call: int | None = None,
 ) -> EditOp:
     """Add ``vector``, broadcast over the other dims: a (D,) vector lies along ``dim`` (default: the
-    last dimension, or dim 1 when only that one has its length); ``positions`` adds at those tokens only."""
+    last dimension, or dim 1 when only that one has its length); ``positions`` adds at those tokens only.
+
+    Args:
+        vector: a number, or a ``(D,)`` vector (the steering direction).
+        dim: the dimension the vector lies along; None: the last one, or dim 1 when only that one has its length.
+        positions: add at these indices along dimension 1 only; None adds everywhere.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or non-integer positions.
+    """
     part = _along(None, None, positions)
 
     def change(tensor: Tensor, where: Where) -> Tensor:
@@ -166,7 +242,22 @@ def project_out(
     call: int | None = None,
 ) -> EditOp:
     """Remove the component along ``direction``: shaped like the tensor's trailing dims (a (D,) vector
-    of tokens, a (C, H, W) map of images), or (k, *those) to remove the span of k directions."""
+    of tokens, a (C, H, W) map of images), or (k, *those) to remove the span of k directions.
+
+    Args:
+        direction: shaped like the tensor's trailing dims (a ``(D,)`` vector, a ``(C, H, W)`` map), or
+            ``(k, *those)`` to remove the span of k directions.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or ``direction`` is not a non-empty tensor.
+    """
     if not isinstance(direction, Tensor) or direction.numel() == 0:
         raise EditError(f"edits.project_out needs a non-empty tensor direction, got {type(direction).__name__}")
     return _op(f"project_out({_short(direction)})", lambda t, w: projected_out(direction, t, w), kind, key, call)
@@ -183,7 +274,25 @@ def replace(
     call: int | None = None,
 ) -> EditOp:
     """Replace by ``value``: a tensor (broadcast to the shape), or a ``Capture`` or ``Run`` whose same
-    site, kind, key and call are taken (patching); the channels / units / positions given only."""
+    site, kind, key and call are taken (patching); the channels / units / positions given only.
+
+    Args:
+        value: a tensor broadcast to the shape, or a ``Capture`` or ``Run`` whose same site, kind,
+            key and call are taken.
+        channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
+        units: indices along the last dimension (a Linear's features); None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
+    """
     part = _along(channels, units, positions)
 
     def change(tensor: Tensor, where: Where) -> Tensor:
@@ -200,14 +309,44 @@ def clamp(
     key: str | None = None,
     call: int | None = None,
 ) -> EditOp:
-    """Clamp into ``[min, max]`` (either may be None)."""
+    """Clamp into ``[min, max]`` (either may be None).
+
+    Args:
+        min: the lower bound; None for none.
+        max: the upper bound; None for none.
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or neither ``min`` nor ``max``.
+    """
     if min is None and max is None:
         raise EditError("edits.clamp needs min=, max= or both")
     return _op(f"clamp(min={min}, max={max})", lambda t, w: t.clamp(min=min, max=max), kind, key, call)
 
 
 def function(fn: UserFunction, *, kind: EditKind = "output", key: str | None = None, call: int | None = None) -> EditOp:
-    """Any ``fn(tensor, call) -> tensor`` of the same shape (``call``: the index of the module's call)."""
+    """Any ``fn(tensor, call) -> tensor`` of the same shape (``call``: the index of the module's call).
+
+    Args:
+        fn: ``fn(tensor, call) -> tensor`` returning a new tensor of the same shape (``call`` is the
+            index of the module's call).
+        kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
+            ``grad_output`` (the gradient flowing back into its output).
+        key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
+        call: the one call edited, 0-based; None edits every call.
+
+    Returns:
+        The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
+
+    Raises:
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or ``fn`` is not callable.
+    """
     if not callable(fn):
         raise EditError(f"edits.function needs a function (tensor, call) -> tensor, got {type(fn).__name__}")
     name = getattr(fn, "__qualname__", None) or type(fn).__name__

@@ -17,7 +17,14 @@ from ..stats.streaming import RunningStats
 
 @dataclass(frozen=True)
 class Where:
-    """Where an edit is applied: the site, the kind, the key of the tensor and the call's index."""
+    """Where an edit is applied: the site, the kind, the key of the tensor and the call's index.
+
+    Attributes:
+        site: the module's dotted name.
+        kind: ``output``, ``input`` or ``grad_output``.
+        key: the tensor's key in the value (``out``, ``args[0]``...).
+        call: the call's index at that site (0 first).
+    """
 
     site: str
     kind: str
