@@ -157,7 +157,8 @@ def mean(
         The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
 
     Raises:
-        EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions (a source that does not fit raises when applied).
+        EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels,
+            units, positions (a source that does not fit raises when the edit is applied).
     """
     part = _along(channels, units, positions)
 
