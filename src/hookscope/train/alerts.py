@@ -37,7 +37,16 @@ STATISTICS = ("act_mean", "act_std", "act_abs_mean", "grad_output_norm", "grad_n
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The bounds of the alerts (see the module docstring); ``watch(thresholds={"dead": 0.9})`` overrides some."""
+    """The bounds of the alerts (see the module docstring); ``watch(thresholds={"dead": 0.9})`` overrides some.
+
+    Attributes:
+        vanishing: a parameter gradient's L2 norm below this is vanishing.
+        exploding: one above this is exploding.
+        patience: logged steps in a row a gradient or update bound must be crossed before it alerts.
+        dead: a fraction of dead units above this alerts.
+        dead_window: logged steps a unit must stay zero for every sample to count as dead.
+        update_ratio: ``(low, high)``: the healthy band of ``|w_after - w_before| / |w_before|``.
+    """
 
     vanishing: float = 1e-7  # parameter-gradient L2 norm below this: vanishing
     exploding: float = 1e3  # above this: exploding

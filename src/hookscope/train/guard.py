@@ -93,6 +93,24 @@ def nan_guard(
     ``mode="raise"`` raises ``NonFiniteError`` at the first producer; ``mode="warn"`` warns once per
     producer (``NonFiniteWarning``) and goes on; both keep them in ``guard.findings``. ``select``: the
     modules checked (None, the default: every module); ``allow``: those whose non-finite values are expected.
+
+    Args:
+        model: the network checked.
+        optimizer: one optimizer or several whose steps are checked too (the parameters they write).
+        mode: ``raise`` (the default) or ``warn``.
+        allow: the modules whose outputs may hold infinities (never NaN), e.g. an attention mask; None for none.
+        select: the modules checked; None checks every module, the model included.
+        scaler: the loop's ``torch.amp.GradScaler``: a step it skips is counted, not reported.
+        sync: when the numbers are read: ``call`` (in each hook), ``pass`` (once per pass), or None
+            (``call`` on the CPU, ``pass`` on an accelerator).
+
+    Returns:
+        The guard block; ``guard.findings`` lists what it found.
+
+    Raises:
+        OptionError: an unknown ``mode`` or ``sync``, or a ``scaler`` that is not a GradScaler.
+        SelectionError: ``select`` or ``allow`` matches no module.
+        NonFiniteError: in the block, with ``mode="raise"``: a NaN or an infinity, named where it was produced.
     """
     return Guard(model, optimizer, mode=mode, allow=allow, select=select, scaler=scaler, sync=sync)
 

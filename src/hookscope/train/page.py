@@ -100,6 +100,18 @@ def build_training_report(
 
     ``graph``: the model's ``hookscope.module_graph`` (default: the one the store keeps, if any), drawn
     coloured by the number of alerts per module (by the last logged gradient norm when none fired).
+
+    Args:
+        run: a store written by ``hookscope.watch``, opened with ``hookscope.load``.
+        title: the page's title; None names the model and the store.
+        max_layers: the most modules drawn, in model order.
+        graph: the model's ``module_graph``; None uses the one the store keeps, if any.
+
+    Returns:
+        The training page's content; ``render_html`` or ``write_report`` draws it.
+
+    Raises:
+        OptionError: the store holds no time series (not written by ``watch``).
     """
     histories = run.histories()
     if not histories:

@@ -189,6 +189,10 @@ class Watch(Block, display.Shows):
 
         They are kept beside the statistics (the store's ``scalars``, ``run.scalars()``, the report's
         loss curve) and sent to the sinks; call it before ``opt.step()`` or pass ``step=``.
+
+        Args:
+            step: the step the scalars belong to; None is the current ``w.steps``.
+            **scalars: name -> a number or a one-element tensor (``loss=loss``, ``lr=lr``).
         """
         self._scalars.add(self._clock.step_index if step is None else step, **scalars)
 
@@ -198,7 +202,17 @@ class Watch(Block, display.Shows):
         return self._clock.step_index
 
     def history(self, name: str) -> History:
-        """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``)."""
+        """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``).
+
+        Args:
+            name: a watched module's dotted name.
+
+        Returns:
+            Its ``History``: one row per logged step, the ``COLUMNS`` statistics.
+
+        Raises:
+            NotCapturedError: ``name`` is not watched (the message names the closest ones).
+        """
         if name not in self._rows:
             raise NotCapturedError(
                 f"{name!r} is not watched ({len(self._rows)} modules{closest(str(name), self._rows)}); "
@@ -215,7 +229,18 @@ class Watch(Block, display.Shows):
         return display.table_of(self)
 
     def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:
-        """``column`` over the logged steps, a line per module: the training report's chart (a PIL image)."""
+        """``column`` over the logged steps, a line per module: the training report's chart (a PIL image).
+
+        Args:
+            column: the statistic drawn (default ``grad_norm``).
+            log: a log scale for the values; None decides from the column and its range.
+
+        Returns:
+            A PIL image of the chart.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         image: Image = display.plot_of(self, column=column, log=log)
         return image
 
