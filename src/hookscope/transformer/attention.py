@@ -53,7 +53,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, repr=False)
 class Attention(Shows):
-    """The attention probabilities of each attention call of one forward pass, with its tokens."""
+    """The attention probabilities of each attention call of one forward pass, with its tokens.
+
+    Attributes:
+        layers: the attention modules in forward order; a shared module's later calls are ``name#1``, ...
+        tokens: per sequence, its tokens as the tokenizer wrote them (padding included), or positions.
+        mask: ``(B, T)`` bool: True for a real token, False for padding.
+        output: what the model returned.
+        word_ids: a fast tokenizer's word index per token, or None.
+        probs: layer -> its attention probabilities ``(B, heads, Tq, Tk)``.
+    """
 
     layers: list[str]  # attention modules in forward order; a shared module's later calls are 'name#1', ...
     tokens: list[list[str]]  # per sequence, as the tokenizer wrote them (padding included)
@@ -63,11 +72,33 @@ class Attention(Shows):
     probs: dict[str, Tensor] = field(default_factory=dict)  # layer -> (B, heads, Tq, Tk)
 
     def weights(self, layer: str | int) -> Tensor:
-        """``(B, heads, Tq, Tk)`` of one layer: its name, the block holding it, or its index in ``layers``."""
+        """``(B, heads, Tq, Tk)`` of one layer: its name, the block holding it, or its index in ``layers``.
+
+        Args:
+            layer: a name in ``layers``, the block holding one attention, or an index into ``layers``.
+
+        Returns:
+            ``(B, heads, Tq, Tk)`` attention probabilities.
+
+        Raises:
+            NotCapturedError: no attention ran at ``layer``, or the index is out of range.
+            SelectionError: ``layer`` holds several attention modules.
+        """
         return self.probs[self.layer_name(layer)]
 
     def layer_name(self, layer: str | int) -> str:
-        """The name in ``layers`` that ``layer`` means (an index, a name, or the one attention under a block)."""
+        """The name in ``layers`` that ``layer`` means (an index, a name, or the one attention under a block).
+
+        Args:
+            layer: a name in ``layers``, the block holding one attention, or an index into ``layers``.
+
+        Returns:
+            The name in ``layers``.
+
+        Raises:
+            NotCapturedError: no attention ran at ``layer``, or the index is out of range.
+            SelectionError: ``layer`` holds several attention modules.
+        """
         if isinstance(layer, int) and not isinstance(layer, bool):
             if not -len(self.layers) <= layer < len(self.layers):
                 raise NotCapturedError(f"layer {layer} is out of range: {len(self.layers)} attention layers ran")
@@ -90,22 +121,56 @@ class Attention(Shows):
         return int(next(iter(self.probs.values())).shape[1]) if self.probs else 0
 
     def mean_heads(self, layer: str | int) -> Tensor:
-        """``(B, Tq, Tk)``: the layer's weights averaged over its heads (rows still sum to 1)."""
+        """``(B, Tq, Tk)``: the layer's weights averaged over its heads (rows still sum to 1).
+
+        Args:
+            layer: a name in ``layers``, the block holding one attention, or an index into ``layers``.
+
+        Returns:
+            ``(B, Tq, Tk)``: the head mean.
+
+        Raises:
+            NotCapturedError: no attention ran at ``layer``.
+        """
         return self.weights(layer).mean(dim=1)
 
     def real_tokens(self, batch: int = 0) -> list[str]:
-        """Sequence ``batch``'s tokens without its padding."""
+        """Sequence ``batch``'s tokens without its padding.
+
+        Args:
+            batch: the sequence's index in the batch.
+
+        Returns:
+            Its tokens, padding left out.
+        """
         return [t for t, keep in zip(self.tokens[batch], self.mask[batch].tolist(), strict=True) if keep]
 
     def words(self, batch: int = 0) -> Groups:
-        """``[(word, [token positions])]`` of sequence ``batch``: word pieces merged (padding left out)."""
+        """``[(word, [token positions])]`` of sequence ``batch``: word pieces merged (padding left out).
+
+        Args:
+            batch: the sequence's index in the batch.
+
+        Returns:
+            ``(word, [token positions])`` pairs, in order.
+        """
         keep = self.mask[batch].tolist()
         ids = None if self.word_ids is None else self.word_ids[batch]
         groups = word_groups(self.tokens[batch], ids)
         return [(word, members) for word, members in groups if all(keep[i] for i in members)]
 
     def table(self, *, batch: int = 0) -> str:
-        """A line per layer: its heads, the weights' shape, and the token sequence ``batch`` looks at most."""
+        """A line per layer: its heads, the weights' shape, and the token sequence ``batch`` looks at most.
+
+        Args:
+            batch: the sequence described.
+
+        Returns:
+            The table, as text.
+
+        Raises:
+            OptionError: ``batch`` is out of range.
+        """
         return table_of(self, batch=batch)
 
     def plot(
@@ -142,6 +207,20 @@ def attention(
     None (the default) keeps every attention module the model ran. ``layers=`` is the old name of
     ``select=`` (deprecated).
     Attention probabilities are those of the softmax before dropout; call it in ``eval()`` mode.
+
+    Args:
+        model: the transformer, in eval mode.
+        inputs: a ``BatchEncoding`` or dict, a ``(B, T)`` tensor of token ids, or text with ``tokenizer``.
+        select: which attention modules are kept (see above); None keeps every one that ran.
+        tokenizer: encodes text and names the tokens; None when ``inputs`` are already encoded.
+
+    Returns:
+        An ``Attention``: the probabilities of each attention call, with the tokens and padding mask.
+
+    Raises:
+        InputError: text without ``tokenizer``.
+        SelectionError: ``select`` matches no module.
+        CaptureError: no selected attention module ran.
     """
     inputs = encoded(inputs, tokenizer, caller="attention")
     wanted = _wanted(model, select)

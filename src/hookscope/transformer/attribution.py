@@ -67,7 +67,20 @@ Scalar = Callable[[Any], Tensor]  # model output -> one number, or one per row
 
 @dataclass(eq=False)
 class TokenAttribution(Shows):
-    """Per-token and per-word attributions of one scalar, one list entry per input row."""
+    """Per-token and per-word attributions of one scalar, one list entry per input row.
+
+    Attributes:
+        tokens: per row, its tokens (padding left out).
+        scores: per row, a ``(tokens,)`` tensor of attributions.
+        words: per row, its words (word pieces merged).
+        word_scores: per row, a ``(words,)`` tensor: the sums of their tokens' scores.
+        attributions: ``(B, T)``: every position's score, padding included.
+        value: ``f(x)``, the target's value.
+        baseline_value: ``f(baseline)`` with integrated gradients; else None.
+        delta: ``sum(attributions) - (f(x) - f(baseline))`` with integrated gradients; else None.
+        method: ``integrated_gradients`` or ``input_x_gradient``.
+        steps: integration points (integrated gradients).
+    """
 
     tokens: list[list[str]]
     scores: list[Tensor]  # (tokens,) per row, padding left out
@@ -81,7 +94,14 @@ class TokenAttribution(Shows):
     steps: int
 
     def table(self, *, words: bool = False) -> str:
-        """A line per token (or per word) of every row: the row, its position, the token and its score."""
+        """A line per token (or per word) of every row: the row, its position, the token and its score.
+
+        Args:
+            words: a line per word instead of per token.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self, words=words)
 
     def plot(self, *, words: bool = True) -> Image:
@@ -121,6 +141,27 @@ def token_attribution(
     a class index the first tensor). ``progress`` (``hookscope.progress``; default quiet) hears
     ``(method, done, total)`` after each step through the model. ``scalar_fn=`` is the old name of
     ``target=`` and ``method="ig"`` of ``"integrated_gradients"`` (both deprecated).
+
+    Args:
+        model: the transformer.
+        inputs: a tokenizer's batch, a tensor of ids, or text with ``tokenizer``.
+        target: the scalar explained: a callable on the output, or a class index (an int, a list, a tensor).
+        method: ``integrated_gradients`` (the default) or ``input_x_gradient``.
+        steps: integrated gradients' points, one forward and one backward each.
+        baseline: ``pad`` (the tokens replaced by the pad token, special tokens kept), ``zeros``, or a
+            tensor shaped like the embeddings.
+        tokenizer: encodes text, names the tokens and gives the pad id; None when ``inputs`` suffice.
+        embeddings: the module whose output is attributed; None is ``model.get_input_embeddings()``.
+        rows: with integrated gradients, attribute these rows only; None attributes every row.
+        output: the tensor of a structured model output the target reads; None as above.
+
+    Returns:
+        A ``TokenAttribution``: per token and per word, for every row.
+
+    Raises:
+        OptionError: an unknown method or baseline, a bad ``steps``, or ``pad`` without a pad id.
+        InputError: text without ``tokenizer``.
+        TargetError: ``target`` does not fit the model's output.
     """
     if str(method) == "ig":
         old, new = "token_attribution(method='ig')", "token_attribution(method='integrated_gradients')"

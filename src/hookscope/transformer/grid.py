@@ -47,7 +47,24 @@ def attention_grid(
     columns: int = COLUMNS,
     mean: bool = True,
 ) -> Image:
-    """A PIL image of ``layer``'s heads (all, or ``heads``) for sequence ``batch``, and their mean (see module doc)."""
+    """A PIL image of ``layer``'s heads (all, or ``heads``) for sequence ``batch``, and their mean (see module doc).
+
+    Args:
+        att: what ``hookscope.attention`` returned.
+        layer: a name in ``att.layers``, the block holding one attention, or an index (default: the first).
+        batch: the sequence drawn.
+        heads: the heads drawn; None draws all.
+        columns: panels per row.
+        mean: add a panel of the chosen heads' mean (when there are several).
+
+    Returns:
+        A PIL image: a panel per head, tokens on both axes, padding left out.
+
+    Raises:
+        OptionError: ``batch`` or a head is out of range.
+        NotCapturedError: no attention ran at ``layer``.
+        SelectionError: ``layer`` holds several attention modules.
+    """
     name = att.layer_name(layer)
     weights = att.weights(name)  # (B, H, T, T)
     if not 0 <= batch < weights.shape[0]:

@@ -49,7 +49,15 @@ NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "norm_f", "
 
 @dataclass(eq=False)
 class LogitLens(Shows):
-    """Top-k next-token guesses after each block: ``ids`` and ``probs`` are ``(layers, B, T, k)``."""
+    """Top-k next-token guesses after each block: ``ids`` and ``probs`` are ``(layers, B, T, k)``.
+
+    Attributes:
+        layers: the blocks read, in model order.
+        ids: ``(layers, B, T, k)``: the top-k token ids after each block.
+        probs: ``(layers, B, T, k)``: their probabilities.
+        inputs: the input tokens per row, with a tokenizer; else None.
+        tokens: ``[layer][row][position][rank]`` token strings, with a tokenizer; else None.
+    """
 
     layers: list[str]
     ids: Tensor
@@ -58,7 +66,14 @@ class LogitLens(Shows):
     tokens: list[list[list[list[str]]]] | None = None  # [layer][row][position][rank], with a tokenizer
 
     def table(self, *, row: int = 0) -> str:
-        """Row ``row`` as text: a line per layer, a column per position, the top token and its probability."""
+        """Row ``row`` as text: a line per layer, a column per position, the top token and its probability.
+
+        Args:
+            row: the batch row shown.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self, row=row)
 
     def plot(self, *, row: int = 0) -> Image:
@@ -91,6 +106,23 @@ def logit_lens(
     with a ``CaptureWarning`` when none is found; None: no norm) are applied to each block's output.
     ``tokenizer`` encodes text and turns the ids into strings. ``blocks=`` and ``k=`` are the old
     names of ``select=`` and ``top_k=`` (deprecated).
+
+    Args:
+        model: the language model.
+        input_ids: a ``(B, T)`` tensor of ids, a tokenizer's dict, or text with ``tokenizer``.
+        unembed: the map from hidden states to logits; None uses ``model.get_output_embeddings()``.
+        norm: the final norm applied before ``unembed``; ``"auto"`` finds the model's, None applies none.
+        select: the residual blocks; ``":blocks"`` (the default) is the model's repeated blocks.
+        top_k: how many guesses are kept per position.
+        tokenizer: encodes text and turns ids into strings; None keeps ids only.
+
+    Returns:
+        A ``LogitLens``: ``ids`` and ``probs`` ``(layers, B, T, top_k)``.
+
+    Raises:
+        OptionError: ``top_k`` is not a positive int or exceeds the vocabulary, or no unembedding is found.
+        InputError: text without ``tokenizer``.
+        SelectionError: ``select`` matches no module.
     """
     if not isinstance(top_k, int) or top_k < 1:
         raise OptionError(f"top_k must be a positive int, got {top_k!r}")

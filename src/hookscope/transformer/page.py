@@ -125,6 +125,26 @@ def build_text_report(
     ``select`` picks the modules whose token norms the page draws (a Selector, as everywhere); its default,
     ``":blocks"``, is the model's repeated blocks (the encoder layers), and None would be every leaf module.
     Every attention module the model ran is drawn, whatever ``select`` says.
+
+    Args:
+        model: the transformer, in eval mode.
+        inputs: a ``BatchEncoding``, a tensor of ids, or text with ``tokenizer``.
+        tokenizer: encodes text and names the tokens.
+        select: the modules whose token norms are drawn; ``":blocks"`` by default, None every leaf.
+        title: the page's title.
+        notes: lines shown under the title.
+        max_layers: the most layers drawn.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+
+    Returns:
+        The text page's content; ``render_html`` or ``write_report`` draws it.
+
+    Raises:
+        OptionError: ``max_layers`` is not a positive int.
+        InputError: text without ``tokenizer``.
+        CaptureError: no attention module ran.
+        SelectionError: ``select`` matches no module.
     """
     if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 1:
         raise OptionError(f"max_layers must be a positive int, got {max_layers!r}")

@@ -56,7 +56,15 @@ HEAD_FUSIONS: tuple[str, ...] = get_args(HeadFusion)
 @dataclass(frozen=True, repr=False)
 class Rollout(Shows):
     """The rollout of each image: ``maps`` ``(B, h, w)`` on the patch grid (each image's max 1), and
-    ``joint`` ``(B, N, N)``, the layers' attention multiplied through (row 0: the class token)."""
+    ``joint`` ``(B, N, N)``, the layers' attention multiplied through (row 0: the class token).
+
+    Attributes:
+        maps: ``(B, h, w)``: the class token's rollout on the patch grid, each image's max 1.
+        joint: ``(B, N, N)``: the layers' attention multiplied through.
+        layers: the attention modules' calls, in call order.
+        head_fusion: how heads were fused: ``mean``, ``max`` or ``min``.
+        discard_ratio: the fraction of the lowest attention weights dropped per layer.
+    """
 
     maps: Tensor
     joint: Tensor
@@ -95,6 +103,22 @@ def attention_rollout(
     calls are multiplied in call order. ``prefix`` tokens lead the sequence (1: the class token,
     whose row is read); the rest must make a square patch grid. ``layers=`` is the old name of
     ``select=`` (deprecated).
+
+    Args:
+        model: a vision transformer built on ``nn.MultiheadAttention``.
+        x: an image batch ``(B, C, H, W)``.
+        head_fusion: how each layer's heads are fused: ``mean`` (the default), ``max`` or ``min``.
+        discard_ratio: the fraction of each layer's lowest weights set to 0 before the product, in [0, 1).
+        select: which attention modules (see above); None is every ``nn.MultiheadAttention``.
+        prefix: the tokens before the patches (1: the class token).
+
+    Returns:
+        A ``Rollout``: ``.maps`` ``(B, h, w)`` and ``.joint`` ``(B, N, N)``.
+
+    Raises:
+        OptionError: an unknown ``head_fusion`` or a ``discard_ratio`` outside [0, 1).
+        SelectionError: ``select`` matches no module, or the model never called its attention.
+        ShapeError: the tokens after ``prefix`` do not make a square grid.
     """
     _check_options(head_fusion, discard_ratio)
     with MultiheadWeights(model, nn.MultiheadAttention if select is None else select) as watch, torch.no_grad():
