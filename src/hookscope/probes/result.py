@@ -69,7 +69,11 @@ class Probe:
 
 
 class Probes(Mapping[str, Probe], Shows):
-    """The probes of ``probe``, by site, in the order the sites ran."""
+    """The probes of ``probe``, by site, in the order the sites ran.
+
+    Args:
+        probes: site -> its fitted ``Probe``, in the order the sites ran.
+    """
 
     def __init__(self, probes: Mapping[str, Probe]) -> None:
         self._probes = dict(probes)

@@ -38,7 +38,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class TopExamples(Shows):
-    """Per unit of one site, its ``k`` largest activations over a run: value, batch, row and position."""
+    """Per unit of one site, its ``k`` largest activations over a run: value, batch, row and position.
+
+    Attributes:
+        site: the site's name.
+        values: ``(U, k)`` float64, descending: each unit's k largest activations (NaN where the run
+            had fewer).
+        batches: ``(U, k)`` int64: each example's batch index in the store (-1: none).
+        rows: ``(U, k)`` int64: its row within that batch.
+        positions: ``(U, k)`` int64: its flat position in ``grid`` (0 for rows).
+        grid: the positions' shape: ``(H, W)`` for maps, ``(T,)`` for tokens, ``()`` for rows.
+        peaks: ``(U, N)`` float64: each input's largest value of the unit, in store order.
+        order: ``(N, 2)`` int64: each input's (batch, row), in store order.
+        inputs: ``(U, k)`` int64: each example's input, an index into ``peaks``' columns.
+        label: what ``values`` are: ``activation``, or ``difference`` of two runs.
+    """
 
     site: str
     values: Tensor  # (U, k) float64, descending; NaN where the run had fewer than k activations
@@ -60,17 +74,41 @@ class TopExamples(Shows):
         return int(self.values.shape[0])
 
     def where(self, unit: int, rank: int = 0) -> tuple[int, int, tuple[int, ...]]:
-        """(batch, row, position in the grid) of the unit's ``rank``-th largest activation."""
+        """(batch, row, position in the grid) of the unit's ``rank``-th largest activation.
+
+        Args:
+            unit: the unit (channel, feature).
+            rank: 0 for its largest activation, 1 for the next, ...
+
+        Returns:
+            ``(batch, row, cell)``: ``cell`` is the position's index in ``grid`` (``()`` for rows).
+        """
         flat = int(self.positions[unit, rank])
         cell = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), self.grid)) if self.grid else ()
         return int(self.batches[unit, rank]), int(self.rows[unit, rank]), cell
 
     def input_index(self, unit: int, rank: int = 0) -> int:
-        """The input of the unit's ``rank``-th example, counted in store order over every batch."""
+        """The input of the unit's ``rank``-th example, counted in store order over every batch.
+
+        Args:
+            unit: the unit.
+            rank: 0 for its largest activation, 1 for the next, ...
+
+        Returns:
+            The input's index in store order.
+        """
         return int(self.inputs[unit, rank])
 
     def histogram(self, unit: int, bins: int = 24) -> tuple[list[int], list[float]]:
-        """(counts, edges) of the unit's peak value per input (finite values), on ``bins`` equal bins."""
+        """(counts, edges) of the unit's peak value per input (finite values), on ``bins`` equal bins.
+
+        Args:
+            unit: the unit.
+            bins: how many equal bins.
+
+        Returns:
+            ``(counts, edges)``: ``bins`` counts and ``bins + 1`` edges.
+        """
         peaks = self.peaks[unit]
         finite = peaks[peaks.isfinite()]
         low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
@@ -79,14 +117,37 @@ class TopExamples(Shows):
         return counts, [low + (high - low) * i / bins for i in range(bins + 1)]
 
     def plot(self, unit: int | None = None) -> Image:
-        """The histogram of a unit's peak per input (default: the unit with the largest best value)."""
+        """The histogram of a unit's peak per input (default: the unit with the largest best value).
+
+        Args:
+            unit: the unit drawn; None draws the one with the largest best value.
+
+        Returns:
+            A PIL image of the histogram.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         chosen = self.ranked()[0] if unit is None else unit
         counts, edges = self.histogram(chosen)
         return counts_plot(counts, edges, title=f"{self.site} unit {chosen}: {self.label} peak per input")
 
     @classmethod
     def read(cls, run: Run, site: str, kind: Kind = "output") -> TopExamples:
-        """The run's top k of ``site``, merged from every batch the store holds, in batch order."""
+        """The run's top k of ``site``, merged from every batch the store holds, in batch order.
+
+        Args:
+            run: a store extracted with ``reduce=hookscope.reducers.top_examples(k)``.
+            site: the site's name.
+            kind: the kind read (default ``output``).
+
+        Returns:
+            The ``TopExamples`` of ``site`` over every batch the store holds.
+
+        Raises:
+            StoreError: the store was not extracted with ``top_examples``, or holds no finished batch.
+            NotCapturedError: the store holds no site ``site``.
+        """
         k = _k_of(run)
         if site not in run:
             raise NotCapturedError(f"{run.path} holds no site {site!r}{closest(site, list(run))}")
@@ -97,7 +158,17 @@ class TopExamples(Shows):
 
     def difference(self, other: TopExamples) -> TopExamples:
         """Per unit, the ``k`` inputs whose peak moved most from ``other`` to this run (values: the signed change,
-        ranked by its size)."""
+        ranked by its size).
+
+        Args:
+            other: the same site's ``TopExamples`` from another run over the same inputs.
+
+        Returns:
+            A ``TopExamples`` labelled ``difference``: per unit, the inputs whose peak changed most.
+
+        Raises:
+            StoreError: the two runs do not hold the same units and inputs.
+        """
         if self.peaks.shape != other.peaks.shape:
             raise StoreError(f"two runs compare input by input: {self.site!r} has {tuple(self.peaks.shape)} "
                              f"(units, inputs) here and {tuple(other.peaks.shape)} there; extract both over the "
