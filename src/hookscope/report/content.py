@@ -136,7 +136,29 @@ class Section:
 
 @dataclass(frozen=True)
 class Report(Shows):
-    """Everything the page shows. PNGs are bytes; ``render_html`` inlines them as data: URIs."""
+    """Everything the page shows. PNGs are bytes; ``render_html`` inlines them as data: URIs.
+
+    Attributes:
+        title: the page's title.
+        model: the model's class name.
+        parameters: its parameter count.
+        input: the input's shape, dtype and device, in words.
+        created: when the report was built, in words.
+        version: hookscope's version.
+        notes: the caller's notes.
+        remarks: hookscope's: what was left out or could not be captured.
+        pictures: PNG bytes of the first images of ``x`` (or the pictures given).
+        predictions: per image, the top classes and their probabilities.
+        cam_layer: the layer the CAMs read (``""`` without CAMs).
+        cams: the CAM pictures, per method and image.
+        flow: the gradient-flow chart, or None without gradients.
+        kinds: the kinds drawn on each layer's card, in order.
+        layers: one view per layer shown.
+        selected: how many sites the selector picked (shown, left out, never called).
+        image_names: one name per picture, or empty (``image 0``, ``image 1``...).
+        sections: more sections, after the prediction (patching, similarity, probes...).
+        graph: the module graph of the pass, coloured by what was measured, or None.
+    """
 
     title: str
     model: str
@@ -170,7 +192,14 @@ class Report(Shows):
         return plot_of(self)
 
     def image_name(self, index: int) -> str:
-        """What the page calls image ``index``: its file name when known, else ``image 0``."""
+        """What the page calls image ``index``: its file name when known, else ``image 0``.
+
+        Args:
+            index: the image's index in the batch.
+
+        Returns:
+            Its file name when known, else ``image {index}``.
+        """
         return self.image_names[index] if index < len(self.image_names) else f"image {index}"
 
     @property

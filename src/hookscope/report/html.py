@@ -57,6 +57,16 @@ def render_html(report: object) -> str:
 
     ``report``: a ``Report`` (``build_report``), a text report (``build_text_report``) or a training
     report (``build_training_report``).
+
+    Args:
+        report: what ``build_report``, ``build_text_report`` or ``build_training_report`` returned.
+
+    Returns:
+        The whole page as an HTML string.
+
+    Raises:
+        OptionError: ``report`` is none of those.
+        MissingDependencyError: jinja2 is not installed.
     """
     render = next((_PAGES[k] for k in type(report).__mro__ if k in _PAGES), None)
     if render is None:
@@ -119,7 +129,22 @@ def environment() -> Any:
 
 def write_report(report: object, out: str | Path, *, force: bool = False) -> Path:
     """Write ``out/index.html`` of any page ``render_html`` draws and return its path; ``out`` is replaced
-    only once the new one is complete, and an existing one only with ``force`` (``base.files.new_output``)."""
+    only once the new one is complete, and an existing one only with ``force`` (``base.files.new_output``).
+
+    Args:
+        report: what ``build_report``, ``build_text_report`` or ``build_training_report`` returned.
+        out: the folder the page is written to, as ``out/index.html``.
+        force: replace an existing ``out`` that hookscope wrote (a folder holding anything else is
+            never replaced).
+
+    Returns:
+        The path of ``index.html``.
+
+    Raises:
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
+        OptionError: ``out`` is a file, or ``report`` is not a page.
+        StoreError: the page cannot be written; ``out`` is left as it was.
+    """
     return write_page(lambda: render_html(report), out, force=force)
 
 

@@ -77,6 +77,17 @@ def show(obj: Any, *, kinds: Kind | Iterable[Kind] | None = None, max_layers: in
     ``Report``; anything else that shows itself is shown as it does. ``kinds``: the kind or kinds
     drawn of a capture, records or a site (default: every per-call kind they hold; a store and a report
     draw their own); ``max_layers``: cards drawn, the rest counted.
+
+    Args:
+        obj: what is shown (see above).
+        kinds: the kind or kinds drawn of a capture, records or a site; None draws every per-call kind they hold.
+        max_layers: the most cards drawn; the rest are counted.
+
+    Returns:
+        An inline view: a notebook renders its HTML.
+
+    Raises:
+        OptionError: ``obj`` cannot be shown, or an unknown kind.
     """
     if isinstance(obj, Report):
         return Inline(report_html(obj, max_layers=max_layers), f"report {obj.title!r}")
