@@ -25,7 +25,25 @@ FORMATS: dict[str, Writer] = {
 
 
 def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool = False, **options: Any) -> Path:
-    """Write ``source`` to ``out`` in ``format`` (one of ``FORMATS``); returns the path written."""
+    """Write ``source`` to ``out`` in ``format`` (one of ``FORMATS``); returns the path written.
+
+    Args:
+        source: what is exported: a store (a path or a ``Run``) for ``datasets``; a store, a watch
+            run or a graph for ``model-explorer``.
+        out: the file or folder written.
+        format: ``datasets`` (an HF datasets folder in SAE Lens's layout) or ``model-explorer``
+            (node data for Google's Model Explorer).
+        force: replace an existing ``out``.
+        **options: the format's own options (``select=``, ``kind=``, ``key=``, ``shard_size=`` for
+            ``datasets``; ``graph=``, ``model=``, ``x=``, ``measure=`` for ``model-explorer``).
+
+    Returns:
+        The path written.
+
+    Raises:
+        OptionError: an unknown format, or an option the format does not take.
+        OutputExistsError: ``out`` exists and ``force`` is False.
+    """
     writer = FORMATS.get(format)
     if writer is None:
         raise OptionError(f"format={format!r} is not a format hookscope exports to{closest(format, FORMATS)}; "

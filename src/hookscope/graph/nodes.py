@@ -90,7 +90,19 @@ class Edge:
 
 @dataclass(frozen=True)
 class Graph(Shows):
-    """The modules of one pass, their data flow, and optionally a number per module to colour them by."""
+    """The modules of one pass, their data flow, and optionally a number per module to colour them by.
+
+    Attributes:
+        model: the model's class name.
+        nodes: one ``Node`` per module that ran, in call order.
+        edges: the data flow between them.
+        built: ``hooks``, ``hooks and autograd`` or ``torch.export``.
+        note: why it was built that way.
+        blocks: the repeated blocks, drawn folded.
+        overlay: module name -> the number it is coloured by.
+        measure: what the overlay's numbers are.
+        export_ids: module -> its ``torch.export`` node names.
+    """
 
     model: str
     nodes: tuple[Node, ...]
@@ -147,7 +159,14 @@ class Graph(Shows):
         return sorted((self._by_name[n] for n in names if n in self._by_name), key=lambda node: node.order)
 
     def saved_under(self, name: str) -> int:
-        """Bytes the forward of ``name`` and everything inside it left saved for the backward."""
+        """Bytes the forward of ``name`` and everything inside it left saved for the backward.
+
+        Args:
+            name: a module's dotted name (``""``: the model).
+
+        Returns:
+            The bytes saved for the backward by it and every module inside it.
+        """
         return sum(node.saved for node in self.under(name))
 
     @renamed(measure="column")
@@ -180,7 +199,14 @@ class Graph(Shows):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Graph:
-        """The graph ``as_dict`` wrote (without its overlay)."""
+        """The graph ``as_dict`` wrote (without its overlay).
+
+        Args:
+            data: what ``as_dict`` returned (a store's manifest keeps it).
+
+        Returns:
+            The ``Graph``, without an overlay.
+        """
         return cls(
             model=str(data["model"]),
             nodes=tuple(Node(*row) for row in data["nodes"]),

@@ -289,6 +289,14 @@ def module_graph(model: nn.Module, x: Any, *, exported: bool = False) -> Graph:
 
     ``exported``: also run ``torch.export`` for its data flow and Model Explorer's node names
     (``hookscope.graph.exported``); where it fails the hooks' graph is returned and a warning says why.
+
+    Args:
+        model: the network; it runs once in eval mode.
+        x: its input: a tensor, a tuple of arguments or a dict of keyword arguments.
+        exported: also run ``torch.export`` for its data flow and node names.
+
+    Returns:
+        The ``Graph`` of the pass.
     """
     args, kwargs = _arguments(x)
     with evaluating(model), Tracer(model) as tracer:
