@@ -53,7 +53,16 @@ SHOWN = 6  # differences listed in a mismatch error
 
 @dataclass(frozen=True)
 class Site:
-    """One tensor of one call of one module, compared: B against A, in float64."""
+    """One tensor of one call of one module, compared: B against A, in float64.
+
+    Attributes:
+        name: the site and the tensor (``layer1``, ``block call 1``, ``encoder out[0]``, ``(output)``).
+        shape: the tensor's shape.
+        relative: ``|B - A| / |A|`` (L2 over every element); inf when A is 0 and B is not.
+        cosine: ``A . B / (|A| |B|)``; NaN when either is 0.
+        max_abs: ``max |B - A|``.
+        where: the index of that largest difference.
+    """
 
     name: str  # "layer1", "block call 1", "encoder out[0]", "(output)"
     shape: tuple[int, ...]
@@ -65,7 +74,12 @@ class Site:
 
 @dataclass(frozen=True)
 class Divergence(Shows):
-    """Per site, in A's forward order, how far B is from A; the model's output last."""
+    """Per site, in A's forward order, how far B is from A; the model's output last.
+
+    Attributes:
+        sites: one ``Site`` per compared tensor, in A's forward order, the model's output last.
+        notes: what the numbers are made of (a compiled run, autocast).
+    """
 
     sites: tuple[Site, ...]
     notes: tuple[str, ...] = ()  # what the numbers are made of (a compiled run, autocast)
@@ -85,7 +99,14 @@ class Divergence(Shows):
                                f"{closest(site, names)}); list them with [s.name for s in div.sites]")  # fmt: skip
 
     def first(self, rtol: float = 1e-2) -> Site | None:
-        """The first site in forward order whose relative error is past ``rtol`` (or NaN); None if none is."""
+        """The first site in forward order whose relative error is past ``rtol`` (or NaN); None if none is.
+
+        Args:
+            rtol: the tolerated relative error.
+
+        Returns:
+            The first ``Site`` past it, or None.
+        """
         return next((s for s in self.sites if not s.relative <= rtol), None)
 
     def table(self) -> str:
@@ -112,6 +133,21 @@ def divergence(
     of keyword arguments. A tuple the model cannot take is read as before, ``(inputs, ...)`` (its first
     item fed), for one release, with a ``DeprecationWarning``.
     ``autocast``: a dtype (``torch.bfloat16``, ``torch.float16``) B runs under ``torch.autocast`` in.
+
+    Args:
+        model_a: the reference model.
+        model_b: the model compared with it, with the same module names.
+        x: the input (see above).
+        select: A's modules compared; None takes every leaf module.
+        autocast: a floating dtype B runs under ``torch.autocast`` in; None runs B as it is.
+
+    Returns:
+        A ``Divergence``: per site, relative error, cosine, max |difference| and where.
+
+    Raises:
+        OptionError: ``autocast`` is not a floating dtype.
+        ModelError: the models' modules do not match by name.
+        SelectionError: ``select`` matches no module.
     """
     if autocast is not None and not (isinstance(autocast, torch.dtype) and autocast.is_floating_point):
         raise OptionError(f"autocast={autocast!r} is not a floating dtype; pass e.g. autocast=torch.bfloat16")

@@ -42,7 +42,16 @@ MEASURES = {"cka": hsic.gram, "rsa": rdm.rdm}
 
 @dataclass(frozen=True)
 class Similarity(Shows):
-    """``values[i, j]``: the similarity of unit ``rows[i]`` of A with unit ``columns[j]`` of B (float64)."""
+    """``values[i, j]``: the similarity of unit ``rows[i]`` of A with unit ``columns[j]`` of B (float64).
+
+    Attributes:
+        values: ``(len(rows), len(columns))`` float64.
+        rows: A's units, in forward order.
+        columns: B's units.
+        measure: ``cka`` or ``rsa``.
+        batches: the batches summed.
+        samples: the inputs in them.
+    """
 
     values: Tensor  # (len(rows), len(columns)) float64
     rows: tuple[str, ...]  # A's units, in forward order
@@ -103,6 +112,27 @@ def cka(
     minibatch HSIC, Nguyen et al. 2021) or ``"rsa"`` (Spearman correlation of the 1 - Pearson
     dissimilarity matrices, averaged over batches). Batches need at least 4 inputs; a smaller one is
     left out with a warning. ``progress`` hears ``("cka" or "rsa", batches done, 0)`` after each batch.
+
+    Args:
+        model_a: a model (or checkpoint), or a store (a path or a ``Run``).
+        model_b: the other model or store; None compares A with itself.
+        loader: the batches both models run on; None for stores.
+        select: A's modules (or a store's sites by name or glob); None takes every leaf module.
+        select_b: B's; None takes the same as ``select``.
+        measure: ``cka`` (linear, unbiased minibatch HSIC) or ``rsa``.
+        call: only this call of each module; None takes every call.
+        key: only this key of each output; None takes every key.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+
+    Returns:
+        A ``Similarity``: A's units down, B's across.
+
+    Raises:
+        OptionError: an unknown ``measure``, or stores that hold other batches.
+        InputError: models without a loader, or stores with one.
+        NotCapturedError: a batch lacks a unit batch 0 had, or gave no floating tensor.
+        SelectionError: ``select`` matches no module.
     """
     matrix = MEASURES.get(measure)
     if matrix is None:
