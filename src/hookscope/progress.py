@@ -57,7 +57,13 @@ def rendered(progress: Progress) -> Lines | None:
 
 
 def quiet(stage: str, done: int, total: int) -> None:
-    """Progress not shown."""
+    """Progress not shown.
+
+    Args:
+        stage: the stage's name.
+        done: steps done.
+        total: steps in all (0: not known).
+    """
 
 
 class Lines:

@@ -34,7 +34,12 @@ TensorFn = Callable[[Tensor], "Tensor | None"]
 
 @dataclass(frozen=True)
 class Reduction:
-    """A named reduction of one tensor, called as ``reduce(site, kind, key, tensor)``."""
+    """A named reduction of one tensor, called as ``reduce(site, kind, key, tensor)``.
+
+    Attributes:
+        name: what a store's manifest records (``spatial_mean()``).
+        reduction: ``tensor -> tensor | None``: what is kept of a tensor (None keeps nothing).
+    """
 
     name: str
     reduction: TensorFn
@@ -47,12 +52,26 @@ class Reduction:
 
 
 def spatial_mean() -> Reduction:
-    """(B, C, *S) -> (B, C), the mean over every spatial position; tensors of 2 dims or fewer as they are."""
+    """(B, C, *S) -> (B, C), the mean over every spatial position; tensors of 2 dims or fewer as they are.
+
+    Returns:
+        The ``Reduction``, for ``reduce=``.
+    """
     return Reduction("spatial_mean()", lambda t: t.flatten(2).mean(dim=2) if t.dim() > 2 else t)
 
 
 def first_rows(n: int) -> Reduction:
-    """The first ``n`` rows (images) of the batch."""
+    """The first ``n`` rows (images) of the batch.
+
+    Args:
+        n: how many rows are kept, at least 1.
+
+    Returns:
+        The ``Reduction``, for ``reduce=``.
+
+    Raises:
+        OptionError: ``n`` is not a positive int.
+    """
     _positive("first_rows", n)
     return Reduction(f"first_rows({n})", lambda t: t[:n] if t.dim() else t)
 
@@ -106,7 +125,17 @@ def _top_k(name: str, top_k: int, old: dict[str, int]) -> int:
 
 
 def unit_positions(t: Tensor) -> Tensor:
-    """(B, U, P): every activation of a unit by row and position (see ``top_examples``)."""
+    """(B, U, P): every activation of a unit by row and position (see ``top_examples``).
+
+    Args:
+        t: ``(B, C, *S)`` maps, ``(B, T, D)`` tokens or ``(B, D)`` rows.
+
+    Returns:
+        ``(B, U, P)``: ``U`` units, ``P`` positions (``prod(S)``, ``T`` or 1).
+
+    Raises:
+        ShapeError: ``t`` has fewer than 2 dims.
+    """
     if t.dim() < 2:
         raise ShapeError(f"top_examples needs (B, C, ...), (B, T, D) or (B, D) tensors, got shape {tuple(t.shape)}")
     if t.dim() == 3:
@@ -115,7 +144,18 @@ def unit_positions(t: Tensor) -> Tensor:
 
 
 def batch_top(t: Tensor, k: int) -> Tensor:
-    """One batch's ``top_examples(k)`` table, (U, 3k + 4 + B) float64."""
+    """One batch's ``top_examples(k)`` table, (U, 3k + 4 + B) float64.
+
+    Args:
+        t: ``(B, C, *S)`` maps, ``(B, T, D)`` tokens or ``(B, D)`` rows.
+        k: how many activations are kept per unit.
+
+    Returns:
+        ``(U, 3k + 4 + B)`` float64 (the layout of ``top_examples``).
+
+    Raises:
+        ShapeError: ``t`` has fewer than 2 dims.
+    """
     values = unit_positions(t.detach()).float()  # (B, U, P)
     rows, units, positions = values.shape
     flat = values.permute(1, 0, 2).reshape(units, rows * positions)  # (U, B * P), row-major: row, then position
@@ -133,7 +173,17 @@ def batch_top(t: Tensor, k: int) -> Tensor:
 
 
 def cast(dtype: torch.dtype) -> Reduction:
-    """Floating tensors to ``dtype`` (``torch.bfloat16`` halves what is written); others untouched."""
+    """Floating tensors to ``dtype`` (``torch.bfloat16`` halves what is written); others untouched.
+
+    Args:
+        dtype: a floating torch dtype (``torch.bfloat16``, ``torch.float16``).
+
+    Returns:
+        The ``Reduction``, for ``reduce=``.
+
+    Raises:
+        OptionError: ``dtype`` is not a floating torch dtype.
+    """
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise OptionError(f"cast needs a floating torch dtype such as torch.float16, got {dtype!r}")
     name = str(dtype).removeprefix("torch.")
@@ -141,7 +191,14 @@ def cast(dtype: torch.dtype) -> Reduction:
 
 
 def chain(*reducers: Reduction) -> Reduction:
-    """Each reducer in turn; one that keeps nothing (None) ends the chain."""
+    """Each reducer in turn; one that keeps nothing (None) ends the chain.
+
+    Args:
+        *reducers: ``Reduction`` objects, applied first to last.
+
+    Returns:
+        One ``Reduction`` named ``a -> b -> ...``.
+    """
 
     def reduce(t: Tensor) -> Tensor | None:
         kept: Tensor | None = t
@@ -155,7 +212,14 @@ def chain(*reducers: Reduction) -> Reduction:
 
 
 def reducer_name(reduce: object) -> str | None:
-    """What a manifest records of a ``reduce=`` argument: a Reduction's name, a function's qualified name."""
+    """What a manifest records of a ``reduce=`` argument: a Reduction's name, a function's qualified name.
+
+    Args:
+        reduce: a ``Reduction``, any callable, or None.
+
+    Returns:
+        The reduction's name, ``callable:module.qualname`` for another callable, None for None.
+    """
     if reduce is None:
         return None
     if isinstance(reduce, Reduction):
