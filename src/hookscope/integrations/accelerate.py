@@ -36,16 +36,31 @@ from ..train.watch import Watch, watch
 
 
 class AcceleratorSink:
-    """A sink (``train.sinks``) that hands everything to ``accelerator.log``."""
+    """A sink (``train.sinks``) that hands everything to ``accelerator.log``.
+
+    Args:
+        accelerator: the ``accelerate.Accelerator`` whose ``log`` gets everything.
+    """
 
     def __init__(self, accelerator: Any) -> None:
         self.accelerator = accelerator
         self.alerts = 0
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        """Hand one step's scalars to ``accelerator.log``.
+
+        Args:
+            step: the optimizer step they belong to.
+            values: name -> value (the statistics, the scalars of ``w.log``).
+        """
         self.accelerator.log(dict(values), step=step)
 
     def alert(self, alert: Alert) -> None:
+        """Count the alert and log the count as ``hookscope/alerts`` at its step.
+
+        Args:
+            alert: the alert the watch raised.
+        """
         self.alerts += 1
         self.accelerator.log({"hookscope/alerts": float(self.alerts)}, step=alert.step)
 

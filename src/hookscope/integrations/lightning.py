@@ -31,7 +31,17 @@ Callback: Any = require("lightning.pytorch").Callback
 
 
 class HookscopeCallback(Callback):  # type: ignore[misc]
-    """Runs ``hookscope.watch`` (and ``nan_guard``) during ``Trainer.fit`` (see the module docstring)."""
+    """Runs ``hookscope.watch`` (and ``nan_guard``) during ``Trainer.fit`` (see the module docstring).
+
+    Args:
+        every: log one optimizer step in this many.
+        select: the modules watched; None takes ``watch``'s default sites.
+        out: a store folder written when the fit ends; None writes none.
+        sinks: trackers as ``"KIND:WHERE"`` (``"tensorboard:runs/tb"``); None adds none.
+        thresholds: the alert bounds: a ``Thresholds``, a dict of the fields to change, or None.
+        force: replace an existing ``out``.
+        nan_guard: also run ``hookscope.nan_guard`` (mode ``raise``) during the fit.
+    """
 
     def __init__(self, *, every: int = 50, select: Any = None, out: str | os.PathLike[str] | None = None,
                  sinks: Sequence[str] | None = None, thresholds: Any = None, force: bool = False,

