@@ -8,8 +8,9 @@ Public: the names of ``hookscope.__all__``, of ``hookscope.edits``, ``.compare``
   its own body raises, and only classes that exist;
 * a class with a constructor of its own lists the constructor's parameters under ``Args:`` in the
   class docstring (a dataclass may list its fields under ``Attributes:`` instead); each public
-  method that takes arguments has ``Args:`` and ``Returns:`` the same way. Methods a framework
-  calls (an override of a base class outside hookscope) are documented by the framework.
+  method has ``Args:`` (when it takes arguments), ``Returns:`` and ``Raises:`` the same way.
+  Methods a framework calls (an override of a base class outside hookscope) are documented by the
+  framework.
 """
 
 from __future__ import annotations
@@ -123,16 +124,16 @@ def own_constructor(cls: type) -> Callable[..., Any] | None:
     return None
 
 
-def methods(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
-    """The public methods of a class that take arguments and that hookscope defines (not a framework's hooks)."""
+def methods(cls: type) -> Iterator[tuple[str, Callable[..., Any], bool]]:
+    """The public methods of a class that hookscope defines (not a framework's hooks); properties are left out."""
     foreign = {name for klass in cls.__mro__ if not klass.__module__.startswith("hookscope") for name in vars(klass)}
     for name in sorted(dir(cls)):
         if name.startswith("_") or name in foreign:
             continue
         attr = inspect.getattr_static(cls, name)
         fn = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
-        if inspect.isfunction(fn) and parameters(fn, bound=not isinstance(attr, staticmethod)):
-            yield name, fn
+        if inspect.isfunction(fn):
+            yield name, fn, not isinstance(attr, staticmethod)
 
 
 def public(module: Any, prefix: str) -> dict[str, Any]:
@@ -172,8 +173,8 @@ for _name, _obj in PUBLIC.items():
         CALLABLES[_name] = (no_constructor, False, inspect.getdoc(_obj) or "")
     else:
         CALLABLES[_name] = (_init, True, inspect.getdoc(_obj) or "")
-    for _method, _fn in methods(_obj):
-        CALLABLES[f"{_name}.{_method}"] = (_fn, True, None)
+    for _method, _fn, _bound in methods(_obj):
+        CALLABLES[f"{_name}.{_method}"] = (_fn, _bound, None)
 
 
 def test_the_public_surface_is_found() -> None:

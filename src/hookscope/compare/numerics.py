@@ -110,7 +110,11 @@ class Divergence(Shows):
         return next((s for s in self.sites if not s.relative <= rtol), None)
 
     def table(self) -> str:
-        """A row per site: shape, relative error, cosine, max |difference| and where (text)."""
+        """A row per site: shape, relative error, cosine, max |difference| and where (text).
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, *, rtol: float | None = None) -> Image:

@@ -70,11 +70,19 @@ class Similarity(Shows):
         return float(self.values[_index(self.rows, a, "A"), _index(self.columns, b, "B")])
 
     def diagonal(self) -> dict[str, float]:
-        """The value of each unit of A with the unit of B of the same name (the units both have)."""
+        """The value of each unit of A with the unit of B of the same name (the units both have).
+
+        Returns:
+            Unit name -> its value.
+        """
         return {name: self[name, name] for name in self.rows if name in self.columns}
 
     def table(self) -> str:
-        """The matrix as text: A's units down, B's across (numbered), values to 3 decimals."""
+        """The matrix as text: A's units down, B's across (numbered), values to 3 decimals.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, *, cmap: str = "magma") -> Image:

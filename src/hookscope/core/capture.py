@@ -171,7 +171,11 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         return f"<Capture of {model}: {len(self)} sites, {calls} calls, kinds={self.kinds}, {self._state}>"
 
     def table(self) -> str:
-        """A row per site, in forward order: type, calls, kinds held, their shapes in call 0, bytes held (text)."""
+        """A row per site, in forward order: type, calls, kinds held, their shapes in call 0, bytes held (text).
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     # -- lifecycle (core.block: entered once, hooks removed before the diagnosis) ------------------
@@ -219,7 +223,11 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
     def changed_in_place(self) -> list[str]:
         """``'site' kind key`` of each tensor stored by reference (``clone=False``) that an in-place op
-        changed after the hook saw it (what the warning at exit lists)."""
+        changed after the hook saw it (what the warning at exit lists).
+
+        Returns:
+            One ``'site' kind key`` label per changed tensor; empty with ``clone=True``.
+        """
         return self._keeper.modified_references()
 
     def tap(self, tensor: Tensor, name: str, *, grad: bool = True) -> Tensor:

@@ -327,7 +327,11 @@ class Record(_Shortcuts, Shows):
         return f"<Record {self.name!r} ({self.type}): {len(self.calls)} call(s), kinds={self.kinds}>"
 
     def table(self) -> str:
-        """A row per call: the shape of each kind held, the mean and std of the first (text)."""
+        """A row per call: the shape of each kind held, the mean and std of the first (text).
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, *, call: int = 0, kind: Kind | None = None, channels: int = 16) -> Image:

@@ -148,7 +148,11 @@ class Edit(Block):
             self._check()
 
     def report(self) -> EditReport:
-        """Every edit at every module it reached: calls edited, elements changed, relative change."""
+        """Every edit at every module it reached: calls edited, elements changed, relative change.
+
+        Returns:
+            An ``EditReport``: a row per (edit, module), with ``table()`` and the notebook view.
+        """
         rows = []
         for site in self._sites.values():
             for tally in (t for kind in site.tallies.values() for t in kind):

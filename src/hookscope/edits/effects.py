@@ -106,7 +106,11 @@ class PatchSweep(Shows):
         return max((len(v) for v in self.restored.values() if isinstance(v, list)), default=0)
 
     def table(self) -> str:
-        """Site by site (position across for token sites): the restored fraction, as text."""
+        """Site by site (position across for token sites): the restored fraction, as text.
+
+        Returns:
+            The table, as text.
+        """
         width = self.positions
         header = ["site", "restored"] if not width else ["site", *(f"pos {p}" for p in range(width))]
         rows = [header] + [[site, *_cells(value, width)] for site, value in self.restored.items()]

@@ -189,7 +189,11 @@ class Graph(Shows):
         return self.overlay.get(split_name(name)[0])
 
     def as_dict(self) -> dict[str, Any]:
-        """The graph as JSON-ready data (what a store keeps in its manifest); ``from_dict`` reads it back."""
+        """The graph as JSON-ready data (what a store keeps in its manifest); ``from_dict`` reads it back.
+
+        Returns:
+            A dict of plain lists and strings.
+        """
         return {
             "model": self.model, "built": self.built, "note": self.note, "blocks": list(self.blocks),
             "nodes": [dataclasses.astuple(node) for node in self.nodes],
@@ -218,7 +222,11 @@ class Graph(Shows):
         )
 
     def table(self) -> str:
-        """A row per module: type, calls, saved bytes (its own and inside it), and the overlay's value."""
+        """A row per module: type, calls, saved bytes (its own and inside it), and the overlay's value.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self) -> Image:

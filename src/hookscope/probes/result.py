@@ -96,11 +96,22 @@ class Probes(Mapping[str, Probe], Shows):
         return f"<Probes at {len(self)} sites{top}>"
 
     def table(self) -> str:
-        """A row per site: method, train and test metric, chance, examples and groups."""
+        """A row per site: method, train and test metric, chance, examples and groups.
+
+        Returns:
+            The table, as text.
+        """
         return "\n".join(columns([list(HEADER), *map(_cells, self.values())], right=range(2, len(HEADER))))
 
     def plot(self) -> Image:
-        """The test metric per site, in order (chance dashed): how linearly readable the labels are by depth."""
+        """The test metric per site, in order (chance dashed): how linearly readable the labels are by depth.
+
+        Returns:
+            A PIL image of the chart.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         probes = list(self.values())
         fig = new_figure(max(3.5, 0.55 * len(probes) + 1.5), 2.8)
         ax = fig.add_subplot()

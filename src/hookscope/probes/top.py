@@ -192,7 +192,11 @@ class TopExamples(Shows):
         return "\n".join(columns(rows, right=range(1, 5)))
 
     def ranked(self) -> list[int]:
-        """Units by their best value, largest first (a difference: by the size of its largest change)."""
+        """Units by their best value, largest first (a difference: by the size of its largest change).
+
+        Returns:
+            Unit indices, best first.
+        """
         best = self.values[:, 0].abs() if self.label == "difference" else self.values[:, 0]
         return [int(u) for u in best.nan_to_num(nan=-torch.inf).argsort(descending=True, stable=True)]
 

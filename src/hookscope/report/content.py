@@ -184,7 +184,11 @@ class Report(Shows):
         return f"<Report {self.title!r}: {self.model}, {len(self.layers)} layers, kinds={self.kinds}>"
 
     def table(self) -> str:
-        """A row per layer: type, calls, shape, the mean and std of each kind drawn (text)."""
+        """A row per layer: type, calls, shape, the mean and std of each kind drawn (text).
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self) -> Image:

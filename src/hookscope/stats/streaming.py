@@ -102,7 +102,11 @@ class RunningStats(Shows):
         return f"<RunningStats of {self.count:,} values: mean {self.mean:.4g}, std {self.std:.4g}>"
 
     def table(self) -> str:
-        """A row per statistic of ``as_dict()`` (text)."""
+        """A row per statistic of ``as_dict()`` (text).
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, *, log: bool = False) -> Image:
@@ -181,7 +185,11 @@ class RunningStats(Shows):
         return merged
 
     def copy(self) -> RunningStats:
-        """An independent copy (tensors are never changed in place, so they are shared)."""
+        """An independent copy (tensors are never changed in place, so they are shared).
+
+        Returns:
+            A new ``RunningStats``; updating either leaves the other as it was.
+        """
         twin = RunningStats(channel_dim=self.channel_dim)
         twin.__dict__.update(self.__dict__)
         return twin
@@ -286,7 +294,11 @@ class RunningStats(Shows):
 
     # -- persistence (safetensors: plain tensors, no pickle) ----------------------------------
     def to_tensors(self) -> dict[str, Tensor]:
-        """Everything as named CPU tensors; ``from_tensors`` reads them back exactly."""
+        """Everything as named CPU tensors; ``from_tensors`` reads them back exactly.
+
+        Returns:
+            Name -> tensor (``counts``, ``hist``, ``updates``, ``all.*``, and ``channels.*`` per channel).
+        """
         named = {"counts": self.counts, "hist": self.hist, "updates": torch.tensor([self.updates])}
         named.update({f"all.{f.name}": getattr(self.all, f.name) for f in fields(Moments)})
         if self.channels is not None:

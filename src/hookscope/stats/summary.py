@@ -102,7 +102,11 @@ class Summary(Shows):
         return f"<Summary of {self.count:,} values: {numbers}>"
 
     def table(self) -> str:
-        """A row per statistic of ``as_dict()``, percentiles as ``p50`` (text)."""
+        """A row per statistic of ``as_dict()``, percentiles as ``p50`` (text).
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, *, log: bool = False) -> Image:
@@ -121,7 +125,11 @@ class Summary(Shows):
         return image
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain Python for ``json.dumps(..., allow_nan=False)``: NaN becomes None, keys strings."""
+        """Plain Python for ``json.dumps(..., allow_nan=False)``: NaN becomes None, keys strings.
+
+        Returns:
+            The fields by name; the histogram as ``{"counts", "edges"}``, percentiles keyed by strings.
+        """
         plain: dict[str, Any] = _plain(asdict(self))
         return plain
 
@@ -175,7 +183,11 @@ class GradientFlow(Sequence[FlowRow], Shows):
         return f"<GradientFlow of {self.kind} at {len(self.rows)} sites>"
 
     def table(self) -> str:
-        """A row per site: mean and max |gradient| and the elements pooled, as text."""
+        """A row per site: mean and max |gradient| and the elements pooled, as text.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, *, vanish: float = 1e-6, explode: float = 1e3) -> Image:

@@ -119,7 +119,11 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         return f"<Run {self.path.name}: {len(self)} sites, {len(self.batches)} batches, {size}, {state}>"
 
     def table(self) -> str:
-        """The store's table of contents: what ``describe()`` (``hookscope info``) gives."""
+        """The store's table of contents: what ``describe()`` (``hookscope info``) gives.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     @property
@@ -188,7 +192,11 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         raise NotCapturedError(f"no statistics of {site!r} {kind} {key or ''} in {self.path}; it holds {held}")
 
     def statistics(self) -> dict[Label, RunningStats]:
-        """Every (site, kind, key) of a statistics-only run and its ``RunningStats``, in first-seen order."""
+        """Every (site, kind, key) of a statistics-only run and its ``RunningStats``, in first-seen order.
+
+        Returns:
+            ``(site, kind, key)`` -> its ``RunningStats`` over the run; empty for other stores.
+        """
         if self._stats is None:
             section = self.manifest.get("stats")
             self._stats = read_stats(self._mapped, section) if section else {}
@@ -209,15 +217,27 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         return series.pick(self.histories(), name, self.path)
 
     def histories(self) -> dict[str, History]:
-        """Every watched module's ``History``, in model order (empty for a store not written by ``watch``)."""
+        """Every watched module's ``History``, in model order (empty for a store not written by ``watch``).
+
+        Returns:
+            Module name -> its ``History``.
+        """
         return series.read_histories(self.path, self.manifest, self._mapped)
 
     def rank_histories(self) -> list[dict[str, History]]:
-        """Each rank's own histories of a watch under torchrun, in rank order (empty for one process)."""
+        """Each rank's own histories of a watch under torchrun, in rank order (empty for one process).
+
+        Returns:
+            Per rank, module name -> its ``History``.
+        """
         return series.read_rank_histories(self.path, self.manifest, self._mapped)
 
     def scalars(self) -> dict[str, list[tuple[int, float]]]:
-        """The scalars ``w.log`` logged in a watch store, ``{name: [(step, value), ...]}`` (empty if none)."""
+        """The scalars ``w.log`` logged in a watch store, ``{name: [(step, value), ...]}`` (empty if none).
+
+        Returns:
+            Scalar name -> ``(step, value)`` pairs in step order.
+        """
         return series.read_scalars(self.path, self.manifest, self._mapped)
 
     @property
@@ -231,7 +251,11 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         return series.read_non_finite(self.manifest)
 
     def contents(self) -> list[Contents]:
-        """One row per (site, kind, key): first shape, dtype, how many tensors, bytes on disk (aliases once)."""
+        """One row per (site, kind, key): first shape, dtype, how many tensors, bytes on disk (aliases once).
+
+        Returns:
+            One ``Contents`` row per (site, kind, key), in store order.
+        """
         first: dict[Label, Entry] = {}
         counts: dict[Label, list[int]] = {}
         seen: set[tuple[int, str]] = set()

@@ -135,7 +135,11 @@ class History(display.Shows):
         return dict(zip(COLUMNS, values, strict=True))
 
     def last(self) -> dict[str, float]:
-        """The newest row (empty when nothing was logged)."""
+        """The newest row (empty when nothing was logged).
+
+        Returns:
+            Column name -> value at the last logged step.
+        """
         return self.row(self.steps[-1]) if len(self) else {}
 
     def table(self, *, columns: Sequence[str] | None = None) -> str:

@@ -179,7 +179,11 @@ class Watch(Block, display.Shows):
             self._write(status="complete", ended=ended, non_finite=stopped)
 
     def step(self) -> int:
-        """End the current training step; returns the index of the next. Optional with an optimizer."""
+        """End the current training step; returns the index of the next. Optional with an optimizer.
+
+        Returns:
+            The index of the next step (the same one when the GradScaler skipped this step).
+        """
         if self._clock.manual and self._look_skipped():
             return self._clock.step_index  # the scaler skipped the step: it is run again
         return self._clock.step()
@@ -222,10 +226,19 @@ class Watch(Block, display.Shows):
         return History(name, type(dict(self.sites)[name]).__name__, rows)
 
     def histories(self) -> dict[str, History]:
+        """Every watched module's rows (one per logged step), in model order.
+
+        Returns:
+            Module name -> its ``History``.
+        """
         return {name: self.history(name) for name in self._rows}
 
     def table(self) -> str:
-        """A row per watched module: its type, steps logged and its last logged row (text)."""
+        """A row per watched module: its type, steps logged and its last logged row (text).
+
+        Returns:
+            The table, as text.
+        """
         return display.table_of(self)
 
     def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:

@@ -73,7 +73,11 @@ class Rollout(Shows):
     discard_ratio: float = 0.0
 
     def table(self) -> str:
-        """A line per image: the patch with the most rollout (row, column of the grid) and the maps' mean."""
+        """A line per image: the patch with the most rollout (row, column of the grid) and the maps' mean.
+
+        Returns:
+            The table, as text.
+        """
         return table_of(self)
 
     def plot(self, image: Any = None, *, batch: int = 0, cmap: str | None = None, alpha: float = 0.5) -> Image:
