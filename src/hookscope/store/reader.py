@@ -65,7 +65,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
         The store as a ``Run``: a mapping of site name to ``Record``, tensors read when used.
 
     Raises:
-        StoreError: ``path`` does not exist or holds no manifest.
+        StoreError: ``path`` does not exist, holds no manifest, or its manifest is damaged.
     """
     root = Path(path)
     manifest_path = root / MANIFEST

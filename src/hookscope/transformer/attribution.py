@@ -159,7 +159,8 @@ def token_attribution(
         A ``TokenAttribution``: per token and per word, for every row.
 
     Raises:
-        OptionError: an unknown method or baseline, a bad ``steps``, or ``pad`` without a pad id.
+        OptionError: an unknown method or baseline, a bad ``steps``, ``pad`` without a pad id, or no
+            ``embeddings`` given to a model without ``get_input_embeddings()``.
         InputError: text without ``tokenizer``.
         TargetError: ``target`` does not fit the model's output.
     """
