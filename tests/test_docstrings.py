@@ -111,6 +111,8 @@ def problems(fn: Callable[..., Any], *, bound: bool, doc: str | None = None, fie
         wrong.append(f"Raises: lacks {sorted(missing_errors)}")
     if unknown := {e for e in listed_errors if e not in ERRORS and not hasattr(builtins, e)}:
         wrong.append(f"Raises: names {sorted(unknown)}, which are not error classes")
+    if bare := [line.rstrip() for body in found.values() for line in body if ENTRY.fullmatch(line.rstrip())]:
+        wrong.append(f"entries without a description: {bare}")
     return wrong
 
 
@@ -187,6 +189,7 @@ def test_the_public_surface_is_found() -> None:
 
 @pytest.mark.parametrize("name", sorted(CALLABLES))
 def test_docstring_has_google_sections(name: str) -> None:
+    """The sections napoleon reads are there and name what the signature takes."""
     fn, bound, doc = CALLABLES[name]
     wrong = problems(fn, bound=bound, doc=doc, fields=name in DATACLASSES)
     assert not wrong, f"{name}: " + "; ".join(wrong)
@@ -214,6 +217,9 @@ def test_the_parser_reads_google_sections() -> None:
         raise hookscope.OptionError(b)
 
     assert problems(f, bound=False) == []
+    assert problems(f, bound=False, doc=(f.__doc__ or "").replace("a name.", "")) == [
+        "entries without a description: ['b (str):']"
+    ]
     assert entries(sections(f.__doc__ or "")["Args"]) == ["a", "*rest", "b", "**options"]
 
     def g(a: int, c: int) -> None:
