@@ -131,7 +131,7 @@ def unit_positions(t: Tensor) -> Tensor:
         t: ``(B, C, *S)`` maps, ``(B, T, D)`` tokens or ``(B, D)`` rows.
 
     Returns:
-        ``(B, U, P)``: ``U`` units, ``P`` positions (``prod(S)``, ``T`` or 1).
+        ``(B, U, P)`` with ``U`` units and ``P`` positions (``prod(S)``, ``T`` or 1).
 
     Raises:
         ShapeError: ``t`` has fewer than 2 dims.

@@ -146,7 +146,7 @@ def divergence(
         autocast: a floating dtype B runs under ``torch.autocast`` in; None runs B as it is.
 
     Returns:
-        A ``Divergence``: per site, relative error, cosine, max |difference| and where.
+        A ``Divergence``, per site, relative error, cosine, max |difference| and where.
 
     Raises:
         OptionError: ``autocast`` is not a floating dtype.

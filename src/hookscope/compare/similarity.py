@@ -134,7 +134,7 @@ def cka(
             ``(stage, done, total)`` (``hookscope.progress``).
 
     Returns:
-        A ``Similarity``: A's units down, B's across.
+        A ``Similarity``, A's units down, B's across.
 
     Raises:
         OptionError: an unknown ``measure``, or stores that hold other batches.

@@ -85,7 +85,7 @@ def capture(
             returns is kept in place of the tensor (None keeps nothing). See ``hookscope.reducers``.
 
     Returns:
-        A ``Capture`` to open with ``with``: inside the block its hooks record; after it, ``cap[name]``
+        A ``Capture`` to open with ``with``; inside the block its hooks record, after it ``cap[name]``
         is the ``Record`` of each site.
 
     Raises:

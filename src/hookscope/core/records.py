@@ -172,7 +172,7 @@ class Call(_Shortcuts, Shows):
             channels: how many maps (channels) of image 0 the grid shows.
 
         Returns:
-            A PIL image: the feature grid.
+            A PIL image, the feature grid.
 
         Raises:
             MissingDependencyError: Pillow or matplotlib is not installed.
@@ -343,7 +343,7 @@ class Record(_Shortcuts, Shows):
             channels: how many maps of image 0 the grid shows.
 
         Returns:
-            A PIL image: the feature grid.
+            A PIL image, the feature grid.
 
         Raises:
             MissingDependencyError: Pillow or matplotlib is not installed.
@@ -377,7 +377,7 @@ class Record(_Shortcuts, Shows):
             dim: where the new call dimension goes (``torch.stack``'s ``dim``).
 
         Returns:
-            The tensors stacked: shape ``(calls, *shape)`` for ``dim=0``.
+            The tensors stacked, shape ``(calls, *shape)`` for ``dim=0``.
 
         Raises:
             AmbiguousCallError: without a key, a call holds several tensors of ``kind``.

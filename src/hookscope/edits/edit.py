@@ -75,7 +75,7 @@ def edit(model: nn.Module, edits: Mapping[Selector, EditSpec], *, strict: bool =
             warns ``EditWarning`` instead.
 
     Returns:
-        An ``Edit`` block: the hooks are in place inside ``with``, gone after it.
+        An ``Edit`` block; its hooks are in place inside ``with`` and gone after it.
 
     Raises:
         EditError: ``edits`` is not a non-empty dict, or an edit is malformed.
@@ -151,7 +151,7 @@ class Edit(Block):
         """Every edit at every module it reached: calls edited, elements changed, relative change.
 
         Returns:
-            An ``EditReport``: a row per (edit, module), with ``table()`` and the notebook view.
+            An ``EditReport``, a row per (edit, module), with ``table()`` and the notebook view.
         """
         rows = []
         for site in self._sites.values():

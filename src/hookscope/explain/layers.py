@@ -75,7 +75,7 @@ def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
         x: an input batch it runs once (under no_grad, outputs recorded as shapes only).
 
     Returns:
-        ``(name, call)``: the module's dotted name and which of its calls (0-based) the CAM reads.
+        ``(name, call)``, the module's dotted name and which of its calls (0-based) the CAM reads.
 
     Raises:
         SelectionError: no module returns a spatial map or tokens on a patch grid.

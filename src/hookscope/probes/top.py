@@ -81,7 +81,7 @@ class TopExamples(Shows):
             rank: 0 for its largest activation, 1 for the next, ...
 
         Returns:
-            ``(batch, row, cell)``: ``cell`` is the position's index in ``grid`` (``()`` for rows).
+            ``(batch, row, cell)``, where ``cell`` is the position's index in ``grid`` (``()`` for rows).
         """
         flat = int(self.positions[unit, rank])
         cell = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), self.grid)) if self.grid else ()
@@ -107,7 +107,7 @@ class TopExamples(Shows):
             bins: how many equal bins.
 
         Returns:
-            ``(counts, edges)``: ``bins`` counts and ``bins + 1`` edges.
+            ``(counts, edges)`` with ``bins`` counts and ``bins + 1`` edges.
         """
         peaks = self.peaks[unit]
         finite = peaks[peaks.isfinite()]
@@ -164,7 +164,7 @@ class TopExamples(Shows):
             other: the same site's ``TopExamples`` from another run over the same inputs.
 
         Returns:
-            A ``TopExamples`` labelled ``difference``: per unit, the inputs whose peak changed most.
+            A ``TopExamples`` labelled ``difference``, per unit, the inputs whose peak changed most.
 
         Raises:
             StoreError: the two runs do not hold the same units and inputs.

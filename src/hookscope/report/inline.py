@@ -84,7 +84,7 @@ def show(obj: Any, *, kinds: Kind | Iterable[Kind] | None = None, max_layers: in
         max_layers: the most cards drawn; the rest are counted.
 
     Returns:
-        An inline view: a notebook renders its HTML.
+        An inline view; a notebook renders its HTML.
 
     Raises:
         OptionError: ``obj`` cannot be shown, or an unknown kind.

@@ -267,7 +267,7 @@ def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") 
         kind: the gradient kind measured: ``grad_output`` (the default), ``grad_input`` or ``param_grad``.
 
     Returns:
-        A ``GradientFlow``: one row per site that holds gradients, in forward order.
+        A ``GradientFlow``, one row per site that holds gradients, in forward order.
 
     Raises:
         OptionError: ``kind`` is not a gradient kind.

@@ -62,7 +62,7 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
         verify: check each tensor's CRC-32 the first time it is read; False trusts the bytes.
 
     Returns:
-        The store as a ``Run``: a mapping of site name to ``Record``, tensors read when used.
+        The store as a ``Run``, a mapping of site name to ``Record``, tensors read when used.
 
     Raises:
         StoreError: ``path`` does not exist, holds no manifest, or its manifest is damaged.
@@ -209,7 +209,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             name: the watched module's dotted name.
 
         Returns:
-            Its ``History``: one row per logged step.
+            Its ``History``, one row per logged step.
 
         Raises:
             NotCapturedError: the store holds no history of ``name`` (the message names the closest ones).

@@ -212,7 +212,7 @@ class Watch(Block, display.Shows):
             name: a watched module's dotted name.
 
         Returns:
-            Its ``History``: one row per logged step, the ``COLUMNS`` statistics.
+            Its ``History``, one row per logged step, the ``COLUMNS`` statistics.
 
         Raises:
             NotCapturedError: ``name`` is not watched (the message names the closest ones).

@@ -127,7 +127,7 @@ class Attention(Shows):
             layer: a name in ``layers``, the block holding one attention, or an index into ``layers``.
 
         Returns:
-            ``(B, Tq, Tk)``: the head mean.
+            The head mean, ``(B, Tq, Tk)``.
 
         Raises:
             NotCapturedError: no attention ran at ``layer``.
@@ -215,7 +215,7 @@ def attention(
         tokenizer: encodes text and names the tokens; None when ``inputs`` are already encoded.
 
     Returns:
-        An ``Attention``: the probabilities of each attention call, with the tokens and padding mask.
+        An ``Attention``, the probabilities of each attention call, with the tokens and padding mask.
 
     Raises:
         InputError: text without ``tokenizer``.

@@ -156,7 +156,7 @@ def token_attribution(
         output: the tensor of a structured model output the target reads; None as above.
 
     Returns:
-        A ``TokenAttribution``: per token and per word, for every row.
+        A ``TokenAttribution``, per token and per word, for every row.
 
     Raises:
         OptionError: an unknown method or baseline, a bad ``steps``, ``pad`` without a pad id, or no

@@ -58,7 +58,7 @@ def attention_grid(
         mean: add a panel of the chosen heads' mean (when there are several).
 
     Returns:
-        A PIL image: a panel per head, tokens on both axes, padding left out.
+        A PIL image, a panel per head, tokens on both axes, padding left out.
 
     Raises:
         OptionError: ``batch`` or a head is out of range.

@@ -117,7 +117,7 @@ def logit_lens(
         tokenizer: encodes text and turns ids into strings; None keeps ids only.
 
     Returns:
-        A ``LogitLens``: ``ids`` and ``probs`` ``(layers, B, T, top_k)``.
+        A ``LogitLens`` whose ``ids`` and ``probs`` are ``(layers, B, T, top_k)``.
 
     Raises:
         OptionError: ``top_k`` is not a positive int or exceeds the vocabulary, or no unembedding is found.

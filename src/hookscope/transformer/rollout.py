@@ -117,7 +117,7 @@ def attention_rollout(
         prefix: the tokens before the patches (1: the class token).
 
     Returns:
-        A ``Rollout``: ``.maps`` ``(B, h, w)`` and ``.joint`` ``(B, N, N)``.
+        A ``Rollout`` with ``.maps`` ``(B, h, w)`` and ``.joint`` ``(B, N, N)``.
 
     Raises:
         OptionError: an unknown ``head_fusion`` or a ``discard_ratio`` outside [0, 1).

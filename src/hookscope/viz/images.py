@@ -92,7 +92,7 @@ def feature_grid(
         channels_last: read maps as ``(B, H, W, C)`` or ``(H, W, C)``.
 
     Returns:
-        A PIL image: the tiles, each image of the batch a block of rows.
+        A PIL image, the tiles, each image of the batch a block of rows.
 
     Raises:
         OptionError: an unknown ``pick`` or ``normalize``, ``channels`` or ``columns`` below 1, or a
