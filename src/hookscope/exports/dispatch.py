@@ -33,7 +33,7 @@ def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool
         out: the file or folder written.
         format: ``datasets`` (an HF datasets folder in SAE Lens's layout) or ``model-explorer``
             (node data for Google's Model Explorer).
-        force: replace an existing ``out``.
+        force: replace an existing ``out`` that hookscope wrote (never a folder holding other files).
         **options: the format's own options (``select=``, ``kind=``, ``key=``, ``shard_size=`` for
             ``datasets``; ``graph=``, ``model=``, ``x=``, ``measure=`` for ``model-explorer``).
 
@@ -42,7 +42,7 @@ def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool
 
     Raises:
         OptionError: an unknown format, or an option the format does not take.
-        OutputExistsError: ``out`` exists and ``force`` is False.
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
     """
     writer = FORMATS.get(format)
     if writer is None:

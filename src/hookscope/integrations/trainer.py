@@ -41,7 +41,7 @@ class HookscopeCallback(TrainerCallback):  # type: ignore[misc]
         out: a store folder written when training ends; None writes none.
         sinks: trackers as ``"KIND:WHERE"`` (``"tensorboard:runs/tb"``); None adds none.
         thresholds: the alert bounds: a ``Thresholds``, a dict of the fields to change, or None.
-        force: replace an existing ``out``.
+        force: replace an existing ``out`` that hookscope wrote (never a folder holding other files).
         nan_guard: also run ``hookscope.nan_guard`` (mode ``raise``) during training.
     """
 

@@ -134,7 +134,7 @@ def extract(
         stats_only: keep ``RunningStats`` per (site, kind, key) instead of tensors.
         per_channel: with ``stats_only``, also per channel: True for dim 1, or the channel dimension.
         resume: continue an existing store, skipping the batches it holds.
-        force: replace an existing store.
+        force: replace an existing store (never a folder holding files hookscope did not write).
         progress: see above; True by default.
         forward: ``forward(model, batch)`` for batches of another shape; None reads them as above.
         shard_size: the most bytes per shard file, in bytes or as text (``"256MB"``).
@@ -148,7 +148,8 @@ def extract(
         The store, opened (``load(out)``).
 
     Raises:
-        OutputExistsError: ``out`` exists and neither ``resume`` nor ``force`` was given.
+        OutputExistsError: ``out`` exists and neither ``resume`` nor ``force`` was given, or it holds
+            files hookscope did not write.
         OptionError: an unknown kind, a gradient kind without ``target``, a bad ``target``,
             ``flush_every``, ``per_channel`` or ``layout``.
         SelectionError: ``select`` matches no module.

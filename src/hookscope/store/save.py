@@ -55,7 +55,7 @@ def save(
     Args:
         cap: a capture (any mapping of site name to ``Record``), after its block.
         out: the store's folder; it must not exist unless ``force``.
-        force: replace an existing ``out``.
+        force: replace an existing ``out`` that hookscope wrote (never a folder holding other files).
         shard_size: the most bytes per shard file, in bytes or as text (``"1GB"``).
         graph: a ``hookscope.Graph`` kept in the manifest; None keeps none.
 
@@ -63,7 +63,7 @@ def save(
         The store, opened (``load(out)``).
 
     Raises:
-        OutputExistsError: ``out`` exists and ``force`` is False.
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
         StoreError: the store cannot be written (a full disk, an unwritable folder); nothing is left behind.
     """
     root = new_output(out, force=force, kind="store")
