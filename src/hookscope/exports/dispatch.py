@@ -41,7 +41,8 @@ def export(source: Any, out: str | os.PathLike[str], *, format: str, force: bool
         The path written.
 
     Raises:
-        OptionError: an unknown format, or an option the format does not take.
+        OptionError: an unknown format, an option the format does not take, or a file where a folder
+            goes (or the reverse).
         OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
     """
     writer = FORMATS.get(format)
