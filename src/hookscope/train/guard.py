@@ -108,7 +108,8 @@ def nan_guard(
         The guard block; ``guard.findings`` lists what it found.
 
     Raises:
-        OptionError: an unknown ``mode`` or ``sync``, or a ``scaler`` that is not a GradScaler.
+        OptionError: an unknown ``mode`` or ``sync``, a ``scaler`` that is not a GradScaler, or a model
+            sharded by DeepSpeed ZeRO-3.
         SelectionError: ``select`` or ``allow`` matches no module.
         NonFiniteError: in the block, with ``mode="raise"``: a NaN or an infinity, named where it was produced.
     """
