@@ -94,12 +94,13 @@ class Graph(Shows):
 
     Attributes:
         model: the model's class name.
-        nodes: one ``Node`` per module that ran, in call order.
+        nodes: one ``Node`` per module that ran once, and one per call (``module#i``) of a module that
+            ran more than once, in call order.
         edges: the data flow between them.
         built: ``hooks``, ``hooks and autograd`` or ``torch.export``.
         note: why it was built that way.
         blocks: the repeated blocks, drawn folded.
-        overlay: module name -> the number it is coloured by.
+        overlay: node name (a module, or one call ``module#i``) -> the number it is coloured by.
         measure: what the overlay's numbers are.
         export_ids: module -> its ``torch.export`` node names.
     """
@@ -121,7 +122,17 @@ class Graph(Shows):
         return f"<Graph {self.model}: {ran}, {len(self.edges)} edges, by {self.built}{coloured}>"
 
     def node(self, name: str) -> Node:
-        """The node ``name``: a module that ran once, or one call, ``module#i``, of a module that ran more."""
+        """The node ``name``: a module that ran once, or one call, ``module#i``, of a module that ran more.
+
+        Args:
+            name: a module's dotted name, or ``module#i`` for call ``i`` of a module that ran more than once.
+
+        Returns:
+            Its ``Node``.
+
+        Raises:
+            KeyError: no node has that name (the message lists a module's call nodes when it ran several times).
+        """
         found = self._by_name.get(name)
         if found is None:
             calls = [node.name for node in self.calls_of(name)]
@@ -141,15 +152,33 @@ class Graph(Shows):
         return children
 
     def calls_of(self, name: str) -> list[Node]:
-        """The nodes of module ``name``: itself, or one per call (``name#0``, ``name#1``...) in call order."""
+        """The nodes of module ``name``: itself, or one per call (``name#0``, ``name#1``...) in call order.
+
+        Args:
+            name: a module's dotted name.
+
+        Returns:
+            Its ``Node`` objects, in call order; empty when it never ran.
+        """
         return [node for node in self.nodes if node.module == name]
 
     def leaves(self) -> list[Node]:
-        """The calls that ran no other module, in call order: the boxes of the drawing."""
+        """The calls that ran no other module, in call order: the boxes of the drawing.
+
+        Returns:
+            Their ``Node`` objects.
+        """
         return [node for node in self.nodes if node.leaf]
 
     def under(self, name: str) -> list[Node]:
-        """``name`` and every node that ran inside it (by ``parent``, so a call's own children only)."""
+        """``name`` and every node that ran inside it (by ``parent``, so a call's own children only).
+
+        Args:
+            name: a node's name (``""``: the model; ``module#i``: one call).
+
+        Returns:
+            Its node and those of every call inside it, in call order.
+        """
         names, seen = [name], {name}
         for inside in names:  # grows as it goes: breadth first
             for child in self._children.get(inside, []):
@@ -162,10 +191,10 @@ class Graph(Shows):
         """Bytes the forward of ``name`` and everything inside it left saved for the backward.
 
         Args:
-            name: a module's dotted name (``""``: the model).
+            name: a node's name (``""``: the model; ``module#i``: one call).
 
         Returns:
-            The bytes saved for the backward by it and every module inside it.
+            The bytes saved for the backward by it and every call inside it.
         """
         return sum(node.saved for node in self.under(name))
 
@@ -183,7 +212,14 @@ class Graph(Shows):
         return self.column
 
     def value(self, name: str) -> float | None:
-        """The overlay's number for node ``name``: its own, else its module's, else None."""
+        """The overlay's number for node ``name``: its own, else its module's, else None.
+
+        Args:
+            name: a node's name.
+
+        Returns:
+            The number, or None when the overlay has none for it.
+        """
         if name in self.overlay:
             return self.overlay[name]
         return self.overlay.get(split_name(name)[0])
