@@ -252,23 +252,37 @@ MAX_MODULE_LINES = 350  # and 60 lines of code a function
 OVER_FOR_NOW: set[str] = set()  # modules allowed over the limit while they are split (none today)
 
 
+def _docstring_lines(node: ast.AST) -> int:
+    """The lines of the docstring that opens a module, class or function body (0 without one)."""
+    body = getattr(node, "body", None)
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return (first.end_lineno or first.lineno) - first.lineno + 1
+    return 0
+
+
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """A function's lines, its docstring left out (Args:/Returns: sections may be long)."""
-    lines = (node.end_lineno or node.lineno) - node.lineno + 1
-    first = node.body[0]
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        lines -= (first.end_lineno or first.lineno) - first.lineno + 1
-    return lines
+    return (node.end_lineno or node.lineno) - node.lineno + 1 - _docstring_lines(node)
+
+
+def _module_lines(text: str, tree: ast.Module) -> int:
+    """A module's lines, its docstrings left out (module, classes and functions): the API pages' Args:,
+    Returns: and Raises: sections (tests/test_docstrings.py) do not count against its size."""
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return len(text.splitlines()) - sum(_docstring_lines(n) for n in ast.walk(tree) if isinstance(n, documented))
 
 
 def test_modules_read_in_one_sitting() -> None:
-    """No module over 350 lines, no function over 60 lines of code (STYLE.md: split where a piece has its own name)."""
+    """No module over 350 lines, no function over 60 lines of code (STYLE.md: split where a piece has its own name);
+    docstrings are not counted."""
     long_modules, long_functions = [], []
     for name, path in MODULES.items():
         text = path.read_text(encoding="utf-8")
-        if len(text.splitlines()) > MAX_MODULE_LINES and name not in OVER_FOR_NOW:
-            long_modules.append(f"{name}: {len(text.splitlines())} lines")
-        functions = [n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        tree = ast.parse(text)
+        if _module_lines(text, tree) > MAX_MODULE_LINES and name not in OVER_FOR_NOW:
+            long_modules.append(f"{name}: {_module_lines(text, tree)} lines")
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
         long_functions += [f"{name}.{n.name}: {_code_lines(n)}" for n in functions if _code_lines(n) > 60]
     assert long_modules == []
     assert long_functions == []
