@@ -29,6 +29,19 @@ class MapScores:
     imputed, averaged over the percentiles; ``road``: ``(lerf - morf) / 2`` (higher: more faithful).
     ``drop``, ``increase`` (B,): the confidence change when the input is multiplied by the map.
     A metric not measured is None.
+
+    Attributes:
+        name: the map's name (a key of the maps given, or ``random`` / ``edges`` for a control).
+        control: True for a random or edge control map.
+        deletion: ``(B, P)`` score after deleting each fraction of the most relevant positions.
+        insertion: ``(B, P)`` score after inserting each fraction of them into the baseline.
+        deletion_auc: ``(B,)`` area under ``deletion`` (lower: more faithful).
+        insertion_auc: ``(B,)`` area under ``insertion`` (higher: more faithful).
+        road_morf: ``(B,)`` score change with the most relevant pixels imputed.
+        road_lerf: ``(B,)`` score change with the least relevant pixels imputed.
+        road: ``(B,)`` ``(lerf - morf) / 2`` (higher: more faithful).
+        drop: ``(B,)`` ``max(0, y - o)``: the score lost when the input is multiplied by the map.
+        increase: ``(B,)`` 1.0 where that score rose (``o > y``), else 0.0.
     """
 
     name: str
@@ -44,7 +57,11 @@ class MapScores:
     increase: Tensor | None = None
 
     def means(self) -> dict[str, float]:
-        """Each measured number's mean over the batch, by column name."""
+        """Each measured number's mean over the batch, by column name.
+
+        Returns:
+            Column name (``deletion AUC``, ``ROAD``...) -> mean; the metrics not measured are left out.
+        """
         columns = {
             "deletion AUC": self.deletion_auc, "insertion AUC": self.insertion_auc, "ROAD MoRF": self.road_morf,
             "ROAD LeRF": self.road_lerf, "ROAD": self.road, "drop": self.drop, "increase": self.increase,
@@ -61,6 +78,15 @@ class Faithfulness(Mapping[str, MapScores], Shows):
     measure (``"probability"`` of the class, ``"logit"``, or ``"target"`` for a callable, scaled per
     image to [0, 1] under hookscope's convention); ``remarks``: maps no better than their random
     control, and metrics left out, in words.
+
+    Attributes:
+        scores: map name -> its ``MapScores``, controls included.
+        fractions: ``(P,)`` the perturbed fraction at each point of the curves.
+        convention: ``hookscope``, ``torchcam`` or ``grad-cam``.
+        score: ``probability``, ``logit`` or ``target``.
+        baseline: what replaced deleted positions, in words.
+        steps: intervals of the deletion and insertion curves.
+        remarks: maps no better than their random control, and metrics left out, in words.
     """
 
     scores: dict[str, MapScores]
@@ -85,7 +111,11 @@ class Faithfulness(Mapping[str, MapScores], Shows):
         return f"<Faithfulness of {maps} ({self.convention}, {self.score}, {self.steps} steps)>"
 
     def table(self) -> str:
-        """A row per map (controls included): the mean of each metric over the batch (text)."""
+        """A row per map (controls included): the mean of each metric over the batch (text).
+
+        Returns:
+            The table, as text, with the convention and the remarks below.
+        """
         return table_of(self)
 
     def plot(self) -> Image:
