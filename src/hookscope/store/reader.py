@@ -278,14 +278,26 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
 
     def describe(self) -> str:
         """What ``hookscope info`` prints: the store, its provenance, what is damaged, then one row per
-        (site, kind, key). Checks every shard's header first (``check()``) unless done."""
+        (site, kind, key). Checks every shard's header first (``check()``) unless done.
+
+        Returns:
+            The description, as text.
+        """
         if self.checked is None and not series.is_watch(self.manifest):
             self.check()
         return contents_.describe(self)
 
     def check(self, *, verify: bool = False) -> dict[str, str]:
         """Check every shard's header and, with ``verify``, every tensor's CRC-32 (reading all of it): a damaged
-        shard is left out, with one ``StoreWarning`` naming it and its batches. Returns ``damaged``."""
+        shard is left out, with one ``StoreWarning`` naming it and its batches. Returns ``damaged``.
+
+        Args:
+            verify: also read every tensor and check its CRC-32 (reads the whole store); False checks the
+                shards' headers only.
+
+        Returns:
+            ``damaged``: shard file -> what is wrong with it (empty when nothing is).
+        """
         held: dict[int, dict[str, Entry]] = {}  # shard -> its tensors by name (aliases once)
         for entry in map(Entry._make, self.manifest.get("tensors", []) if verify else []):
             held.setdefault(entry.shard, {})[entry.name] = entry
