@@ -74,6 +74,25 @@ def watch_accelerate(model: Any, optimizer: Any, accelerator: Any, *, every: int
     """A ``watch`` of an Accelerate loop (see the module docstring), to use as ``with watch_accelerate(...) as w``.
 
     ``model`` and ``optimizer`` as ``accelerator.prepare`` returned them; ``accelerator``: the ``Accelerator``.
+
+    Args:
+        model: the model ``accelerator.prepare`` returned; its unwrapped module is watched.
+        optimizer: the optimizer ``accelerator.prepare`` returned.
+        accelerator: the loop's ``accelerate.Accelerator`` (the earlier order, accelerator first, warns).
+        every: log one optimizer step in this many.
+        select: the modules watched; None takes ``watch``'s default sites.
+        out: a store folder written while the block runs and when it ends; None writes none.
+        sinks: more trackers as ``"KIND:WHERE"``; ``accelerator.log`` is always one.
+        thresholds: the alert bounds: a ``Thresholds``, a dict of the fields to change, or None.
+        force: replace an existing ``out`` that hookscope wrote (never a folder holding other files).
+
+    Returns:
+        A ``Watch`` block.
+
+    Raises:
+        OptionError: ``every`` below 1, bad ``thresholds`` or an unknown sink.
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
+        SelectionError: ``select`` matches no module.
     """
     if _is_accelerator(model) and not _is_accelerator(accelerator):  # the earlier order, for one release
         old, new = "(accelerator, model, optimizer)", "(model, optimizer, accelerator)"

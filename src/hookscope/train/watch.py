@@ -96,6 +96,29 @@ def watch(
     gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
     ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
     counted as skipped (``train.scaler``).
+
+    Args:
+        model: the network being trained.
+        optimizer: one optimizer or several; None counts steps only through ``w.step()``.
+        every: log one step in this many (1: every step).
+        select: the modules watched; None takes the leaves with parameters and the activation modules.
+        out: a store folder written while the block runs and when it ends; None writes none.
+        tensorboard: deprecated: a TensorBoard log folder, as ``sinks=["tensorboard:DIR"]`` (warns).
+        thresholds: the alert bounds: a ``Thresholds``, a dict of the fields to change, or None for the defaults.
+        force: replace an existing ``out`` that hookscope wrote (never a folder holding other files).
+        flush_every: seconds within which a logged step is on disk in ``out``; None writes only when the block ends.
+        sinks: trackers as ``"KIND:WHERE"`` (``"tensorboard:runs/tb"``, ``"wandb:offline"``) or objects with
+            ``scalars``, ``alert`` and ``close``; None sends nowhere.
+        scaler: the loop's ``torch.amp.GradScaler``; None when there is none.
+
+    Returns:
+        A ``Watch`` block; its hooks are in place inside ``with`` and gone after it.
+
+    Raises:
+        OptionError: ``every`` below 1, unknown ``thresholds`` fields or bad bounds, an unknown sink, a
+            bad ``flush_every``, or a model sharded by DeepSpeed ZeRO-3.
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
+        SelectionError: ``select`` matches no module.
     """
     if not isinstance(every, int) or every < 1:
         raise OptionError(f"every= is the number of steps between logged steps, at least 1; got {every!r}")
@@ -114,6 +137,25 @@ class Watch(Block, display.Shows):
 
     Its block (``core.block``) holds the optimizers' step hooks for the whole block; the module
     hooks of a logged step are its ``StepHooks``, removed when the step ends and at exit.
+
+    Built by ``hookscope.watch``, which validates the options.
+
+    Args:
+        model: the network being trained.
+        optimizers: the optimizers whose steps are hooked (may be empty).
+        every: log one step in this many.
+        select: the modules watched; None takes the default sites.
+        out: the store folder written while the block runs and at its end; None for none.
+        sinks: ``(kind, where)`` pairs of the trackers that get the statistics.
+        thresholds: the alert bounds.
+        force: replace an existing ``out`` that hookscope wrote.
+        flush_every: seconds within which a logged step is on disk; None writes at the end only.
+        scale: the loss scale of the loop's GradScaler (``hookscope.train.scaler``).
+
+    Raises:
+        OptionError: a model sharded by DeepSpeed ZeRO-3.
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
+        SelectionError: ``select`` matches no module.
     """
 
     noun, remake = "watch", "hookscope.watch(...)"
