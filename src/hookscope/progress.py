@@ -34,7 +34,18 @@ EVERY = 10.0  # seconds between two lines of a stage that runs on
 
 
 def callback(progress: Progress) -> Callback:
-    """``progress`` as a ``(stage, done, total)`` callable (see the module docstring)."""
+    """``progress`` as a ``(stage, done, total)`` callable (see the module docstring).
+
+    Args:
+        progress: None or False (quiet), True (a line on stderr per stage), a stream (anything with
+            ``write``), or a callable ``(stage, done, total)``.
+
+    Returns:
+        A callable ``(stage, done, total) -> None``.
+
+    Raises:
+        OptionError: ``progress`` is none of those.
+    """
     lines = rendered(progress)
     if lines is not None:
         return lines
@@ -48,7 +59,14 @@ def callback(progress: Progress) -> Callback:
 
 
 def rendered(progress: Progress) -> Lines | None:
-    """The ``Lines`` that ``progress`` asks for (``True``: stderr; a stream), else None."""
+    """The ``Lines`` that ``progress`` asks for (``True``: stderr; a stream), else None.
+
+    Args:
+        progress: what a function was given as ``progress=``.
+
+    Returns:
+        A ``Lines`` for True (stderr) or a stream, else None.
+    """
     if progress is True:
         return Lines(None)
     if progress is not None and progress is not False and hasattr(progress, "write"):
@@ -69,7 +87,12 @@ def quiet(stage: str, done: int, total: int) -> None:
 class Lines:
     """The one rendering: ``hookscope: STAGE DONE/TOTAL`` when a stage ends, and at most every
     ``every`` seconds (None: ``EVERY``, read when due) while it runs; on ``stream`` (None: stderr,
-    read when written, so a redirected stderr is honoured). ``detail`` is added after a comma."""
+    read when written, so a redirected stderr is honoured). ``detail`` is added after a comma.
+
+    Args:
+        stream: where lines go; None writes to ``sys.stderr`` as it is when each line is written.
+        every: seconds between two lines of a running stage; None reads ``EVERY`` when a line is due.
+    """
 
     def __init__(self, stream: TextIO | None, every: float | None = None) -> None:
         self.stream, self.every = stream, every

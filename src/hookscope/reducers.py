@@ -78,7 +78,19 @@ def first_rows(n: int) -> Reduction:
 
 def top_channels(top_k: int = 5, **old: int) -> Reduction:
     """Per image, its ``top_k`` most active channels: (B, C, *S) -> (B, 2, top_k), values then indices.
-    ``k=`` is the old name of ``top_k`` (deprecated)."""
+    ``k=`` is the old name of ``top_k`` (deprecated).
+
+    Args:
+        top_k: how many channels per image, at least 1 (fewer when the tensor has fewer).
+        **old: ``k=``, the deprecated name of ``top_k`` (warns).
+
+    Returns:
+        The ``Reduction``, for ``reduce=``.
+
+    Raises:
+        OptionError: ``top_k`` is not a positive int.
+        ShapeError: when applied, a tensor has fewer than 2 dims.
+    """
     k = _top_k("top_channels", top_k, old)
     _positive("top_channels", k)
 
@@ -106,6 +118,16 @@ def top_examples(top_k: int = 9, **old: int) -> Reduction:
     (its number of dims, then up to 3 sizes, 0-padded: (2, H, W, 0) for maps, (1, T, 0, 0) for
     tokens), ``[:, 3k+4:]`` each row's largest value of the unit (what its histogram counts).
     ``k=`` is the old name of ``top_k`` (deprecated).
+
+    Args:
+        top_k: how many activations are kept per unit, at least 1.
+        **old: ``k=``, the deprecated name of ``top_k`` (warns).
+
+    Returns:
+        The ``Reduction``, for ``reduce=`` (``hookscope.probes.top`` reads what it kept).
+
+    Raises:
+        OptionError: ``top_k`` is not a positive int.
     """
     k = _top_k("top_examples", top_k, old)
     _positive("top_examples", k)

@@ -118,7 +118,17 @@ class Divergence(Shows):
         return table_of(self)
 
     def plot(self, *, rtol: float | None = None) -> Image:
-        """The relative error per site in forward order, log scale; ``rtol`` draws the tolerance."""
+        """The relative error per site in forward order, log scale; ``rtol`` draws the tolerance.
+
+        Args:
+            rtol: draw this tolerance as a line; None draws none.
+
+        Returns:
+            A PIL image of the chart.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         return plot_of(self, rtol=rtol)
 
 

@@ -86,7 +86,17 @@ class Similarity(Shows):
         return table_of(self)
 
     def plot(self, *, cmap: str = "magma") -> Image:
-        """A heatmap, A's units down and B's across; beside it the diagonal (same-named units) when there is one."""
+        """A heatmap, A's units down and B's across; beside it the diagonal (same-named units) when there is one.
+
+        Args:
+            cmap: the matplotlib colormap.
+
+        Returns:
+            A PIL image of the heatmap.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         return plot_of(self, cmap=cmap)
 
 

@@ -110,7 +110,23 @@ def shapes_of(model: nn.Module, *args: Any, **kwargs: Any) -> Capture:
 
 
 class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
-    """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``."""
+    """The sites of one capture, by name: ``cap["conv1"]`` is a ``Record``.
+
+    Built by ``hookscope.capture``, which validates the storage options into ``policy``.
+
+    Args:
+        model: the network whose modules are hooked; None for taps only.
+        select: which modules (a ``Selector``); None picks every leaf module.
+        kinds: the kinds to keep at each site (``input``, ``output``, ``grad_input``, ``grad_output``,
+            ``param_grad``).
+        policy: how each tensor is stored (detached, cloned, moved, cast): a ``Policy``.
+        reduce: ``(site, kind, key, tensor) -> tensor | None`` run in the hook; None keeps tensors whole.
+
+    Raises:
+        CaptureError: ``select`` without a model, or a ``reduce`` that is not callable.
+        SelectionError: ``select`` matches no module of ``model``.
+        OptionError: a kind is unknown.
+    """
 
     noun, remake = "capture", "hookscope.capture(...)"
 

@@ -79,7 +79,18 @@ class SitesPlot:
 
     def plot(self, *, kind: Kind | None = None) -> Image:
         """The gradient flow of a gradient ``kind``, else a histogram per site (None: ``grad_output`` where
-        held, else ``output``), a PIL image (``hookscope.report.tables.sites_plot``)."""
+        held, else ``output``), a PIL image (``hookscope.report.tables.sites_plot``).
+
+        Args:
+            kind: the kind drawn; None is ``grad_output`` where held, else ``output``.
+
+        Returns:
+            A PIL image.
+
+        Raises:
+            OptionError: no site holds ``kind``.
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         return plot_of(self, kind=kind)
 
 

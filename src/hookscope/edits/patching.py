@@ -91,6 +91,30 @@ def patch_sweep(
     ``progress`` (``hookscope.progress``; default quiet) hears ``("patch_sweep", done, total)``
     after each patched forward pass. ``sites=``, ``metric=`` and ``copies=`` are the old names of
     ``select=``, ``target=`` and ``batch_size=`` (deprecated).
+
+    Args:
+        model: the network; it runs in eval mode, under no_grad.
+        clean_x: the clean input batch.
+        corrupt_x: the corrupted input, of the same shape.
+        target: the metric: a callable of the model's output, or a class index (an int, a list, a tensor).
+        select: the sites patched; ``":blocks"`` (the default) is the model's repeated blocks.
+        positions: patch one position at a time; None does so for ``(B, T, D)`` outputs.
+        key: the tensor of a structured output that is patched; None picks it (see above).
+        call: patch only this call (0-based) of a module that runs several times; None patches every call.
+        batch_size: patched runs per forward pass.
+        output: the tensor of a structured model output the target reads; None as above.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+
+    Returns:
+        A ``PatchSweep``, per site (and position), the fraction of the metric's gap restored.
+
+    Raises:
+        EditError: the inputs differ in shape, the target is the same on both, no ``target``, or no
+            selected site ran.
+        OptionError: a bad ``batch_size`` or ``call``.
+        NotCapturedError: ``key`` names no tensor of a site's output.
+        SelectionError: ``select`` matches no module.
     """
     if clean_x.shape != corrupt_x.shape:
         raise EditError(

@@ -94,7 +94,7 @@ def faithfulness(
         progress: how far it got (``hookscope.progress``): stage ``"faithfulness"``, one step per batch.
 
     Returns:
-        A ``Faithfulness``: per map (controls included) its curves and numbers, and ``remarks``.
+        A ``Faithfulness``, per map (controls included) its curves and numbers, and ``remarks``.
 
     Raises:
         OptionError: an unknown metric, convention or baseline, or a metric that needs images.

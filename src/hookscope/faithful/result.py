@@ -119,5 +119,12 @@ class Faithfulness(Mapping[str, MapScores], Shows):
         return table_of(self)
 
     def plot(self) -> Image:
-        """Deletion and insertion curves of every map, its controls dashed (a PIL image)."""
+        """Deletion and insertion curves of every map, its controls dashed (a PIL image).
+
+        Returns:
+            A PIL image of the two charts.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         return plot_of(self)

@@ -101,7 +101,7 @@ class Graph(Shows):
         note: why it was built that way.
         blocks: the repeated blocks, drawn folded.
         overlay: node name (a module, or one call ``module#i``) -> the number it is coloured by.
-        measure: what the overlay's numbers are.
+        column: what the overlay's numbers are: the table's column, the legend's name.
         export_ids: module -> its ``torch.export`` node names.
     """
 
@@ -202,7 +202,15 @@ class Graph(Shows):
     def colored(self, overlay: Mapping[str, float], *, column: str = "value") -> Graph:
         """This graph with its boxes coloured by ``overlay`` (module name, or a call's ``module#i``, -> number;
         see ``graph.overlay``); a module's value colours each of its calls. ``column`` names the numbers
-        (``measure=``, its old name, is ``compare.cka``'s CKA or RSA)."""
+        (``measure=``, its old name, is ``compare.cka``'s CKA or RSA).
+
+        Args:
+            overlay: node name (a module, or one call ``module#i``) -> the number its box is coloured by.
+            column: what the numbers are: the table's column and the legend's name (``measure=`` is its old name).
+
+        Returns:
+            A new ``Graph``; this one is unchanged.
+        """
         return dataclasses.replace(self, overlay={str(k): float(v) for k, v in overlay.items()}, column=column)
 
     @property
@@ -266,5 +274,12 @@ class Graph(Shows):
         return table_of(self)
 
     def plot(self) -> Image:
-        """The overview as a picture (PIL), drawn from the SVG's layout (``hookscope.graph.picture``)."""
+        """The overview as a picture (PIL), drawn from the SVG's layout (``hookscope.graph.picture``).
+
+        Returns:
+            A PIL image.
+
+        Raises:
+            MissingDependencyError: Pillow is not installed.
+        """
         return plot_of(self)

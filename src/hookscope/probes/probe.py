@@ -67,6 +67,35 @@ def probe(
     drawn with ``seed``; ``penalty``: the L2 strength (ridge: sklearn's ``alpha / N``). The
     metric is accuracy for classes, R^2 for values. ``progress`` (``hookscope.progress``; default
     quiet) hears ``("probe", sites done, sites)`` after each site's fit.
+
+    Args:
+        source: a store (a path or a ``load``-ed ``Run``) or a ``Capture``.
+        labels: one per row (image, sequence) or per example (token): integer classes or float values.
+        select: site names or globs probed; None probes every site.
+        groups: one id per row or per example, kept on one side of the split; None makes each row its own group.
+        method: ``logistic``, ``ridge`` or ``mean_difference``; None picks ``logistic`` for integer
+            labels, ``ridge`` for floats.
+        kind: the kind read (default ``output``).
+        key: the tensor of a call; None takes the site's only (or first) tensor.
+        call: the call read at a site that runs several times; None requires one call per batch.
+        reduce: a ``(site, kind, key, tensor)`` reducer applied first (``reducers.spatial_mean()``).
+        holdout: the share of groups tested, in (0, 1).
+        penalty: the L2 strength (ridge: sklearn's ``alpha / N``).
+        seed: the seed of the split.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+
+    Returns:
+        ``Probes``, per site, the fitted probe with its train and test metric (accuracy for classes,
+        R^2 for values) and the chance level.
+
+    Raises:
+        OptionError: labels neither integer nor float, an unknown method or one that needs classes, or
+            a ``reduce`` that keeps nothing.
+        SelectionError: ``select`` matches no site.
+        NotCapturedError: a site has no call in the source.
+        ShapeError: the labels or groups do not match the rows, or a site's shapes differ between batches.
+        NonFiniteError: a site holds NaN or infinite activations.
     """
     run = load(source) if isinstance(source, (str, os.PathLike)) else source
     target = _labels(labels)

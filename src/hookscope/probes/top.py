@@ -182,7 +182,14 @@ class TopExamples(Shows):
     @renamed(top_k="units")
     def table(self, *, units: int = 16) -> str:
         """A row per unit (the ``units`` units with the largest best value): its best values and where.
-        ``top_k=`` is its old name (deprecated): ``top_k`` counts predictions, these are units."""
+        ``top_k=`` is its old name (deprecated): ``top_k`` counts predictions, these are units.
+
+        Args:
+            units: how many units are listed, those with the largest best value first.
+
+        Returns:
+            The table, as text.
+        """
         header = ["unit", "best", f"mean of top {self.k}", "batch", "row", "position"]
         rows = [header]
         for unit in self.ranked()[:units]:

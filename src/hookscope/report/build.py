@@ -110,6 +110,37 @@ def build_report(
     coloured by mean |gradient| with ``grads``, else by those saved bytes; ``False``: none. ``faithfulness``: measure
     each CAM's deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC badge
     under each CAM and a section with the curves.
+
+    Args:
+        model: the network; it runs once in eval mode, its flags restored after.
+        x: a ``(B, ...)`` input batch.
+        select: the layers captured; None takes every leaf module.
+        grads: also run the backward pass and draw ``grad_output`` and the gradient-flow chart.
+        kinds: the kinds drawn on each card; None is ``output`` (and ``grad_output`` with ``grads``).
+        pictures: one PIL image per image of ``x`` for the CAMs; None draws ``x`` min-max scaled.
+        labels: the class names, by index; None numbers them.
+        target: what gradients and CAMs explain (``hookscope.explain.targets``); None is the top-1 class.
+        cam_methods: the CAM methods drawn (``hookscope.cam``'s); empty for none.
+        top_k: predictions listed per image.
+        title: the page's title.
+        notes: lines shown under the title.
+        max_layers: the most layer cards drawn; the rest are counted.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
+        output: the key of the tensor in a tuple or dict model output; None takes its first tensor.
+        image_names: one name per image of ``x``; empty names them ``image 0``, ...
+        sections: results drawn after the prediction (see above).
+        graph: draw the module graph of the pass (True traces one), or a ``Graph`` to draw.
+        faithfulness: measure each CAM's deletion and insertion AUCs and add their curves as a section.
+
+    Returns:
+        The ``Report``; ``render_html`` or ``write_report`` draws it, ``show`` shows it inline.
+
+    Raises:
+        OptionError: ``x`` is not a batch tensor, an unknown kind or CAM method, ``cam_methods`` given
+            as a string, or a bad ``top_k`` or ``max_layers``.
+        SelectionError: ``select`` matches no module.
+        TargetError: ``target`` does not fit the model's output.
     """
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)

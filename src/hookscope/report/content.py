@@ -192,7 +192,11 @@ class Report(Shows):
         return table_of(self)
 
     def plot(self) -> Image:
-        """The page's first picture, the first image explained (a PIL image)."""
+        """The page's first picture, the first image explained (a PIL image).
+
+        Returns:
+            A PIL image.
+        """
         return plot_of(self)
 
     def image_name(self, index: int) -> str:

@@ -121,7 +121,23 @@ class StoreDataset(Dataset[Item]):
 class StoreStream(IterableDataset[Item]):
     """The items of ``StoreDataset`` through a shuffle buffer: whole batches read in a seeded order, shuffled
     in a buffer of at most ``max_memory`` bytes; ``minibatch``: yield minibatches of that many items
-    (``batch_size=``, its old name, is the rows a function sends through a model at once)."""
+    (``batch_size=``, its old name, is the rows a function sends through a model at once).
+
+    Args:
+        source: a store's path, a ``load``-ed ``Run``, or a list of them (aligned by batch).
+        select: site names or glob patterns; None takes every site.
+        kind: the kind read (default ``output``).
+        key: the tensor of a call; None takes the site's first.
+        by: ``rows`` (an item per sample) or ``tokens`` (an item per token).
+        minibatch: yield minibatches of this many items; None yields single items.
+        max_memory: the shuffle buffer's bound, in bytes or as text (``"256MB"``).
+        seed: the seed of the batch order and the shuffle (with ``set_epoch``'s epoch).
+        verify: check each array's CRC-32 when it is first mapped.
+
+    Raises:
+        OptionError: ``minibatch`` is not a positive int or None, or an unknown ``by``.
+        SelectionError: ``select`` matches no site of the store.
+    """
 
     @renamed(batch_size="minibatch")
     def __init__(self, source: Source | Sequence[Source], select: Selector | None = None, *,

@@ -80,7 +80,15 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
 
 
 class Run(Mapping[str, Record], Shows, SitesPlot):
-    """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use."""
+    """A store opened by ``load``: sites by name, like a ``Capture``; tensors read on use.
+
+    Built by ``hookscope.load``, which reads and checks the manifest first.
+
+    Args:
+        root: the store's folder.
+        manifest: its manifest (``manifest.json``), with the index of an unfinished store merged in.
+        verify: check each tensor's CRC-32 the first time it is read.
+    """
 
     def __init__(self, root: Path, manifest: dict[str, Any], *, verify: bool = True) -> None:
         self.path = root
@@ -296,7 +304,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
                 shards' headers only.
 
         Returns:
-            ``damaged``: shard file -> what is wrong with it (empty when nothing is).
+            ``damaged``, shard file -> what is wrong with it (empty when nothing is).
         """
         held: dict[int, dict[str, Entry]] = {}  # shard -> its tensors by name (aliases once)
         for entry in map(Entry._make, self.manifest.get("tensors", []) if verify else []):
@@ -318,7 +326,11 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         return str(self._sites.get(site, {}).get("type", "?"))
 
     def site_types(self) -> dict[str, str]:
-        """Each site's module class name, in the store's order (from the manifest: no tensor is read)."""
+        """Each site's module class name, in the store's order (from the manifest: no tensor is read).
+
+        Returns:
+            Site name -> class name.
+        """
         return {name: self._type(name) for name in self._sites}
 
     # -- building records from the index ------------------------------------------------------

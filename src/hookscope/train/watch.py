@@ -142,7 +142,7 @@ class Watch(Block, display.Shows):
 
     Args:
         model: the network being trained.
-        optimizers: the optimizers whose steps are hooked (may be empty).
+        optimizer: the optimizers whose steps are hooked (a list, may be empty).
         every: log one step in this many.
         select: the modules watched; None takes the default sites.
         out: the store folder written while the block runs and at its end; None for none.
@@ -150,7 +150,7 @@ class Watch(Block, display.Shows):
         thresholds: the alert bounds.
         force: replace an existing ``out`` that hookscope wrote.
         flush_every: seconds within which a logged step is on disk; None writes at the end only.
-        scale: the loss scale of the loop's GradScaler (``hookscope.train.scaler``).
+        scaler: the loss scale of the loop's GradScaler (``hookscope.train.scaler``).
 
     Raises:
         OptionError: a model sharded by DeepSpeed ZeRO-3.

@@ -182,7 +182,22 @@ class Attention(Shows):
         columns: int = 7,
         mean: bool = True,
     ) -> Image:
-        """A PIL image of ``layer``'s heads and their mean: what ``hookscope.attention_grid(att, layer, ...)`` draws."""
+        """A PIL image of ``layer``'s heads and their mean: what ``hookscope.attention_grid(att, layer, ...)`` draws.
+
+        Args:
+            layer: a name in ``layers``, the block holding one attention, or an index (default: the first).
+            batch: the sequence drawn.
+            heads: the heads drawn; None draws all.
+            columns: panels per row.
+            mean: add a panel of the heads' mean.
+
+        Returns:
+            A PIL image.
+
+        Raises:
+            OptionError: ``batch`` or a head is out of range.
+            NotCapturedError: no attention ran at ``layer``.
+        """
         return plot_of(self, layer=layer, batch=batch, heads=heads, columns=columns, mean=mean)
 
     def __repr__(self) -> str:

@@ -105,7 +105,17 @@ class TokenAttribution(Shows):
         return table_of(self, words=words)
 
     def plot(self, *, words: bool = True) -> Image:
-        """A PIL image: each row's words (or tokens) coloured by their scores, red raises f, blue lowers it."""
+        """A PIL image: each row's words (or tokens) coloured by their scores, red raises f, blue lowers it.
+
+        Args:
+            words: colour words (the default) rather than tokens.
+
+        Returns:
+            A PIL image.
+
+        Raises:
+            MissingDependencyError: Pillow is not installed.
+        """
         return plot_of(self, words=words)
 
     def __repr__(self) -> str:
@@ -154,6 +164,8 @@ def token_attribution(
         embeddings: the module whose output is attributed; None is ``model.get_input_embeddings()``.
         rows: with integrated gradients, attribute these rows only; None attributes every row.
         output: the tensor of a structured model output the target reads; None as above.
+        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``).
 
     Returns:
         A ``TokenAttribution``, per token and per word, for every row.

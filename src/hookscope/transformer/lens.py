@@ -77,7 +77,17 @@ class LogitLens(Shows):
         return table_of(self, row=row)
 
     def plot(self, *, row: int = 0) -> Image:
-        """Row ``row`` as a PIL heatmap: layers down, positions across, shaded by the top token's probability."""
+        """Row ``row`` as a PIL heatmap: layers down, positions across, shaded by the top token's probability.
+
+        Args:
+            row: the batch row drawn.
+
+        Returns:
+            A PIL image of the heatmap.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
         return plot_of(self, row=row)
 
     def __repr__(self) -> str:

@@ -81,7 +81,20 @@ class Rollout(Shows):
         return table_of(self)
 
     def plot(self, image: Any = None, *, batch: int = 0, cmap: str | None = None, alpha: float = 0.5) -> Image:
-        """A PIL image: every image's map as a tile, or ``maps[batch]`` over ``image`` (``hookscope.overlay``)."""
+        """A PIL image: every image's map as a tile, or ``maps[batch]`` over ``image`` (``hookscope.overlay``).
+
+        Args:
+            image: the picture ``maps[batch]`` is drawn over; None tiles every image's map.
+            batch: the image drawn over ``image``.
+            cmap: the matplotlib colormap; None is the default of the drawing used.
+            alpha: the heat's weight over ``image``, in [0, 1].
+
+        Returns:
+            A PIL image.
+
+        Raises:
+            MissingDependencyError: Pillow or matplotlib is not installed.
+        """
         return plot_of(self, image=image, batch=batch, cmap=cmap, alpha=alpha)
 
     def __repr__(self) -> str:
