@@ -146,3 +146,22 @@ def test_a_panel_is_captioned_with_class_method_and_layer(tmp_path: Path, capsys
     expected = hookscope.panel(loaded.preprocess.show(x[0]), heat, labels=(f"class {top1}", "layercam", "at conv"))
     with Image.open(out) as drawn:
         assert drawn.size == expected.size and drawn.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_answer_without_torch(flag: str) -> None:
+    """``hookscope --help`` and ``--version`` import no torch: they answer at once, as argparse wrote them."""
+    code = (
+        "import sys\nfrom hookscope.cli import main\ntry:\n    main([sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'hookscope.core.capture' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stderr.splitlines()[-1] == "False False"
+    assert ("list every module" in done.stdout) if flag == "--help" else done.stdout.startswith("hookscope 0.")
+
+
+def test_a_command_s_help_still_names_its_choices(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "MODEL efficientnet-lite0, mobilenet-v2" in out and "--cam METHOD [METHOD ...] CAM methods" in out
