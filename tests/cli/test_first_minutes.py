@@ -165,3 +165,32 @@ def test_a_command_s_help_still_names_its_choices(capsys) -> None:
         main(["report", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "MODEL efficientnet-lite0, mobilenet-v2" in out and "--cam METHOD [METHOD ...] CAM methods" in out
+
+
+def test_report_says_which_output_and_class_it_explains_in_flags(tmp_path: Path, capsys) -> None:
+    models = tmp_path / "heads.py"
+    models.write_text(TWO_OUTPUTS)
+    assert main(["report", f"{models}:two", "random:1x3x8x8", "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("hookscope: note:")]
+    assert notes == [
+        "hookscope: note: the model's output (dict) holds 2 tensors; using the first, out['box'] "
+        "(others: out['logits']); pass --output logits (or another key) to choose",
+        "hookscope: note: CAMs explain each image's top-1 class; pass --target N to choose",
+    ]
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "pass --output logits (or another key) to choose" in page and "output=&#34;" not in page
+    assert main(["report", f"{models}:two", "random:1x3x8x8", "--output", "logits", "--target", "1",
+                 "--out", str(tmp_path / "r2")]) == 0  # fmt: skip
+    assert "hookscope: note:" not in capsys.readouterr().err
+
+
+def test_torchvision_init_weights_advice_is_phrased_for_the_command_line() -> None:
+    """torchvision's "please set init_weights=True" names a keyword no flag reaches: the note says it in words."""
+    from hookscope.cli.models import load_model
+
+    loaded = load_model("torchvision:googlenet")  # its FutureWarning would fail here (warnings are errors)
+    assert loaded.notes == (
+        "random init: torchvision:googlenet was built without weights (torchvision's default init, which a later "
+        "torchvision changes); pass --weights FILE to load a state dict",
+    )
