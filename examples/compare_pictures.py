@@ -1,6 +1,6 @@
 """Draws cka.png: the CKA of the trained LeNet's layers against a random-init LeNet's, on the test digits.
 
-    python examples/compare_pictures.py                 # writes compare/cka.png
+    python examples/compare_pictures.py                 # writes examples/output/compare/cka.png
     python examples/compare_pictures.py --out FOLDER    # writes FOLDER/cka.png
     python examples/compare_pictures.py --docs          # regenerates the README's docs/images/cka.png
 
@@ -21,12 +21,14 @@ import hookscope
 from hookscope.zoo.lenet import digits, lenet
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
+OUTPUT = Path(__file__).resolve().parent / "output"  # every example writes under examples/output/ (ignored)
 
 
 def where() -> Path:
-    """The file to draw: ``cka.png`` in ``--out FOLDER`` (default ``compare/``), or in docs/images with ``--docs``."""
+    """The file to draw: ``cka.png`` in ``--out FOLDER`` (default ``examples/output/compare/``),
+    or in docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options.add_argument("--out", default="compare", help="the folder to write cka.png into")
+    options.add_argument("--out", default=str(OUTPUT / "compare"), help="the folder to write cka.png into")
     options.add_argument("--docs", action="store_true", help="write the README's docs/images/cka.png instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "cka.png"

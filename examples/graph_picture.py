@@ -1,6 +1,6 @@
 """Draws graph.png: ResNet-18's module graph in its report, coloured by mean |gradient|, block layer2.0 opened.
 
-    python examples/graph_picture.py                 # writes graph/graph.png
+    python examples/graph_picture.py                 # writes examples/output/graph/graph.png
     python examples/graph_picture.py --out FOLDER    # writes FOLDER/graph.png
     python examples/graph_picture.py --docs          # regenerates the README's docs/images/graph.png
 
@@ -25,12 +25,14 @@ from PIL import Image
 import hookscope
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
+OUTPUT = Path(__file__).resolve().parent / "output"  # every example writes under examples/output/ (ignored)
 
 
 def where() -> Path:
-    """The file to draw: ``graph.png`` in ``--out FOLDER`` (default ``graph/``), or in docs/images with ``--docs``."""
+    """The file to draw: ``graph.png`` in ``--out FOLDER`` (default ``examples/output/graph/``),
+    or in docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options.add_argument("--out", default="graph", help="the folder to write graph.png into")
+    options.add_argument("--out", default=str(OUTPUT / "graph"), help="the folder to write graph.png into")
     options.add_argument("--docs", action="store_true", help="write the README's docs/images/graph.png instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "graph.png"

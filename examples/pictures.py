@@ -2,7 +2,7 @@
 
 Run inside the venv:
 
-    python examples/pictures.py                 # writes them into pictures/
+    python examples/pictures.py                 # writes them into examples/output/pictures/
     python examples/pictures.py --out FOLDER    # into FOLDER
     python examples/pictures.py --docs          # regenerates the README's tracked docs/images/
 """
@@ -19,12 +19,14 @@ from PIL import Image
 import hookscope
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
+OUTPUT = Path(__file__).resolve().parent / "output"  # every example writes under examples/output/ (ignored)
 
 
 def where() -> Path:
-    """The folder to draw into: ``--out FOLDER`` (default ``pictures/``), or the tracked docs/images with ``--docs``."""
+    """The folder to draw into: ``--out FOLDER`` (default ``examples/output/pictures/``),
+    or the tracked docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options.add_argument("--out", default="pictures", help="the folder to write the pictures into")
+    options.add_argument("--out", default=str(OUTPUT / "pictures"), help="the folder to write the pictures into")
     options.add_argument("--docs", action="store_true", help="write the README's docs/images/ instead")
     args = options.parse_args()
     return DOCS if args.docs else Path(args.out)

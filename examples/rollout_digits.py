@@ -1,6 +1,6 @@
 """Draws rollout.jpg: attention rollout of a small ViT trained here on the digits.
 
-    python examples/rollout_digits.py                 # writes rollout-digits/rollout.jpg
+    python examples/rollout_digits.py                 # writes examples/output/rollout-digits/rollout.jpg
     python examples/rollout_digits.py --out FOLDER    # writes FOLDER/rollout.jpg
     python examples/rollout_digits.py --docs          # regenerates the README's docs/images/rollout.jpg
 
@@ -25,6 +25,7 @@ import hookscope
 from hookscope.zoo.lenet import digits
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
+OUTPUT = Path(__file__).resolve().parent / "output"  # every example writes under examples/output/ (ignored)
 EPOCHS, BATCH, SHOWN, SCALE = 12, 64, 8, 4
 
 
@@ -50,9 +51,10 @@ def train() -> tuple[torch.nn.Module, float]:
 
 
 def where() -> Path:
-    """The picture: ``--out FOLDER`` (default ``rollout-digits/``), or the tracked docs/images with ``--docs``."""
+    """The picture: ``--out FOLDER`` (default ``examples/output/rollout-digits/``),
+    or the tracked docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options.add_argument("--out", default="rollout-digits", help="the folder to write rollout.jpg into")
+    options.add_argument("--out", default=str(OUTPUT / "rollout-digits"), help="the folder to write rollout.jpg into")
     options.add_argument("--docs", action="store_true", help="write the README's docs/images/rollout.jpg instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "rollout.jpg"

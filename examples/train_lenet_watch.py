@@ -1,6 +1,6 @@
 """Watch LeNet train on scikit-learn's handwritten digits, then write the training report.
 
-    python examples/train_lenet_watch.py [OUT]        # OUT defaults to runs/
+    python examples/train_lenet_watch.py [OUT]        # OUT defaults to examples/output/runs/
 
 300 steps of Adam at batch 32 (a few seconds on one CPU thread), logged every 10 steps, into
 OUT/lenet.hookscope; then OUT/lenet-report/index.html, the page `hookscope report --from
@@ -48,4 +48,4 @@ def main(out: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs")))
+    print(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "output" / "runs"))

@@ -54,6 +54,18 @@ def test_the_picture_examples_leave_docs_images_alone_unless_asked(
     """Run as a user would, they write into a folder of their own; the tracked docs/images only with --docs."""
     example = _example(name)
     docs = EXAMPLES.parent / "docs" / "images"
-    for argv, expected in (([], Path(default)), (["--out", "elsewhere"], Path("elsewhere")), (["--docs"], docs)):
+    mine = EXAMPLES / "output" / default  # the ignored folder every example writes under
+    for argv, expected in (([], mine), (["--out", "elsewhere"], Path("elsewhere")), (["--docs"], docs)):
         monkeypatch.setattr(sys, "argv", [name, *argv])
         assert example.where() == (expected / drawn if drawn else expected)
+
+
+def test_the_examples_write_under_one_ignored_folder() -> None:
+    """Whatever an example writes by default lands in examples/output/, which git ignores."""
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(EXAMPLES / "output" / "runs" / "lenet.hookscope")],
+                             cwd=EXAMPLES.parent, check=False)  # fmt: skip
+    assert ignored.returncode == 0
+    for path in EXAMPLES.glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"""default=["'](?!-)""", text) or 'OUTPUT / "' in text, path.name
+        assert '"runs"' not in text or 'output" / "runs"' in text, path.name

@@ -8,25 +8,17 @@
     hookscope.feature_grid(cap["conv1"].output[0]).save("conv1.png")
     heat = hookscope.cam(model, x, method="gradcam", target=285)
 
-Importing hookscope imports only the standard library and torch; pictures import Pillow and
-matplotlib when they are drawn.
+Importing hookscope imports only the standard library; the first use of a public name imports
+the API (torch with it); pictures import Pillow and matplotlib when they are drawn.
 """
 
 from __future__ import annotations
 
-from . import compare, edits, zoo
+import importlib as _importlib
+import typing as _typing
+
 from ._version import __version__
 from .base.deprecation import forward_moved_modules
-from .core.capture import Capture, capture
-from .core.channels import spatial_maps, tokens_to_grid
-from .core.hooks import HookInfo, find_hooks
-from .core.kinds import KINDS, Kind
-from .core.policy import Policy
-from .core.records import Call, Record
-from .core.select import ModuleInfo, Selector, list_modules, select_modules
-from .edits.edit import Edit, edit
-from .edits.effects import PatchSweep
-from .edits.patching import patch_sweep
 from .errors import (
     AmbiguousCallError,
     BlockError,
@@ -52,40 +44,103 @@ from .errors import (
     StoreWarning,
     TargetError,
 )
-from .explain.attribute import attribute
-from .explain.cam import cam
-from .explain.layers import pick_layer
-from .exports.dispatch import export
-from .faithful.measure import faithfulness
-from .faithful.result import Faithfulness, MapScores
-from .graph.nodes import Graph
-from .graph.trace import module_graph
-from .probes.probe import probe
-from .probes.result import Probes
-from .probes.top import TopExamples
-from .report.build import build_report
-from .report.content import Report
-from .report.html import render_html, write_report
-from .report.inline import show
-from .stats.streaming import RunningStats
-from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
-from .store.dataset import StoreDataset, StoreStream
-from .store.extract import extract
-from .store.reader import Run, load
-from .store.save import save
-from .store.series import Alert, History
-from .train.alerts import Thresholds
-from .train.guard import nan_guard
-from .train.page import build_training_report
-from .train.watch import Watch, watch
-from .transformer.attention import Attention, attention
-from .transformer.attribution import TokenAttribution, token_attribution
-from .transformer.grid import attention_grid
-from .transformer.lens import LogitLens, logit_lens
-from .transformer.page import build_text_report
-from .transformer.rollout import Rollout, attention_rollout
-from .viz.charts import gradient_flow_plot, histogram_plot
-from .viz.images import feature_grid, overlay, panel
+
+if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports them all (__getattr__)
+    from . import compare, edits, zoo
+    from .core.capture import Capture, capture
+    from .core.channels import spatial_maps, tokens_to_grid
+    from .core.hooks import HookInfo, find_hooks
+    from .core.kinds import KINDS, Kind
+    from .core.policy import Policy
+    from .core.records import Call, Record
+    from .core.select import ModuleInfo, Selector, list_modules, select_modules
+    from .edits.edit import Edit, edit
+    from .edits.effects import PatchSweep
+    from .edits.patching import patch_sweep
+    from .explain.attribute import attribute
+    from .explain.cam import cam
+    from .explain.layers import pick_layer
+    from .exports.dispatch import export
+    from .faithful.measure import faithfulness
+    from .faithful.result import Faithfulness, MapScores
+    from .graph.nodes import Graph
+    from .graph.trace import module_graph
+    from .probes.probe import probe
+    from .probes.result import Probes
+    from .probes.top import TopExamples
+    from .report.build import build_report
+    from .report.content import Report
+    from .report.html import render_html, write_report
+    from .report.inline import show
+    from .stats.streaming import RunningStats
+    from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
+    from .store.dataset import StoreDataset, StoreStream
+    from .store.extract import extract
+    from .store.reader import Run, load
+    from .store.save import save
+    from .store.series import Alert, History
+    from .train.alerts import Thresholds
+    from .train.guard import nan_guard
+    from .train.page import build_training_report
+    from .train.watch import Watch, watch
+    from .transformer.attention import Attention, attention
+    from .transformer.attribution import TokenAttribution, token_attribution
+    from .transformer.grid import attention_grid
+    from .transformer.lens import LogitLens, logit_lens
+    from .transformer.page import build_text_report
+    from .transformer.rollout import Rollout, attention_rollout
+    from .viz.charts import gradient_flow_plot, histogram_plot
+    from .viz.images import feature_grid, overlay, panel
+
+# Where each public name lives: the first use of one imports these modules, all of them (torch with
+# them), so `import hookscope` and `hookscope --help` stay quick and every face is registered at once.
+_ROOMS = ("compare", "edits", "zoo")
+_HOMES = {
+    ".core.capture": "Capture capture",
+    ".core.channels": "spatial_maps tokens_to_grid",
+    ".core.hooks": "HookInfo find_hooks",
+    ".core.kinds": "KINDS Kind",
+    ".core.policy": "Policy",
+    ".core.records": "Call Record",
+    ".core.select": "ModuleInfo Selector list_modules select_modules",
+    ".edits.edit": "Edit edit",
+    ".edits.effects": "PatchSweep",
+    ".edits.patching": "patch_sweep",
+    ".explain.attribute": "attribute",
+    ".explain.cam": "cam",
+    ".explain.layers": "pick_layer",
+    ".exports.dispatch": "export",
+    ".faithful.measure": "faithfulness",
+    ".faithful.result": "Faithfulness MapScores",
+    ".graph.nodes": "Graph",
+    ".graph.trace": "module_graph",
+    ".probes.probe": "probe",
+    ".probes.result": "Probes",
+    ".probes.top": "TopExamples",
+    ".report.build": "build_report",
+    ".report.content": "Report",
+    ".report.html": "render_html write_report",
+    ".report.inline": "show",
+    ".stats.streaming": "RunningStats",
+    ".stats.summary": "GradientFlow Summary gradient_flow summarize",
+    ".store.dataset": "StoreDataset StoreStream",
+    ".store.extract": "extract",
+    ".store.reader": "Run load",
+    ".store.save": "save",
+    ".store.series": "Alert History",
+    ".train.alerts": "Thresholds",
+    ".train.guard": "nan_guard",
+    ".train.page": "build_training_report",
+    ".train.watch": "Watch watch",
+    ".transformer.attention": "Attention attention",
+    ".transformer.attribution": "TokenAttribution token_attribution",
+    ".transformer.grid": "attention_grid",
+    ".transformer.lens": "LogitLens logit_lens",
+    ".transformer.page": "build_text_report",
+    ".transformer.rollout": "Rollout attention_rollout",
+    ".viz.charts": "gradient_flow_plot histogram_plot",
+    ".viz.images": "feature_grid overlay panel",
+}
 
 __all__ = [
     "KINDS",
@@ -188,3 +243,25 @@ __all__ = [
 
 forward_moved_modules()  # hookscope.cams, hookscope.report.top, ...: the paths of earlier versions, for one release
 del forward_moved_modules
+_loading = False
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """A public name at its first use: the API's modules are imported then, all at once, as an eager
+    ``import hookscope`` would have done. While they import, a name asked for again (``from .. import zoo``
+    inside them) is left to the import system."""
+    global _loading
+    if name.startswith("__") or _loading:
+        raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
+    _loading = True
+    try:
+        for room in _ROOMS:
+            globals()[room] = _importlib.import_module(f".{room}", __name__)
+        for home, names in _HOMES.items():
+            module = _importlib.import_module(home, __name__)
+            globals().update({n: getattr(module, n) for n in names.split()})
+    finally:
+        _loading = False
+    if name not in globals():
+        raise AttributeError(f"module 'hookscope' has no attribute {name!r}")
+    return globals()[name]

@@ -146,3 +146,51 @@ def test_a_panel_is_captioned_with_class_method_and_layer(tmp_path: Path, capsys
     expected = hookscope.panel(loaded.preprocess.show(x[0]), heat, labels=(f"class {top1}", "layercam", "at conv"))
     with Image.open(out) as drawn:
         assert drawn.size == expected.size and drawn.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_answer_without_torch(flag: str) -> None:
+    """``hookscope --help`` and ``--version`` import no torch: they answer at once, as argparse wrote them."""
+    code = (
+        "import sys\nfrom hookscope.cli import main\ntry:\n    main([sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'hookscope.core.capture' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stderr.splitlines()[-1] == "False False"
+    assert ("list every module" in done.stdout) if flag == "--help" else done.stdout.startswith("hookscope 0.")
+
+
+def test_a_command_s_help_still_names_its_choices(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "MODEL efficientnet-lite0, mobilenet-v2" in out and "--cam METHOD [METHOD ...] CAM methods" in out
+
+
+def test_report_says_which_output_and_class_it_explains_in_flags(tmp_path: Path, capsys) -> None:
+    models = tmp_path / "heads.py"
+    models.write_text(TWO_OUTPUTS)
+    assert main(["report", f"{models}:two", "random:1x3x8x8", "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("hookscope: note:")]
+    assert notes == [
+        "hookscope: note: the model's output (dict) holds 2 tensors; using the first, out['box'] "
+        "(others: out['logits']); pass --output logits (or another key) to choose",
+        "hookscope: note: CAMs explain each image's top-1 class; pass --target N to choose",
+    ]
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "pass --output logits (or another key) to choose" in page and "output=&#34;" not in page
+    assert main(["report", f"{models}:two", "random:1x3x8x8", "--output", "logits", "--target", "1",
+                 "--out", str(tmp_path / "r2")]) == 0  # fmt: skip
+    assert "hookscope: note:" not in capsys.readouterr().err
+
+
+def test_torchvision_init_weights_advice_is_phrased_for_the_command_line() -> None:
+    """torchvision's "please set init_weights=True" names a keyword no flag reaches: the note says it in words."""
+    from hookscope.cli.models import load_model
+
+    loaded = load_model("torchvision:googlenet")  # its FutureWarning would fail here (warnings are errors)
+    assert loaded.notes == (
+        "random init: torchvision:googlenet was built without weights (torchvision's default init, which a later "
+        "torchvision changes); pass --weights FILE to load a state dict",
+    )

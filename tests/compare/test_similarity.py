@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -216,9 +217,9 @@ def test_table_plot_and_notebook_view() -> None:
     net = _net(0)
     sim = hookscope.compare.cka(net, None, [torch.randn(8, 3, 16, 16)], select=["1", "3"])
     lines = sim.table().splitlines()
-    assert lines[0].split() == ["A", "\\", "B", "(cka)", "0", "1"]
+    assert lines[0].split() == ["A", "\\", "B", "(cka)", "1", "3"]  # B's columns named, as A's rows are
     assert lines[1].split()[:2] == ["1", "1.000"]
-    assert lines[-1] == "cka over 8 inputs in 1 batches"
+    assert lines[-1] == "cka over 8 inputs in 1 batches" and not any(line.startswith("B:") for line in lines)
     picture = sim.plot()
     assert picture.size[0] > picture.size[1] > 100
     html = sim._repr_html_()
@@ -244,3 +245,17 @@ def test_the_package_is_a_module_and_no_name_shadows_one_of_its_modules() -> Non
     for name in ("hsic", "rdm", "sources", "similarity", "numerics", "views"):
         module = importlib.import_module(f"hookscope.compare.{name}")
         assert name not in hookscope.compare.__all__ and isinstance(module, types.ModuleType)
+
+
+def test_the_pictures_name_the_units_in_type_of_nine_points_or_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookscope.compare import views
+
+    drawn: list[Any] = []
+    monkeypatch.setattr(views, "figure_image", lambda fig: drawn.append(fig) or fig)
+    net = _net(0)
+    hookscope.compare.cka(net, None, [torch.randn(8, 3, 16, 16)], select=["1", "3"]).plot()
+    heat = drawn[0].axes[0]
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["1", "3"]
+    texts = [t for ax in drawn[0].axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels(), ax.title, ax.xaxis.label,
+                                                  ax.yaxis.label) if t.get_text()]  # fmt: skip
+    assert texts and min(t.get_fontsize() for t in texts) >= 9

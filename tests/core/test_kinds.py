@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 from pathlib import Path
 from typing import get_args
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.cli.parser import build_parser
+from hookscope.cli.parser import command_parser
 from hookscope.core import kinds
 from hookscope.core.kinds import TABLE, KindInfo
 from hookscope.store.reader import load
@@ -80,6 +81,5 @@ def test_no_module_but_the_table_spells_out_the_list_of_kinds() -> None:
     assert found == []
 
 
-def _subcommand(name: str) -> object:
-    sub = next(a for a in build_parser()._actions if a.dest == "command" or getattr(a, "choices", None))
-    return sub.choices[name]  # type: ignore[attr-defined]
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    return command_parser(name)

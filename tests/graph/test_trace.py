@@ -227,3 +227,22 @@ def test_a_shared_module_called_inside_each_block_folds_into_the_block_it_ran_in
     assert not any(line.back for line in drawing.lines) and acyclic(graph)
     opened = arrange(graph, within="blocks.1")
     assert [b.name for b in opened.boxes] == ["input", "blocks.1.fc", "act#1", "output"]
+
+
+class _Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("the model's own error")
+
+
+def test_a_model_s_error_names_the_module_it_escaped_from() -> None:
+    """module_graph and build_report (which traces the graph) say where it was raised, as capture does."""
+    net = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), _Raises()))
+    with pytest.raises(ValueError, match="the model's own error") as graph_error:
+        hookscope.module_graph(net, torch.randn(1, 3))
+    assert graph_error.value.__notes__ == ["hookscope: raised inside module '1.1' (call 0)"]
+    with pytest.raises(ValueError, match="the model's own error") as report_error:
+        hookscope.build_report(net, torch.randn(1, 3), select="0")  # the capture does not watch 1.1: the trace does
+    assert report_error.value.__notes__ == ["hookscope: raised inside module '1.1' (call 0)"]
+    with pytest.raises(ValueError, match="own error") as both:
+        hookscope.build_report(net, torch.randn(1, 3), select="1.1")  # capture and trace saw it: one note
+    assert both.value.__notes__ == ["hookscope: raised inside module '1.1' (call 0)"]

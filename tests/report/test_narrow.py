@@ -95,7 +95,21 @@ def test_the_image_report_and_its_edit_sections_fit_400_and_1280_px(chromium: An
     report = hookscope.build_report(model, x, grads=True, labels=LABELS, notes=[LONG], sections=[cut, sweep])
     index = hookscope.write_report(report, tmp_path / "image")
     assert LONG in index.read_text()
-    check_widths(chromium, index, "image")
+    check_widths(chromium, index, "image", also=_wide_tables_show_they_scroll)
+
+
+# Each table wider than its box: whether it scrolls, and whether a shadow on its edge says so.
+WIDE_TABLES = """() => [...document.querySelectorAll("section table")].filter(t => t.scrollWidth > t.clientWidth + 1)
+  .map(t => [t.closest("section").id, getComputedStyle(t).overflowX, getComputedStyle(t).backgroundAttachment])"""
+
+
+def _wide_tables_show_they_scroll(page: Any, width: int) -> None:
+    """At 400 px the ablation's tables are wider than the screen: they scroll in their box, with a visible cue."""
+    wide = page.evaluate(WIDE_TABLES)
+    if width == 400:
+        assert "ablation" in {section for section, _, _ in wide}, wide
+    for section, overflow, attachment in wide:
+        assert overflow in ("auto", "scroll") and "local" in attachment, (section, overflow, attachment)
 
 
 def test_the_training_report_fits_400_and_1280_px(chromium: Any, tmp_path: Path) -> None:

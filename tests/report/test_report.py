@@ -20,6 +20,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+import hookscope
 import hookscope.report.html
 from hookscope import zoo
 from hookscope.errors import OptionError, OutputExistsError, StoreError
@@ -516,3 +517,27 @@ def test_tied_top_logits_name_and_explain_the_same_class(batch: torch.Tensor) ->
     assert [row.target for row in report.cams] == ["class 3"] * len(report.cams)
     shown = batch[: len(report.cams)]
     assert build_report(net, shown, target=3).cams == build_report(net, shown).cams
+
+
+def test_vit_tokens_are_drawn_on_their_patch_grid_and_sequences_are_not() -> None:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    from hookscope.report.content import picture_of
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                            num_classes=4).eval()  # fmt: skip
+    x = torch.randn(1, 3, 32, 32)
+    report = build_report(vit, x, select="encoder.ln", cam_methods=())
+    (view,) = report.layers[0].tensors
+    assert view.shape == (1, 17, 16) and view.grid is not None
+    assert view.note == "image 0, channels 0-15 of 16; tokens drawn as a 4x4 patch grid after 1 leading token"
+    with hookscope.capture(vit, "encoder.ln") as cap:  # oracle: the class token dropped, the 16 patches by hand
+        vit(x)
+    tokens = cap["encoder.ln"].output  # (1, 17, 16)
+    by_hand = tokens[:, 1:].transpose(1, 2).reshape(1, 16, 4, 4)  # (B, D, 4, 4), patches row-major
+    assert view.grid == picture_of(by_hand, diverging=False)[0]
+    sequence = torch.randn(1, 7, 16)  # 7 tokens: no square grid of 4 x 4 or more
+    conv1d = torch.randn(1, 16, 36)  # (B, C, L) with C the module's channels: 36 would read as 6 x 6 "tokens"
+    assert picture_of(sequence, diverging=False)[0] is None
+    assert picture_of(conv1d, diverging=False, channels=16)[0] is None

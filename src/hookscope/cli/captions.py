@@ -1,15 +1,21 @@
-"""The captions of ``hookscope cam --panel``: the class explained, the method, and the layer read.
+"""The captions of ``hookscope cam --panel``: the class explained, the method, and the layer read; and
+the lines ``hookscope report`` prints for the choices it made on the user's behalf.
 
 ``image | heatmap | overlay`` (``hookscope.viz.images.panel``) are captioned ``class 285: Egyptian
 cat``, ``gradcam``, ``at features.6``, so a panel found later in a folder still says what it shows.
 The class is ``--target`` or the model's top-1 (as ``cam`` explains it); the layer is ``--layer``,
 or the one ``cam`` picks without it (``hookscope.explain.layers.choose_layer``), which is then
 passed on so the heatmap and its caption cannot disagree.
+
+``report_choices`` says on stderr, one line each in the flags' words, which output of a tuple or
+dict the report explains and the class its CAMs explain; ``in_flag_words``
+spells the page's remarks the same way (``--output logits``, not ``output="out['logits']"``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import warnings
 from collections.abc import Sequence
 
@@ -19,6 +25,10 @@ from torch import nn
 from ..errors import CaptureWarning
 from ..explain.layers import choose_layer
 from ..explain.targets import logits
+from ..report.content import Report
+from .outputs import cli_flags
+
+EXPLAINED = "explained: "  # the remark build_report makes when it picks one tensor of a tuple or dict
 
 
 def chosen_layer(model: nn.Module, x: torch.Tensor, layer: str | None) -> tuple[str | None, int | None]:
@@ -44,3 +54,17 @@ def _top1(model: nn.Module, x: torch.Tensor, output: str | None) -> int:
         warnings.simplefilter("ignore", CaptureWarning)  # cam itself says which output it explains
         scores = logits(model(x), output)
     return int(scores.reshape(scores.shape[0], -1)[0].argmax())
+
+
+def report_choices(report: Report, target: int | None) -> list[str]:
+    """What ``hookscope report`` chose without being told, one stderr line each, with the flag that chooses
+    (the CAMs' layer is logged by ``explain.layers`` as it is picked)."""
+    lines = [cli_flags(r.removeprefix(EXPLAINED)) for r in report.remarks if r.startswith(EXPLAINED)]
+    if report.cams and target is None:
+        lines.append("CAMs explain each image's top-1 class; pass --target N to choose")
+    return [f"hookscope: note: {line}" for line in lines]
+
+
+def in_flag_words(report: Report) -> Report:
+    """``report`` with its remarks' advice spelled as flags, for a page written by the command line."""
+    return dataclasses.replace(report, remarks=tuple(cli_flags(r) for r in report.remarks))

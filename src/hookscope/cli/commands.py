@@ -45,7 +45,7 @@ from ..store.save import save
 from ..train.page import build_training_report
 from ..viz.images import overlay, panel
 from .ablate import ablation_sections
-from .captions import chosen_layer, panel_labels
+from .captions import chosen_layer, in_flag_words, panel_labels, report_choices
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
 from .meter import progress
@@ -95,7 +95,9 @@ def run_report(args: argparse.Namespace) -> int:
             output=args.output, max_layers=args.max_layers, image_names=batch.names, sections=ablated,
             faithfulness=args.faithfulness,
         )  # fmt: skip
-    print(write_report(report, args.out, force=args.force))
+    for line in report_choices(report, args.target):
+        print(line, file=sys.stderr)
+    print(write_report(in_flag_words(report), args.out, force=args.force))
     return 0
 
 

@@ -33,6 +33,7 @@ import importlib.util
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -129,8 +130,16 @@ def _torchvision(name: str) -> LoadedModel:
         close = difflib.get_close_matches(name, available, n=3)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise ModelError(f"torchvision has no model {name!r}{hint}")
-    note = f"random init: torchvision:{name} was built without weights; pass --weights FILE to load a state dict"
-    model = models.get_model(name, weights=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = models.get_model(name, weights=None)
+    init = ""
+    for warning in caught:  # googlenet, inception_v3: "please set init_weights=True", a keyword no flag reaches
+        if "init_weights" in str(warning.message):
+            init = " (torchvision's default init, which a later torchvision changes)"
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    note = f"random init: torchvision:{name} was built without weights{init}; pass --weights FILE to load a state dict"
     preprocess = _torchvision_preprocess(models, name, model)
     return LoadedModel(model, f"torchvision:{name}", preprocess, zoo.imagenet_labels(), (note,))
 

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from ..base.files import new_output
 from ..errors import OptionError
-from ..store.format import MANIFEST
 
 FLAGS = {"force=True": "--force", "resume=True": "--resume", "grads=True": "--grads"}
 # output="out['logits']", output='out[1]', output=KEY: the value as --output takes it (the first step without out)
@@ -75,6 +74,8 @@ def check_file(out: Path, *, force: bool, inputs: Sequence[str | None] = ()) -> 
 def check_store(out: str, *, force: bool, resume: bool | None = None, inputs: Sequence[str | None] = ()) -> None:
     """Refuse a store ``save`` or ``extract`` would refuse, unless ``--resume`` continues the store there
     (``resume`` is None for ``capture``, which cannot continue one)."""
+    from ..store.format import MANIFEST  # here: the store's modules import torch, and --help imports this module
+
     path = Path(out)
     check_writable(path)
     if not (resume and (path / MANIFEST).is_file()):

@@ -3,26 +3,20 @@
 ``build_parser()`` builds it afresh on each call, so the ``--kinds`` choices are the rows of
 ``hookscope.core.kinds`` at that moment (a row added at run time is among them). Each subcommand
 sets ``run`` to its body in ``hookscope.cli.commands`` (``demo``'s lives in ``hookscope.cli.demo``);
-``hookscope.cli.main`` parses and calls it.
+``hookscope.cli.main`` parses and calls it. A subcommand gets its arguments when it is chosen (``COMMANDS``
+names the function that adds them), so ``hookscope --help`` and ``--version`` import no torch;
+``command_parser(name)`` is one subcommand's parser, filled.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Literal, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, cast
 
 from .._version import __version__
 from ..core import kinds
-from ..core.select import BLOCKS
-from ..explain.cam import CAM_METHODS
-from ..store.format import FLUSH_EVERY
-from .ablate import HELP as ABLATE_HELP
-from .ablate import ablation_spec
-from .commands import run_cam, run_capture, run_extract, run_info, run_list, run_report
-from .demo import DEMO_MODELS, run_demo
-from .models import BUILTINS
 
-Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 Group = Literal["model", "select", "preprocess"]  # the argument groups _shared adds
 
 EXAMPLES = """examples:
@@ -40,7 +34,6 @@ EXAMPLES = """examples:
   hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
   hookscope report --from acts.hookscope --out report/  the report of a store, without the model
 """
-MODEL_HELP = f"{', '.join(BUILTINS)}, torchvision:NAME, hf:PATH, file.py:fn, pkg.mod:fn"
 INPUT_HELP = (
     "image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224; "
     "for a text model (minilm, hf:PATH): sentences in quotes or .txt files"
@@ -57,26 +50,51 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     top.add_argument("--version", action="version", version=f"hookscope {__version__}")
-    sub = top.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for add in (_add_list, _add_report, _add_cam, _add_demo, _add_capture, _add_extract, _add_info):
-        add(sub, common)
+    sub = cast(_Commands, top.add_subparsers(title="commands", required=True, metavar="COMMAND", action=_Commands))
+    for name, (help_, example, fill) in COMMANDS.items():
+        sub.add_parser(
+            name, help=help_, description=help_, parents=[common], epilog=f"example:\n  {example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )  # fmt: skip
+        sub.fillers[name] = fill
     return top
 
 
-def _command(sub: Subcommands, name: str, common: argparse.ArgumentParser,
-             help_: str, example: str) -> argparse.ArgumentParser:  # fmt: skip
-    return sub.add_parser(
-        name, help=help_, description=help_, parents=[common], epilog=f"example:\n  {example}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``name``, with all its arguments (as ``hookscope NAME --help`` shows it)."""
+    help_, _, fill = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"hookscope {name}", description=help_)
+    fill(parser)
+    return parser
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """The subcommands, each given its arguments when it is chosen: ``hookscope --help`` and ``--version``
+    import no torch (the arguments' choices and the commands' bodies do)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fillers: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:  # fmt: skip
+        if values:
+            fill = self.fillers.pop(values[0], None)
+            if fill is not None:
+                fill(self.choices[values[0]])
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False) -> None:
     """Add one group of the arguments several commands share: ``model`` (MODEL and its weights;
     ``optional`` for ``report``, which can read a store instead), ``select`` (--select), or
     ``preprocess`` (--size, --mean, --std)."""
+    from ..core.select import BLOCKS
+    from .models import BUILTINS
+
     if group == "model":
-        p.add_argument("model", nargs="?" if optional else None, metavar="MODEL", help=MODEL_HELP)
+        model_help = f"{', '.join(BUILTINS)}, torchvision:NAME, hf:PATH, file.py:fn, pkg.mod:fn"
+        p.add_argument("model", nargs="?" if optional else None, metavar="MODEL", help=model_help)
         p.add_argument("--weights", metavar="FILE",
                        help="a state dict: torch.save's (read with weights_only=True) or .safetensors")  # fmt: skip
         p.add_argument(
@@ -94,18 +112,20 @@ def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False)
         p.add_argument("--std", type=float, nargs="+", help="normalisation std per channel, in [0, 1] units")
 
 
-def _add_list(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    p = _command(sub, "list", common, "list every module: name, type, parameters, output shape",
-                 "hookscope list torchvision:resnet18 --input random:1x3x64x64")  # fmt: skip
+def _add_list(p: argparse.ArgumentParser) -> None:
+    from .commands import run_list
+
     _shared(p, "model")
     p.add_argument("--input", metavar="SPEC", help="the input whose output shapes are shown (default: random)")
     p.set_defaults(run=run_list)
 
 
-def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    p = _command(sub, "report", common, "write a self-contained HTML report of what the layers saw",
-                 "hookscope report efficientnet-lite0 cat.jpg --grads --out report/\n"
-                 "  hookscope report --from acts.hookscope --out report/")  # fmt: skip
+def _add_report(p: argparse.ArgumentParser) -> None:
+    from ..explain.cam import CAM_METHODS
+    from .ablate import HELP as ABLATE_HELP
+    from .ablate import ablation_spec
+    from .commands import run_report
+
     _shared(p, "model", optional=True)
     p.add_argument("inputs", nargs="*", metavar="INPUT", help=INPUT_HELP)
     p.add_argument("--from", dest="store", metavar="STORE", help="report a store (hookscope capture/extract) instead")
@@ -134,9 +154,10 @@ def _add_report(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_report, parser=p)
 
 
-def _add_cam(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    example = "hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png"
-    p = _command(sub, "cam", common, "draw a CAM heatmap over an image", example)
+def _add_cam(p: argparse.ArgumentParser) -> None:
+    from ..explain.cam import CAM_METHODS
+    from .commands import run_cam
+
     _shared(p, "model")
     p.add_argument("image", metavar="IMAGE", help="an image file")
     p.add_argument("--method", default="gradcam", choices=CAM_METHODS, help="CAM method (default: gradcam)")
@@ -156,18 +177,18 @@ def _add_cam(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_cam)
 
 
-def _add_demo(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    p = _command(sub, "demo", common, "the full report of a pretrained network on a bundled photo",
-                 "hookscope demo --model lenet --out lenet-demo/")  # fmt: skip
+def _add_demo(p: argparse.ArgumentParser) -> None:
+    from .demo import DEMO_MODELS, run_demo
+
     p.add_argument("--model", default="efficientnet-lite0", choices=list(DEMO_MODELS))
     p.add_argument("--out", default="hookscope-demo", help="output folder (default: hookscope-demo)")
     p.add_argument("--force", action="store_true", help="replace the output folder if hookscope wrote it")
     p.set_defaults(run=run_demo)
 
 
-def _add_capture(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    example = "hookscope capture efficientnet-lite0 photos/ --select _blocks.15 _conv_head --out run.hookscope"
-    p = _command(sub, "capture", common, "capture the layers of one run of a model and save them as a store", example)
+def _add_capture(p: argparse.ArgumentParser) -> None:
+    from .commands import run_capture
+
     _shared(p, "model")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=INPUT_HELP)
     _shared(p, "select")
@@ -182,9 +203,10 @@ def _add_capture(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_capture)
 
 
-def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    example = "hookscope extract efficientnet-lite0 photos/ --select :blocks --batch-size 32 --out acts.hookscope"
-    p = _command(sub, "extract", common, "stream what the layers produce over a whole data set to a store", example)
+def _add_extract(p: argparse.ArgumentParser) -> None:
+    from ..store.format import FLUSH_EVERY
+    from .commands import run_extract
+
     _shared(p, "model")
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="images, folders, a tensor file (its rows), random:NxCxHxW"
@@ -211,10 +233,31 @@ def _add_extract(sub: Subcommands, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_extract)
 
 
-def _add_info(sub: Subcommands, common: argparse.ArgumentParser) -> None:
-    p = _command(sub, "info", common, "what a store holds: layers, kinds, shapes, sizes, batches, provenance",
-                 "hookscope info acts.hookscope")  # fmt: skip
+def _add_info(p: argparse.ArgumentParser) -> None:
+    from .commands import run_info
+
     p.add_argument("store", metavar="STORE", help="a folder written by hookscope capture or extract")
     p.add_argument("--verify", action="store_true", help="read every tensor's bytes through its CRC-32 "
                    "(default: the manifest and the shards' headers only, fast)")  # fmt: skip
     p.set_defaults(run=run_info)
+
+
+COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
+    "list": ("list every module: name, type, parameters, output shape",
+             "hookscope list torchvision:resnet18 --input random:1x3x64x64", _add_list),
+    "report": ("write a self-contained HTML report of what the layers saw",
+               "hookscope report efficientnet-lite0 cat.jpg --grads --out report/\n"
+               "  hookscope report --from acts.hookscope --out report/", _add_report),
+    "cam": ("draw a CAM heatmap over an image",
+            "hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png", _add_cam),
+    "demo": ("the full report of a pretrained network on a bundled photo",
+             "hookscope demo --model lenet --out lenet-demo/", _add_demo),
+    "capture": ("capture the layers of one run of a model and save them as a store",
+                "hookscope capture efficientnet-lite0 photos/ --select _blocks.15 _conv_head --out run.hookscope",
+                _add_capture),
+    "extract": ("stream what the layers produce over a whole data set to a store",
+                "hookscope extract efficientnet-lite0 photos/ --select :blocks --batch-size 32 --out acts.hookscope",
+                _add_extract),
+    "info": ("what a store holds: layers, kinds, shapes, sizes, batches, provenance",
+             "hookscope info acts.hookscope", _add_info),
+}  # fmt: skip

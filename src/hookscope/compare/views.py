@@ -19,14 +19,14 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
 MAX_LABELS = 40  # units named on an axis; more are drawn unnamed
+FONT = 9  # points: every label, tick and title of these pictures
 
 
 def similarity_table(sim: Similarity) -> str:
-    """A's units down, B's numbered across (the legend below names them), 3 decimals."""
-    header = [f"A \\ B ({sim.measure})", *(str(j) for j in range(len(sim.columns)))]
+    """A's units down, B's across, each named (shortened), 3 decimals."""
+    header = [f"A \\ B ({sim.measure})", *(shorten(c) for c in sim.columns)]
     rows = [[name, *(_fixed(float(v)) for v in sim.values[i])] for i, name in enumerate(sim.rows)]
-    legend = "B: " + ", ".join(f"{j} {name}" for j, name in enumerate(sim.columns))
-    return "\n".join([*columns([header, *rows], right=range(1, len(header))), legend, _summary(sim)])
+    return "\n".join([*columns([header, *rows], right=range(1, len(header))), _summary(sim)])
 
 
 def _summary(sim: Similarity) -> str:
@@ -41,29 +41,32 @@ def similarity_plot(sim: Similarity, *, cmap: str = "magma") -> Image:
     """The heatmap, with the diagonal (same-named units) as a line beside it when there is one."""
     diagonal = sim.diagonal()
     rows, cols = len(sim.rows), len(sim.columns)
-    fig = new_figure(3.2 + 0.22 * cols + (3.2 if diagonal else 0), 2.0 + 0.2 * rows)
+    fig = new_figure(3.2 + 0.24 * cols + (3.2 if diagonal else 0), 2.0 + 0.24 * rows)
     grid = fig.add_gridspec(1, 2 if diagonal else 1, width_ratios=[max(cols, 4), 6] if diagonal else None)
     ax = fig.add_subplot(grid[0, 0])
     shown = ax.imshow(sim.values.numpy(), cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     _label(ax, sim)
-    fig.colorbar(shown, ax=ax, shrink=0.8, label=sim.measure.upper())
+    bar = fig.colorbar(shown, ax=ax, shrink=0.8)
+    bar.set_label(sim.measure.upper(), fontsize=FONT)
+    bar.ax.tick_params(labelsize=FONT)
     if diagonal:
         line = fig.add_subplot(grid[0, 1])
         line.plot(range(len(diagonal)), list(diagonal.values()), marker="o", markersize=3, color="#4f46e5")
         line.set_ylim(min(0.0, *diagonal.values()), 1.02)
         line.set_xticks(range(len(diagonal)), [shorten(n) for n in diagonal] if len(diagonal) <= MAX_LABELS else [])
-        line.tick_params(axis="x", labelrotation=90, labelsize=6)
-        line.set_title("same unit in A and B", fontsize=9)
+        line.tick_params(axis="x", labelrotation=90, labelsize=FONT)
+        line.tick_params(axis="y", labelsize=FONT)
+        line.set_title("same unit in A and B", fontsize=FONT)
     return figure_image(fig)
 
 
 def _label(ax: Any, sim: Similarity) -> None:
     for names, ticks in ((sim.rows, ax.set_yticks), (sim.columns, ax.set_xticks)):
-        ticks(range(len(names)), [shorten(n) for n in names] if len(names) <= MAX_LABELS else [], fontsize=6)
+        ticks(range(len(names)), [shorten(n) for n in names] if len(names) <= MAX_LABELS else [], fontsize=FONT)
     ax.tick_params(axis="x", labelrotation=90)
-    ax.set_ylabel("A", fontsize=8)
-    ax.set_xlabel("B", fontsize=8)
-    ax.set_title(f"{sim.measure.upper()}, {sim.samples:,} inputs", fontsize=9)
+    ax.set_ylabel("A", fontsize=FONT)
+    ax.set_xlabel("B", fontsize=FONT)
+    ax.set_title(f"{sim.measure.upper()}, {sim.samples:,} inputs", fontsize=FONT)
 
 
 @shows_as(
@@ -110,13 +113,14 @@ def divergence_plot(div: Divergence, *, rtol: float | None = None) -> Image:
     ax = fig.add_subplot()
     ax.plot(range(len(values)), values, marker="o", markersize=3, color="#4f46e5")
     ax.set_yscale("log")
-    ax.set_xticks(range(len(names)), [shorten(n) for n in names] if len(names) <= 2 * MAX_LABELS else [], fontsize=6)
+    ax.set_xticks(range(len(names)), [shorten(n) for n in names] if len(names) <= 2 * MAX_LABELS else [], fontsize=FONT)
     ax.tick_params(axis="x", labelrotation=90)
-    ax.set_ylabel("|B - A| / |A|", fontsize=8)
-    ax.set_title("relative error per site, forward order", fontsize=9)
+    ax.tick_params(axis="y", labelsize=FONT)
+    ax.set_ylabel("|B - A| / |A|", fontsize=FONT)
+    ax.set_title("relative error per site, forward order", fontsize=FONT)
     if rtol is not None:
         ax.axhline(rtol, color="#b42318", linestyle="--", linewidth=1, label=f"rtol {rtol:g}")
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(fontsize=FONT, frameon=False)
     return figure_image(fig)
 
 

@@ -163,7 +163,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._grads_seen = False
         self._params_reached: set[str] = set()
         self._cleared: set[str] = set()  # sites that had calls before a clear()
-        self._raised: dict[int, Call] = {}  # id(exception) -> the call it escaped from first
+        self._raised: dict[int, tuple[str, int]] = {}  # id(exception) -> the call it escaped from first
         self._regions: Regions[Call] = Regions()  # checkpointed calls, for their recomputation (core.phase)
 
     # -- the mapping -------------------------------------------------------------------------
@@ -348,7 +348,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             raised = sys.exc_info()[1]
             if raised is not None:  # an always_call hook, after forward raised
                 call.error = f"{type(raised).__name__}: {raised}"
-                self._raised.setdefault(id(raised), call)  # the innermost selected module is first
+                self._raised.setdefault(id(raised), (call.site, call.index))  # the innermost selected first
                 return
         if self._param_grads and not torch.is_grad_enabled() and phase.phase != "first_pass":
             call.missing["param_grad"] = NO_GRAD_MODE

@@ -118,14 +118,16 @@ def transformed(records: Iterable[Record], kind: Kind) -> list[str]:
     return [f"hookscope: nothing captured for calls of {names}: {why}"]
 
 
-def annotate(exc: BaseException, raised: Mapping[int, Call]) -> None:
-    """Name the selected module an escaping exception came from (or the one it was raised from):
-    ``raised`` maps ``id(exception)`` to the call it escaped from first."""
+def annotate(exc: BaseException, raised: Mapping[int, tuple[str, int]]) -> None:
+    """Name the module an escaping exception came from (or the one it was raised from): ``raised`` maps
+    ``id(exception)`` to the (module, call index) it escaped from first. Said once, however many blocks saw it."""
     cause: BaseException | None = exc
     while cause is not None:
-        call = raised.get(id(cause))
-        if call is not None:
-            exc.add_note(f"hookscope: raised inside module {call.site!r} (call {call.index})")
+        site = raised.get(id(cause))
+        if site is not None:
+            note = f"hookscope: raised inside module {site[0]!r} (call {site[1]})"
+            if note not in getattr(exc, "__notes__", ()):
+                exc.add_note(note)
             return
         cause = cause.__cause__ or cause.__context__
 
@@ -199,12 +201,12 @@ def warn_at_exit(
                      eager=eager, model=model)  # fmt: skip
     in_transform = transformed(records.values(), kinds[0])
     for line in [*in_transform, *(line for line in found if IN_TRANSFORM_START not in line)]:
-        warnings.warn(line, CaptureWarning, stacklevel=5)
+        warnings.warn(line, CaptureWarning, stacklevel=4)  # the user's with: Block.__exit__, _finish, here
     modified = keeper.modified_references()
     if modified:
         warnings.warn(
             f"hookscope: {', '.join(modified[:6])} changed in place after capture (clone=False stores "
             "references); capture with clone=True to keep the values the hooks saw",
             CaptureWarning,
-            stacklevel=5,
+            stacklevel=4,
         )

@@ -33,6 +33,7 @@ mode (each module's flag restored). Ties in a map are broken by position (a stab
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
@@ -41,8 +42,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..core.modes import evaluating
-from ..errors import OptionError, ShapeError
-from ..explain.targets import Target, logits, scores
+from ..errors import CaptureWarning, OptionError, ShapeError
+from ..explain.targets import Target, explained, logits, scores
 from ..progress import Progress, callback
 from . import views  # noqa: F401  (registers the table, picture, notebook view and section)
 from .flipping import features_of, flipped
@@ -160,16 +161,13 @@ class _Runner:
 
     def __init__(self, model: nn.Module, x: Tensor, target: Target, output: str | None, convention: str,
                  batch_size: int, step: Callable[[str, int, int], None]) -> None:  # fmt: skip
-        self.model, self.output, self.convention, self.batch_size, self.step = (
-            model,
-            output,
-            convention,
-            batch_size,
-            step,
-        )
+        self.model, self.convention, self.batch_size, self.step = model, convention, batch_size, step
         self.done = 0
         out = model(x)
-        _, index = scores(out, target, output)
+        self.output, note = explained(out, output)  # resolved once: every later pass reads that tensor
+        if note is not None:
+            warnings.warn(note, CaptureWarning, stacklevel=3)  # the caller's line (faithfulness, then here)
+        _, index = scores(out, target, self.output)
         self.index, self.target = index, target
         self.probability = index is not None and convention != "grad-cam"
         self.score_name = "probability" if self.probability else ("logit" if index is not None else "target")

@@ -39,6 +39,7 @@ control flow, caches) the hooks' edges stay and a ``CaptureWarning`` says why.
 from __future__ import annotations
 
 import contextlib
+import sys
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from torch import Tensor, nn
 from ..core.block import Block
 from ..core.blocks import blocks
 from ..core.compiled import Eagerly, named_modules
+from ..core.diagnosis import annotate
 from ..core.hooks import HandleGroup
 from ..core.modes import evaluating
 from ..core.tree import flatten, flatten_call
@@ -96,6 +98,7 @@ class Tracer(Block):
         self._savers: dict[tuple[int, str], list[Key]] = {}  # a saved storage -> the calls that saved it, in order
         self._sizes: dict[tuple[int, str], int] = {}
         self._held: set[int] = set()
+        self._raised: dict[int, Key] = {}  # id(exception) -> the call it escaped from first (innermost)
         self._context = contextlib.ExitStack()
 
     def _install(self, handles: HandleGroup) -> None:
@@ -113,6 +116,10 @@ class Tracer(Block):
             self._stack.clear()
             self._made.clear()
             self._fns.clear()  # the autograd graph is not ours to keep
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if exc is not None:
+            annotate(exc, self._raised)  # "hookscope: raised inside module 'x' (call 0)", as capture says it
 
     def _before(self, name: str) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -150,7 +157,10 @@ class Tracer(Block):
     def _after(self, name: str) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             key, inputs = self._stack.pop()
-            if output is None:  # its forward raised (always_call): nothing to link
+            if output is None:  # its forward raised (always_call): nothing to link, the module named
+                raised = sys.exc_info()[1]
+                if raised is not None:
+                    self._raised.setdefault(id(raised), key)
                 return
             outputs = [t for _, t in flatten(output)]
             if self._seen[key].leaf:

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base.display import Shows, plot_of, table_of
-from ..core.channels import is_channels_last
+from ..core.channels import is_channels_last, tokens_to_grid
 from ..core.kinds import Kind, is_gradient
 from ..core.records import Call, Record, forward_order
 from ..errors import ShapeError
@@ -274,7 +274,7 @@ def tensor_view(call: Call, kind: Kind, *, channels: int | None = None) -> Tenso
         return None
     tensor = call.tensors[kind][keys[0]]
     last = is_channels_last(tensor.shape, channels)
-    grid, values, note = picture_of(tensor, diverging=is_gradient(kind), channels_last=last)
+    grid, values, note = picture_of(tensor, diverging=is_gradient(kind), channels_last=last, channels=channels)
     return TensorView(
         kind=kind,
         key=keys[0],
@@ -289,12 +289,16 @@ def tensor_view(call: Call, kind: Kind, *, channels: int | None = None) -> Tenso
 
 
 def picture_of(
-    tensor: Tensor, *, diverging: bool, channels_last: bool = False
+    tensor: Tensor, *, diverging: bool, channels_last: bool = False, channels: int | None = None
 ) -> tuple[bytes | None, tuple[float, ...], str]:
-    """Image 0 of a layer's tensor as a feature grid (4-D), value bars (2-D) or nothing, and a caption.
-    ``channels_last``: a 4-D tensor is ``(B, H, W, C)`` (drawn as its channels-first permutation)."""
+    """Image 0 of a layer's tensor as a feature grid (4-D, or ViT tokens on their patch grid), value bars
+    (2-D) or nothing, and a caption. ``channels_last``: a 4-D tensor is ``(B, H, W, C)`` (drawn as its
+    channels-first permutation); ``channels``: the module's channel count (a ``(B, C, L)`` map is no tokens)."""
     if channels_last and tensor.dim() == 4:
         tensor = tensor.permute(0, 3, 1, 2)  # (B, C, H, W)
+    layout = ""
+    if tensor.dim() == 3 and (found := token_grid(tensor, channels)) is not None:
+        tensor, layout = found
     if tensor.dim() == 4 and tensor.shape[2] * tensor.shape[3] == 1:
         tensor = tensor.flatten(1)  # (B, C, 1, 1): one number per channel reads better as bars
     if tensor.dim() == 2 and tensor.shape[0] and tensor.shape[1]:
@@ -318,7 +322,24 @@ def picture_of(
         if side > MAX_TILE
         else ""
     )
-    return png(grid), (), f"image 0, channels 0-{maps.shape[1] - 1} of {tensor.shape[1]}{shrunk}"
+    return png(grid), (), f"image 0, channels 0-{maps.shape[1] - 1} of {tensor.shape[1]}{shrunk}{layout}"
+
+
+def token_grid(tensor: Tensor, channels: int | None) -> tuple[Tensor, str] | None:
+    """``(B, P + h*w, D)`` tokens as ``(B, D, h, w)`` maps on their patch grid, as the CAMs read them
+    (``core.channels.tokens_to_grid``), and the caption's words; None for a sequence that is no grid."""
+    if channels is not None and tensor.shape[1] == channels:
+        return None  # (B, C, L): a Conv1d's maps
+    try:
+        maps = tokens_to_grid(tensor)
+    except ShapeError:
+        return None
+    h, w = maps.shape[2:]
+    if h < 4:  # tokens_to_grid's guess is unambiguous from 4 x 4 patches on
+        return None
+    prefix = tensor.shape[1] - h * w
+    skipped = f" after {prefix} leading token{'s' if prefix > 1 else ''}" if prefix else ""
+    return maps, f"; tokens drawn as a {h}x{w} patch grid{skipped}"
 
 
 def human_time(moment: datetime.datetime) -> str:

@@ -257,7 +257,7 @@ def _charts(histories: dict[str, History], band: tuple[float, float], first: Ale
             Chart(
                 "Layers x steps",
                 heatmap_png(names, steps, grid, title="parameter-gradient norm, log10", mark=mark),
-                "each row a layer, each column a logged step; blank: not finite",
+                "each row a layer, each column a logged step; blue: exactly zero; blank: not finite or not logged",
             )
         )
     return tuple(charts)  # fmt: skip

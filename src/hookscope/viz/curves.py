@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
+FONT = 9  # points, every label and tick of these charts: at 100 dpi, 12.5 px
+ZERO = "#4c9be8"  # an exact zero in the heatmap: outside magma's black-to-yellow, so never a tiny value
 Series = Mapping[str, tuple[Sequence[int], Sequence[float]]]  # layer -> (steps, values)
 
 
@@ -44,33 +46,41 @@ def curves_png(series: Series, *, title: str, log: bool = False, band: tuple[flo
     if band is not None:
         ax.axhspan(band[0], band[1], color="#2ca02c", alpha=0.10, linewidth=0)
     ax.set_title(title, fontsize=10, loc="left")
-    ax.set_xlabel("step", fontsize=9)
-    ax.tick_params(labelsize=8)
+    ax.set_xlabel("step", fontsize=FONT)
+    ax.tick_params(labelsize=FONT)
     ax.grid(alpha=0.25, linewidth=0.6)
     if 1 < len(names) <= 12:
-        ax.legend(fontsize=7, ncol=2 if len(names) > 6 else 1, frameon=False, loc="best")
+        ax.legend(fontsize=FONT, ncol=2 if len(names) > 6 else 1, frameon=False, loc="best")
     return _png(fig)
 
 
 def heatmap_png(names: Sequence[str], steps: Sequence[int], values: Sequence[Sequence[float]], *, title: str,
                 mark: tuple[str, int] | None = None) -> bytes:  # fmt: skip
-    """``values`` (layers x steps) as colours, log10, NaN blank; ``mark`` ``(layer, step)`` boxed in red."""
+    """``values`` (layers x steps) as colours, log10; an exact zero in its own colour (``ZERO``), NaN and
+    infinities blank; ``mark`` ``(layer, step)`` boxed."""
     numpy = require("numpy")
+    colors: Any = require("matplotlib.colors")
     grid = numpy.array([[math.log10(v) if math.isfinite(v) and v > 0 else math.nan for v in row] for row in values])
-    height = min(max(2.0, 0.18 * len(names) + 1.2), 14.0)
+    zeros = numpy.array([[1.0 if v == 0 else math.nan for v in row] for row in values])
+    height = min(max(2.0, 0.2 * len(names) + 1.2), 14.0)
     fig = _figure(max(6.4, min(12.0, 0.06 * len(steps) + 4)), height)
     ax = fig.add_subplot()
     image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma")
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("log10", fontsize=8)
-    ax.set_yticks(range(len(names)), [shorten(n) for n in names], fontsize=7 if len(names) < 40 else 5)
+    if not numpy.isnan(zeros).all():  # log10 has no zero: drawn apart, said in the legend
+        ax.imshow(zeros, aspect="auto", interpolation="nearest", cmap=colors.ListedColormap([ZERO]))
+        patches: Any = require("matplotlib.patches")
+        ax.legend(handles=[patches.Patch(color=ZERO, label="exactly 0")], loc="upper left", bbox_to_anchor=(0, -0.12),
+                  fontsize=FONT, frameon=False)  # fmt: skip
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).set_label("log10", fontsize=FONT)
+    ax.set_yticks(range(len(names)), [shorten(n) for n in names], fontsize=FONT)
     ticks = regular_ticks(steps)
-    ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=8)
-    ax.set_xlabel("step", fontsize=9)
+    ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=FONT)
+    ax.set_xlabel("step", fontsize=FONT)
     ax.set_title(title, fontsize=10, loc="left")
     if mark is not None and mark[0] in names and mark[1] in steps:
         y, x = list(names).index(mark[0]), list(steps).index(mark[1])
-        patches: Any = require("matplotlib.patches")
-        ax.add_patch(patches.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="#00e5ff", linewidth=2.5))
+        boxes: Any = require("matplotlib.patches")
+        ax.add_patch(boxes.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="#00e5ff", linewidth=2.5))
     return _png(fig)
 
 

@@ -42,6 +42,14 @@ CSS = """
    the page around (a report, a notebook) does not restyle the cells */
 .hookscope-view table.hs-table { display: block; max-width: 100%; overflow-x: auto; border-collapse: collapse;
   margin: 0; font-variant-numeric: tabular-nums; }
+/* ... and shows that it does: a shadow on the edge that has more, a thin scrollbar (the covers are the
+   background, --hs-bg: the page's --bg in a report, Canvas in a notebook) */
+.hookscope-view table.hs-table { --hs-cover: var(--hs-bg, var(--bg, Canvas));
+  background: linear-gradient(to right, var(--hs-cover) 30%, transparent) left / 24px 100% no-repeat local,
+    linear-gradient(to left, var(--hs-cover) 30%, transparent) right / 24px 100% no-repeat local,
+    radial-gradient(farthest-side at 0 50%, rgb(0 0 0 / .22), transparent) left / 10px 100% no-repeat scroll,
+    radial-gradient(farthest-side at 100% 50%, rgb(0 0 0 / .22), transparent) right / 10px 100% no-repeat scroll;
+  scrollbar-width: thin; scrollbar-color: var(--hs-muted) transparent; padding-bottom: 2px; }
 .hookscope-view .hs-table th { text-align: left; color: var(--hs-muted); font-weight: 600; font-size: 11px;
   text-transform: uppercase; letter-spacing: .04em; border-bottom: 1px solid var(--hs-line); padding: 3px 10px 3px 0;
   white-space: nowrap; position: static; background: none; cursor: auto; }
