@@ -8,6 +8,7 @@ oracle is the mistake itself: the name is misspelled by one letter, so the right
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from torch import nn
 
 import hookscope
 import hookscope.errors
+from hookscope.graph.overlay import overlay_of
 from hookscope.zoo import lenet
 
 D = torch.float64
@@ -244,3 +246,79 @@ def test_a_bad_option_of_patch_sweep_is_an_option_error() -> None:
 class Pair(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x.mean(-1), 2 * x
+
+
+# -- two things compared that differ: MismatchError, never ModelError (which is "cannot load") ----------
+def test_two_models_or_stores_that_differ_are_a_mismatch_error(tmp_path: Path) -> None:
+    a, x = mlp(), torch.randn(4, 4, dtype=D)
+    b = nn.Sequential(OrderedDict(fc1=nn.Linear(4, 6), act=nn.ReLU(), fc3=nn.Linear(6, 3))).to(D)
+    with pytest.raises(hookscope.MismatchError, match=r"only in A 1 \('fc2'\); only in B 1 \('fc3'\)") as info:
+        hookscope.compare.divergence(a, b, x)
+    assert not isinstance(info.value, hookscope.ModelError) and isinstance(info.value, ValueError)
+    wide = mlp()
+    wide.fc2 = nn.Linear(6, 5).to(D)
+    with pytest.raises(hookscope.MismatchError, match=r"'fc2' call 0 out: \(4, 3\) in A, \(4, 5\) in B"):
+        hookscope.compare.divergence(a, wide, x)
+    one = hookscope.extract(a, [x], out=tmp_path / "one", select="fc1", progress=False)
+    two = hookscope.extract(a, [x, x], out=tmp_path / "two", select="fc1", progress=False)
+    with pytest.raises(hookscope.MismatchError, match=r"the stores hold other batches \(1 batches 0\.\.0 and 2"):
+        hookscope.compare.cka(one, two)
+    assert hookscope.find_hooks(a) == []
+
+
+# -- a source of the wrong kind: InputError in every function --------------------------------------
+def test_a_source_of_the_wrong_kind_is_an_input_error_everywhere(tmp_path: Path) -> None:
+    model, x = mlp(), torch.randn(4, 4, dtype=D)
+    store = hookscope.extract(model, [x], out=tmp_path / "s", select="fc1", progress=False)
+    mistakes: list[tuple[str, Callable[[], Any]]] = [
+        ("cka", lambda: hookscope.compare.cka(store, model)),
+        ("export datasets", lambda: hookscope.export(model, tmp_path / "hf", format="datasets")),
+        ("overlay", lambda: overlay_of(42)),  # what export(format="model-explorer") reads
+    ]
+    for where, mistake in mistakes:
+        with pytest.raises(hookscope.InputError) as info:
+            mistake()
+        assert type(info.value) is hookscope.InputError, where
+    assert not (tmp_path / "hf").exists()
+
+
+# -- what a store does not hold: NotCapturedError; a glob of its sites matching none: SelectionError ------
+def test_what_a_store_does_not_hold_is_not_captured_everywhere(tmp_path: Path) -> None:
+    model, x = mlp(), torch.randn(4, 4, dtype=D)
+    store = hookscope.extract(model, [x], out=tmp_path / "s", select="fc1", progress=False)
+    not_held: list[tuple[str, Callable[[], Any]]] = [
+        ("dataset kind", lambda: hookscope.StoreDataset(store, "fc1", kind="grad_output")),
+        ("training report", lambda: hookscope.build_training_report(store)),
+        ("store site", lambda: store["fc2"]),
+    ]
+    for where, mistake in not_held:
+        with pytest.raises(hookscope.NotCapturedError) as info:
+            mistake()
+        assert type(info.value) is hookscope.NotCapturedError, where
+    no_match: list[tuple[str, Callable[[], Any]]] = [
+        ("dataset select", lambda: hookscope.StoreDataset(store, "fc9*")),
+        ("cka select", lambda: hookscope.compare.cka(store, store, select="fc9*")),
+    ]
+    for where, mistake in no_match:
+        with pytest.raises(hookscope.SelectionError, match=r"fc9\*") as info:
+            mistake()
+        assert type(info.value) is hookscope.SelectionError, where
+
+
+# -- a warning is silenced by its class, never by its text -------------------------------------------
+def test_a_compiled_model_warns_a_compiled_warning_that_its_class_silences() -> None:
+    model, x = torch.compile(mlp()), torch.randn(2, 4, dtype=D)  # runs eagerly in the block: nothing compiles
+    note = r"'Sequential' is compiled; inside this capture"
+    with pytest.warns(hookscope.CompiledWarning, match=note) as seen, hookscope.capture(model, "fc1"):
+        model(x)
+    assert [type(w.message) for w in seen] == [hookscope.CompiledWarning]
+    assert issubclass(hookscope.CompiledWarning, hookscope.CaptureWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", hookscope.CompiledWarning)
+        with hookscope.capture(model, "fc1"):
+            model(x)
+    source = Path(hookscope.__file__).parent
+    for path in source.rglob("*.py"):  # no filter of hookscope's own matches a message's text
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"filterwarnings\(\s*\"ignore\",\s*\"", text), path

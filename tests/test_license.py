@@ -5,8 +5,9 @@ The oracle is the MIT licence's own text: its grant and its warranty disclaimer,
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,8 @@
 ::
 
     HookscopeError                 base of every error hookscope raises
-     ├── SelectionError            a selector matched no module, or is not a selector
+     ├── SelectionError            a selector matched no module (or no site of a store), is not a
+     │                             selector, or names a module torch cannot hook (TorchScript)
      ├── CaptureError              a capture was built or used the wrong way
      ├── BlockError                a hook block (capture, edit, nan_guard, watch...) entered twice
      ├── NotCapturedError          asked for a name a result does not hold: a site, kind or key of a
@@ -13,8 +14,10 @@
      ├── OptionError               an option with no meaning: unknown kind, method, colormap, bins...
      ├── ShapeError                a tensor that cannot be read as maps, tokens or images
      ├── TargetError               a target that does not fit the model's output
-     ├── InputError                an input that cannot be read as a model input (a spec, a file, text
-     │                             without tokenizer=)
+     ├── InputError                an input or source that cannot be read as what the function takes (a
+     │                             spec, a file, text without tokenizer=, a model where a store goes)
+     ├── MismatchError             two things compared do not match: two models' modules, calls or
+     │                             outputs, two stores' batches
      ├── ModelError                a model spec or weights file that cannot be loaded
      │    └── ForwardError         the model's own forward raised (the message names the module)
      ├── StoreError                a store or report that cannot be written (full disk, unwritable) or read
@@ -28,6 +31,7 @@
 
     HookscopeWarning (UserWarning) base of every warning hookscope gives
      ├── CaptureWarning            something requested could not be captured, and why
+     │    └── CompiledWarning      a compiled model runs eagerly inside a block (said once per block)
      ├── StoreWarning              a store opened without part of it (a damaged shard), and which part
      ├── NonFiniteWarning          what NonFiniteError would say, from nan_guard(mode="warn")
      └── EditWarning               what EditError would say, for an edit block with strict=False
@@ -52,7 +56,8 @@ class HookscopeWarning(UserWarning):
 
 
 class SelectionError(HookscopeError):
-    """A selector matched no module of the model, or is not a valid selector."""
+    """A selector matched no module of the model (or no site of a store), is not a valid selector, or
+    names a module torch cannot hook (a ``torch.jit.script`` module)."""
 
 
 class CaptureError(HookscopeError):
@@ -82,6 +87,10 @@ class CaptureWarning(HookscopeWarning):
     """Something that was asked for could not be captured; the message says why."""
 
 
+class CompiledWarning(CaptureWarning):
+    """A compiled model runs eagerly inside a block, so every hook fires; silence it by this class."""
+
+
 class OptionError(HookscopeError, ValueError):
     """An option that has no meaning: an unknown kind, method, colormap or pick, a bad size or count."""
 
@@ -99,7 +108,12 @@ class MissingDependencyError(HookscopeError, ImportError):
 
 
 class InputError(HookscopeError, ValueError):
-    """An input spec or file that cannot be read as a model input."""
+    """An input spec, file or source that cannot be read as what the function takes (a model input, a
+    store where a store goes)."""
+
+
+class MismatchError(HookscopeError, ValueError):
+    """Two things compared do not match: two models' modules, calls or outputs, two stores' batches."""
 
 
 class ModelError(HookscopeError, ValueError):

@@ -55,11 +55,11 @@ def test_a_planted_difference_is_named_first_and_every_number_is_the_hand_loops(
 def test_models_that_do_not_match_are_an_error_listing_the_differences() -> None:
     a = _net()
     b = nn.Sequential(*list(_net())[:4], nn.Flatten(), nn.Linear(1152, 10), nn.Softmax(dim=1))
-    with pytest.raises(hookscope.ModelError, match=r"only in A none; only in B 1 \('6'\)"):
+    with pytest.raises(hookscope.MismatchError, match=r"only in A none; only in B 1 \('6'\)"):
         hookscope.compare.divergence(a, b, torch.randn(2, 3, 16, 16))
     c = copy.deepcopy(a)
     c[5] = nn.Linear(1152, 7)
-    with pytest.raises(hookscope.ModelError, match=r"'5' call 0 out: \(2, 10\) in A, \(2, 7\) in B"):
+    with pytest.raises(hookscope.MismatchError, match=r"'5' call 0 out: \(2, 10\) in A, \(2, 7\) in B"):
         hookscope.compare.divergence(a, c, torch.randn(2, 3, 16, 16))
 
 

@@ -40,7 +40,7 @@ from ..core.modes import evaluating
 from ..core.records import Call, forward_order
 from ..core.select import Selector, select_modules
 from ..core.tree import flatten
-from ..errors import CaptureWarning, ModelError, NotCapturedError, OptionError
+from ..errors import CaptureWarning, CompiledWarning, MismatchError, NotCapturedError, OptionError
 from ..store.batches import default_forward, model_device
 from .sources import unit_name
 
@@ -184,7 +184,7 @@ def _check_pair(model_a: nn.Module, model_b: nn.Module) -> None:
     modules_a, modules_b = dict(named_modules(model_a)), dict(named_modules(model_b))
     only_a, only_b = _extra(modules_a, modules_b), _extra(modules_b, modules_a)
     if only_a or only_b:
-        raise ModelError(
+        raise MismatchError(
             f"the models' modules do not match by name: only in A {_few(only_a)}; only in B {_few(only_b)}; "
             "compare two models of the same architecture (a copy, a checkpoint)"
         )
@@ -232,7 +232,7 @@ def _feed(model: nn.Module, x: Any) -> Any:
 
 def _run(model: nn.Module, names: list[str], x: Any, autocast: torch.dtype | None) -> tuple[Capture, Any]:
     with evaluating(unwrap(model), "hookscope.compare.divergence", wrappers=1), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "hookscope: .* is compiled", CaptureWarning)  # said once, by divergence
+        warnings.simplefilter("ignore", CompiledWarning)  # said once, by divergence
         with torch.no_grad(), capture(model, names) as cap, _autocast(model, autocast):
             out = _feed(model, x)
     return cap, out
@@ -273,7 +273,7 @@ def _pairs(cap_a: Capture, cap_b: Capture, names: list[str]) -> Iterator[tuple[s
         for call_a, call_b in zip(record.calls, calls_b, strict=True):
             units += _call_units(record.name, len(record.calls), call_a, call_b, wrong)
     if wrong:
-        raise ModelError(f"the models do not run alike on this input: {'; '.join(wrong[:SHOWN])}"
+        raise MismatchError(f"the models do not run alike on this input: {'; '.join(wrong[:SHOWN])}"
                          f"{f' (and {len(wrong) - SHOWN} more)' if len(wrong) > SHOWN else ''}")  # fmt: skip
     for _, name, a, b in sorted(units, key=lambda u: u[0]):
         yield name, a, b
@@ -300,7 +300,7 @@ def _output_pairs(out_a: Any, out_b: Any) -> list[tuple[str, Tensor, Tensor]]:
     leaves_a, leaves_b = dict(flatten(out_a)), dict(flatten(out_b))
     if list(leaves_a) != list(leaves_b) or any(leaves_a[k].shape != leaves_b[k].shape for k in leaves_a):
         shapes = [{k: tuple(t.shape) for k, t in leaves.items()} for leaves in (leaves_a, leaves_b)]
-        raise ModelError(f"the models' outputs differ in structure: {shapes[0]} in A, {shapes[1]} in B")
+        raise MismatchError(f"the models' outputs differ in structure: {shapes[0]} in A, {shapes[1]} in B")
     return [(OUTPUT if len(leaves_a) == 1 else f"{OUTPUT} {k}", leaves_a[k], leaves_b[k]) for k in leaves_a]
 
 

@@ -26,7 +26,7 @@ from ..core.capture import capture
 from ..core.modes import evaluating
 from ..core.records import Record
 from ..core.select import Selector, select_modules
-from ..errors import CaptureWarning, NotCapturedError, OptionError
+from ..errors import CaptureWarning, MismatchError, NotCapturedError
 from ..store.batches import default_forward, model_device
 from ..store.reader import Run, load, selected_sites
 
@@ -127,7 +127,7 @@ def store_batches(
     """Per batch the stores share, the units of each store (their matrices made from the stored values)."""
     batches = [run.batches for run in runs]
     if any(b != batches[0] for b in batches):
-        raise OptionError(f"the stores hold other batches ({_span(batches[0])} and {_span(batches[-1])}); compare "
+        raise MismatchError(f"the stores hold other batches ({_span(batches[0])} and {_span(batches[-1])}); compare "
                           "stores extracted from the same loader, in the same order")  # fmt: skip
     sites = [selected_sites(run, select) for run, select in zip(runs, selects, strict=True)]
     for index in batches[0]:

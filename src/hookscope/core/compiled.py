@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from ..errors import CaptureWarning
+from ..errors import CompiledWarning
 
 WRAPPED = "_orig_mod"  # the attribute (and name segment) of the module an OptimizedModule wraps
 PARALLEL = (nn.DataParallel, nn.parallel.DistributedDataParallel)  # wrap their model as .module
@@ -135,7 +135,8 @@ def compiled_note(model: nn.Module | None, block: str = "capture") -> str | None
 
 class Eagerly:
     """A block's hold on eager mode: while it is open a compiled ``model`` runs eagerly
-    (``run_eagerly``) and one ``CaptureWarning`` has said so; for an eager model, nothing.
+    (``run_eagerly``) and one ``CompiledWarning`` (a ``CaptureWarning``) has said so; for an eager
+    model, nothing.
 
     ``open()`` goes inside the block's ``__enter__`` try (a warning turned error undoes it all),
     ``close()`` in its ``finally`` (a second close does nothing). Used by ``capture``, ``edit``,
@@ -154,7 +155,7 @@ class Eagerly:
             held = _STANCE.depth > 0
             self._stack.enter_context(run_eagerly())
             if not (held and self._quiet):
-                warnings.warn(self.note, CaptureWarning, stacklevel=3)  # the user's `with` line
+                warnings.warn(self.note, CompiledWarning, stacklevel=3)  # the user's `with` line
 
     def close(self) -> None:
         self._stack.close()

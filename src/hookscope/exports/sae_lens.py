@@ -32,7 +32,7 @@ from ..base.files import mark, new_output, staged_folder
 from ..base.optional import require
 from ..base.words import parse_size
 from ..core.select import Selector
-from ..errors import OptionError, StoreError, StoreWarning
+from ..errors import InputError, NotCapturedError, OptionError, StoreError, StoreWarning
 from ..progress import Callback, Progress, callback
 from ..store.columns import Column, columns, read_input
 from ..store.reader import Run, load
@@ -63,7 +63,7 @@ def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, sele
 
 def _store_path(source: Any) -> str | os.PathLike[str]:
     if not isinstance(source, (str, os.PathLike)):
-        raise OptionError(f"format='datasets' exports a store (a path or hookscope.load(...)), got "
+        raise InputError(f"format='datasets' exports a store (a path or hookscope.load(...)), got "
                           f"{type(source).__name__}")  # fmt: skip
     return source
 
@@ -152,7 +152,7 @@ def _values(picked: list[Column], inputs: dict[str, Tensor], features: Any, batc
     for name, key, dtype in (("token_ids", "input_ids", torch.int32), ("attention_mask", "attention_mask", torch.int8)):
         if name in features:
             if key not in inputs:
-                raise StoreError(f"batch {batch} has no {key} in the store where the first batch had them")
+                raise NotCapturedError(f"batch {batch} has no {key} in the store where the first batch had them")
             values[name] = inputs[key].to(dtype).numpy()
     return values
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..base.deprecation import renamed
 from ..core.records import Record
-from ..errors import NonFiniteError, OptionError
+from ..errors import InputError, NonFiniteError, OptionError
 from ..stats.summary import GradientFlow, Summary, summarize
 from ..store.series import Alert, History
 
@@ -53,7 +53,7 @@ def overlay_of(source: Any, *, column: str | None = None) -> tuple[dict[str, flo
         return {k: float(v) for k, v in Counter(a.module for a in source).items()}, "alerts"
     if isinstance(source, Mapping):
         return _from_mapping(source, column)
-    raise OptionError(
+    raise InputError(
         f"an overlay is a mapping of numbers, summaries, records or histories, a GradientFlow, a list of alerts, "
         f"a NonFiniteError, a patch sweep or an edit report; got {type(source).__name__}"
     )
@@ -74,7 +74,7 @@ def _from_mapping(source: Mapping[str, Any], column: str | None) -> tuple[dict[s
         return {k: v[name][-1] for k, v in source.items() if len(v)}, f"{name} (last logged step)"
     if all(isinstance(v, int | float) for v in values):
         return {str(k): float(v) for k, v in source.items()}, column or "value"
-    raise OptionError(
+    raise InputError(
         "an overlay mapping holds numbers, Summary, Record or History values, one kind; "
         f"got {sorted({type(v).__name__ for v in values})}; pass module name -> float"
     )

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..core.select import Selector
-from ..errors import DamagedShardError, OptionError, StoreError, StoreWarning
+from ..errors import DamagedShardError, NotCapturedError, OptionError, StoreError, StoreWarning
 from .format import Entry
 from .index import ranges
 from .reader import Run, load, selected_sites
@@ -160,7 +160,7 @@ def _rows(run: Run, site: str, kind: str, key: str | None) -> list[Entry]:
     key = key if key is not None else (rows[0].key if rows else "")
     rows = [e for e in rows if e.key == key]
     if not rows:
-        raise StoreError(f"the store {run.path} holds no {kind} at key {key!r} of {site!r}; pass kind= and key= "
+        raise NotCapturedError(f"the store {run.path} holds no {kind} at key {key!r} of {site!r}; pass kind= and key= "
                          "as run.describe() lists them")  # fmt: skip
     return rows
 

@@ -32,7 +32,7 @@ from ..base.deprecation import warn_renamed
 from ..base.display import Shows, shows_as, table_of
 from ..base.optional import require
 from ..base.words import columns
-from ..errors import NonFiniteError, OptionError
+from ..errors import NonFiniteError, NotCapturedError
 from ..graph.nodes import Graph
 from ..graph.overlay import overlay_of
 from ..graph.svg import graph_html
@@ -115,7 +115,7 @@ def build_training_report(
     """
     histories = run.histories()
     if not histories:
-        raise OptionError(
+        raise NotCapturedError(
             f"{run.path} holds no time series; a training report needs a store written by hookscope.watch"
         )
     prov, config = run.provenance, run.config
