@@ -46,6 +46,7 @@ from .phase import CallPhase, Regions, call_phase, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record, SitesPlot
+from .scripted import hookable
 from .select import Selector, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
 
@@ -148,7 +149,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._call_kinds, self._return_kinds = (*self._pre, *self._input_grads), (*self._forward, *self._output_grads)
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
-        self._modules = [] if model is None else select_modules(model, select)
+        self._modules = [] if model is None else hookable(model, select_modules(model, select), select, "capture")
         records = {
             name: Record(name, type(m).__name__, self.kinds, channels=channel_count(m)) for name, m in self._modules
         }

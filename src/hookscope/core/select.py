@@ -153,7 +153,7 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
         hits = [(name, module) for name, module in named if match(name, module)]
         if not hits:
             raise SelectionError(_no_match_message(single, model, named))
-        matched |= {name for name, _ in (_untrivial(hits) if _is_pattern(single) else hits)}
+        matched |= {name for name, _ in (_untrivial(hits) if is_pattern(single) else hits)}
     return unique([(n, m) for n, m in named if n in matched])
 
 
@@ -181,7 +181,7 @@ def trivial_class(name: str) -> bool:
     return name == "Identity" or name.endswith(("Pad1d", "Pad2d", "Pad3d"))
 
 
-def _is_pattern(selector: Selector) -> bool:
+def is_pattern(selector: Selector) -> bool:
     return isinstance(selector, str) and (selector.startswith("re:") or bool(_GLOB_CHARS & set(selector)))
 
 
@@ -277,7 +277,7 @@ def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: s
         hits = [name for name, cls in sites.items() if test(name, cls)]
         if not hits:
             raise SelectionError(_no_site_message(single, sites, source))
-        kept = [name for name in hits if not trivial_class(sites[name])] if _is_pattern(single) else []
+        kept = [name for name in hits if not trivial_class(sites[name])] if is_pattern(single) else []
         matched |= set(kept or hits)
     return [name for name in sites if name in matched]
 

@@ -50,6 +50,7 @@ from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
 from ..core.inference import no_grad_context
 from ..core.phase import CallPhase, Regions, call_phase
+from ..core.scripted import hookable
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
 from ..errors import EditError, EditWarning
@@ -120,7 +121,7 @@ class Edit(Block):
             listed: Sequence[Any] = spec if isinstance(spec, (list, tuple)) else [spec]
             ops = [as_op(one) for one in listed]
             tallies = []
-            for name, module in select_modules(model, selector):
+            for name, module in hookable(model, select_modules(model, selector), selector, "edit"):
                 site = self._sites.setdefault(name, _Site(name, module))
                 for op in ops:
                     tally = Tally(name, op, _described(selector))

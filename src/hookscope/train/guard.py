@@ -64,6 +64,7 @@ from ..core.block import Block
 from ..core.compiled import Eagerly
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
+from ..core.scripted import hookable
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
 from ..errors import NonFiniteError, NonFiniteWarning, OptionError
@@ -145,7 +146,9 @@ class Guard(Block):
         refuse_zero3(model, "nan_guard")
         self.model, self.mode = model, mode
         self.sync: Sync = sync or _default_sync(model)
-        self._modules = select_modules(model, _every if select is None else select)
+        self._modules = hookable(
+            model, select_modules(model, _every if select is None else select), select, "nan_guard"
+        )
         self._by_name = dict(self._modules)
         self._allowed = {id(m) for _, m in select_modules(model, allow)} if allow is not None else set()
         optimizers = optimizers_of(optimizer)

@@ -46,6 +46,7 @@ from ..base.words import closest
 from ..core.block import Block
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
+from ..core.scripted import hookable
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import NonFiniteError, NotCapturedError, OptionError
 from ..store.format import FLUSH_EVERY, check_flush_every
@@ -166,7 +167,8 @@ class Watch(Block, display.Shows):
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
-        self.sites = default_sites(model) if select is None else select_modules(model, select)
+        self.sites = hookable(model, default_sites(model) if select is None else select_modules(model, select), select,
+                              "watch")  # fmt: skip
         self.alerts: list[Alert] = []
         self._store = None if out is None else WatchStore(out, force=force)
         self.out = None if self._store is None else self._store.out
@@ -199,7 +201,7 @@ class Watch(Block, display.Shows):
         # under torchrun rank 0 alone writes to the sinks: every rank logs the same merged rows
         self._sinks = open_sinks(self._sink_specs, name=type(self.model).__name__) if not self._ranks.rank else []
         self._boards = [s for s in self._sinks if isinstance(s, Board)]
-        self._arm()  # a torch.jit.script'ed site refuses hooks here: every hook goes
+        self._arm()  # TorchScript sites were left out when the sites were chosen (core.scripted)
         if self._store is not None:
             self._open_store()  # last: a failed entry writes no store
 
