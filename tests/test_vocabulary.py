@@ -181,7 +181,8 @@ POSITIONAL = {
 # The shared defaults: {option: {function: default}}, and one default for any other function.
 # else None; the text report draws the token norms of the encoder layers, as `hookscope report minilm` does
 SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks", "build_text_report": ":blocks"}
-DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None}
+DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None,
+                            "shard_size": "256MB", "max_memory": "1GB"}  # sizes: store.format  # fmt: skip
 # README "One vocabulary": the one top_k that is not 5, and why
 TOP_K_DEFAULTS = {"reducers.top_examples": 9}  # the examples kept per unit: a 3 x 3 grid (TopExamples.plot)
 PROGRESS_DEFAULTS = {"extract": True}  # a dataset run is long; else None (quiet)
@@ -459,3 +460,16 @@ def test_every_plot_is_a_pil_image() -> None:
     assert {"Capture", "Run", "Report", "Graph", "Attention", "Similarity", "Divergence"} <= set(plots)
     wrong = {cls: str(sig.return_annotation) for cls, sig in plots.items() if sig.return_annotation != "Image"}
     assert wrong == {}, "type .plot() as PIL's Image (a TYPE_CHECKING import)"
+
+
+def test_sizes_have_one_default_per_idea_in_classes_and_writers_too() -> None:
+    """``max_memory``: the tensors a streaming job holds (extract, StoreStream); ``shard_size``: one file a
+    store or an export writes (save, extract, export and its datasets writer)."""
+    from hookscope.exports import sae_lens
+    from hookscope.store.format import MAX_MEMORY, SHARD_SIZE
+
+    assert (MAX_MEMORY, SHARD_SIZE) == ("1GB", "256MB")
+    holders = [hookscope.extract, hookscope.StoreStream.__init__]
+    writers = [hookscope.save, hookscope.extract, hookscope.export, sae_lens.write]
+    assert {inspect.signature(f).parameters["max_memory"].default for f in holders} == {MAX_MEMORY}
+    assert {inspect.signature(f).parameters["shard_size"].default for f in writers} == {SHARD_SIZE}

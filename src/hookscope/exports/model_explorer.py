@@ -45,22 +45,23 @@ GRAPH_ID = "graph"  # the id Model Explorer's PyTorch adapter gives the exported
 
 
 @renamed(measure="column")  # measure= is compare.cka's CKA or RSA
-def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, **options: Any) -> Path:
-    """Write node data of ``source`` to ``out`` (a file; a folder for a watch run's histories); see the module."""
-    unknown = set(options) - {"graph", "model", "x", "column"}
-    if unknown:
-        raise OptionError(f"format='model-explorer' takes graph=, model=, x=, column=; got {sorted(unknown)}")
+def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, graph: Graph | None = None,
+          model: Any = None, x: Any = None, column: str | None = None) -> Path:  # fmt: skip
+    """Write node data of ``source`` to ``out`` (a file; a folder for a watch run's histories); see the module.
+
+    ``graph``: a ``Graph`` built with ``exported=True`` (else ``model`` and ``x`` build one; a ``Graph``
+    source is its own); ``column``: the number drawn (a Summary field, a History column: ``grad_norm``).
+    """
+    options = {"graph": graph, "model": model, "x": x, "column": column}
     histories = _histories(source)  # a watch run's: a folder of steps; anything else: one file
     path = new_output(out, force=force, kind="export", file=histories is None)
-    graph = _graph(source, options)
+    found = _graph(source, options)
     if histories is not None:
-        return _write_steps(histories, graph, path, options.get("column") or "grad_norm")
-    values, column = (
-        (dict(source.overlay), source.column)
-        if isinstance(source, Graph)
-        else overlay_of(source, column=options.get("column"))
+        return _write_steps(histories, found, path, column or "grad_norm")
+    values, what = (
+        (dict(source.overlay), source.column) if isinstance(source, Graph) else overlay_of(source, column=column)
     )
-    data = node_data(values, graph, name=column)
+    data = node_data(values, found, name=what)
     write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1), encoding="utf-8"))
     return path
 

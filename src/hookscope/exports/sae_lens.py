@@ -35,17 +35,21 @@ from ..core.select import Selector
 from ..errors import InputError, NotCapturedError, OptionError, StoreError, StoreWarning
 from ..progress import Callback, Progress, callback
 from ..store.columns import Column, columns, read_input
+from ..store.format import SHARD_SIZE
 from ..store.reader import Run, load
 from ..store.shards import inside, one_line, read_index
 
 
 def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: Selector | None = None,
-          kind: str = "output", key: str | None = None, shard_size: int | str = "500MB",
+          kind: str = "output", key: str | None = None, shard_size: int | str = SHARD_SIZE,
           progress: Progress = None) -> Path:  # fmt: skip
     """Write the sites ``select`` picks (as ``core.select.select_sites`` says; None: every site) of the store
     ``source`` (a path or a ``Run``) to ``out`` as an HF datasets folder; an existing ``out`` is replaced
     only with ``force``. ``progress`` (``hookscope.progress``; default quiet) hears ``("export", batches
-    done, batches)``."""
+    done, batches)``.
+
+    ``kind`` and ``key``: what of each site (``key=None``: its first key); ``shard_size``: the bytes of each
+    ``.arrow`` file (an int or ``"256MB"``), the store's default (``store.format.SHARD_SIZE``)."""
     run = source if isinstance(source, Run) else load(_store_path(source))
     if run.config.get("layout") == "tokens":
         raise OptionError(f"{run.path} is token-major: its sequences are gone; export a store written with "

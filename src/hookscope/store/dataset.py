@@ -41,6 +41,7 @@ from ..base.world import World
 from ..core.select import Selector
 from ..errors import OptionError
 from .columns import Column, Source, align, columns
+from .format import MAX_MEMORY
 
 Item = Tensor | tuple[Tensor, ...]
 
@@ -130,7 +131,8 @@ class StoreStream(IterableDataset[Item]):
         key: the tensor of a call; None takes the site's first.
         by: ``rows`` (an item per sample) or ``tokens`` (an item per token).
         minibatch: yield minibatches of this many items; None yields single items.
-        max_memory: the shuffle buffer's bound, in bytes or as text (``"256MB"``).
+        max_memory: the shuffle buffer's bound, in bytes or as text; default ``store.format.MAX_MEMORY``
+            (1GB, as ``extract``'s).
         seed: the seed of the batch order and the shuffle (with ``set_epoch``'s epoch).
         verify: check each array's CRC-32 when it is first mapped.
 
@@ -142,7 +144,7 @@ class StoreStream(IterableDataset[Item]):
     @renamed(batch_size="minibatch")
     def __init__(self, source: Source | Sequence[Source], select: Selector | None = None, *,
                  kind: str = "output", key: str | None = None, by: str = "rows", minibatch: int | None = None,
-                 max_memory: int | str = "256MB", seed: int = 0, verify: bool = True) -> None:  # fmt: skip
+                 max_memory: int | str = MAX_MEMORY, seed: int = 0, verify: bool = True) -> None:  # fmt: skip
         self.data = StoreDataset(source, select, kind=kind, key=key, by=by, verify=verify)
         if minibatch is not None and (isinstance(minibatch, bool) or not isinstance(minibatch, int) or minibatch < 1):
             raise OptionError(f"minibatch must be a positive int or None (single items), got {minibatch!r}")

@@ -66,7 +66,7 @@ from .batches import (
     unless_empty,
     warn_if_takes_batch,
 )
-from .format import FLUSH_EVERY, SHARDS, STATS_PARTS, check_flush_every
+from .format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE, SHARDS, STATS_PARTS, check_flush_every
 from .names import by_entry
 from .ranks import share
 from .reader import Run, load
@@ -84,7 +84,7 @@ def extract(
     out: str | os.PathLike[str],
     select: Selector | None = None,
     kinds: Kind | Iterable[Kind] = ("output",),
-    max_memory: int | str = "2GB",
+    max_memory: int | str = MAX_MEMORY,
     reduce: Reducer | None = None,
     stats_only: bool = False,
     per_channel: bool | int = False,
@@ -92,7 +92,7 @@ def extract(
     force: bool = False,
     progress: Progress = True,
     forward: Forward | None = None,
-    shard_size: int | str = "256MB",
+    shard_size: int | str = SHARD_SIZE,
     flush_every: float | None = FLUSH_EVERY,
     target: Loss | None = None,
     layout: str = "rows",
@@ -102,13 +102,15 @@ def extract(
 
     A batch is a tensor, an ``(inputs, ...)`` tuple or list (the first item is the model's
     input), or a dict of keyword arguments; ``forward(model, batch)`` handles anything else.
-    Tensors go to the model's device. ``select``: the modules kept (None, the default: every leaf
-    module). ``progress`` (``hookscope.progress``; on by default, a dataset run is long): its lines
-    with throughput, on stderr (``True``) or the given stream, when the run ends and every 10 s
-    before; none (``False`` or None); or a callable told ``("extract", batches done, batches in all)``
-    after each batch (0 in all when the loader has no length). An existing store is refused unless
-    ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may
-    wait in memory before it is written, in a shard not yet full (``None``: only full shards and the
+    Tensors go to the model's device. ``max_memory``: the bytes of finished batches held before they are written
+    (default ``store.format.MAX_MEMORY``, 1GB, as ``StoreStream``'s buffer); ``shard_size``: the bytes of one
+    shard file (default ``store.format.SHARD_SIZE``, 256MB, as ``save`` and ``export``). ``select``: the modules
+    kept (None, the default: every leaf module). ``progress`` (``hookscope.progress``; on by default, a dataset
+    run is long): its lines with throughput, on stderr (``True``) or the given stream, when the run ends and
+    every 10 s before; none (``False`` or None); or a callable told ``("extract", batches done, batches in
+    all)`` after each batch (0 in all when the loader has no length). An existing store is refused unless
+    ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may wait in
+    memory before it is written, in a shard not yet full (``None``: only full shards and the
     end of the run). ``target``: a callable, ``target(output)`` (``hookscope.explain.targets``' one
     contract; ``output`` is what ``forward`` returned, so a loss with labels is
     ``forward=lambda m, b: (m(b[0]), b[1])``, ``target=lambda o: F.cross_entropy(*o)``),

@@ -61,6 +61,9 @@ _END = "\n}\n"  # how the text of a manifest ends
 # flush_every's one default (extract, watch, --flush-every): what a run finished is on disk within this many
 # seconds (extract: plus one shard write; watch: at the end of the first step after it), so a kill loses no more
 FLUSH_EVERY = 5.0
+# Sizes, one default per idea (README "Captures on disk"): SHARD_SIZE, one file a store or an export writes (save,
+# extract, export: few files, yet a damaged one loses little); MAX_MEMORY, the tensors a streaming job holds in
+SHARD_SIZE, MAX_MEMORY = "256MB", "1GB"  # memory (extract's finished batches, StoreStream's shuffle buffer)
 _CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')
 # what a resumed run must repeat
 RESUME_SETTINGS = ("select", "kinds", "reduce", "stats_only", "per_channel", "target", "layout")

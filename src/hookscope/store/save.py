@@ -29,7 +29,7 @@ from ..core.placement import describe, is_dtensor, local, this_rank
 from ..core.records import Call, Record
 from ..core.tree import Layout
 from ..errors import StoreWarning
-from .format import SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
+from .format import SHARD_SIZE, SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest
 from .names import by_entry
 from .reader import Run, load
 from .shards import dtype_name, write_shard
@@ -41,14 +41,15 @@ def save(
     out: str | os.PathLike[str],
     *,
     force: bool = False,
-    shard_size: int | str = "1GB",
+    shard_size: int | str = SHARD_SIZE,
     graph: Any = None,
 ) -> Run:
     """Write every tensor of a capture to a new store at ``out`` and return it opened (``load``).
 
     The store is written next to ``out`` and renamed into place when complete; an existing
     ``out`` is replaced only with ``force`` and only when hookscope wrote it (``base.files.new_output``).
-    Shards hold at most ``shard_size`` bytes (one tensor more).
+    Shards hold at most ``shard_size`` bytes (one tensor more; default ``store.format.SHARD_SIZE``, 256MB, as
+    ``extract`` and ``export``).
     ``path=`` is the old spelling of ``out=``. ``graph``: a ``hookscope.Graph`` (``module_graph``) the
     store keeps in its manifest, for the report of the store to draw.
 

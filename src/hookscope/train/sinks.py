@@ -74,7 +74,7 @@ def parse(specs: Sequence[Any] | str | None) -> list[tuple[str, Any]]:
 def open_sinks(specs: list[tuple[str, Any]], *, name: str) -> list[Sink]:
     """Each sink opened (a run named ``name`` where the tracker has runs); on a failure those opened close.
     The trackers' packages are checked first: one error names every one missing."""
-    trackers = [(kind, where) for kind, where in specs if kind in KINDS]  # each kind is its package's import name
+    trackers = [(kind, where) for kind, where in specs if kind in TOOLS]  # each tool is its package's import name
     require_all([kind for kind, _ in trackers], needed_by=f"watch(sinks={[f'{k}:{w}' for k, w in trackers]})")
     opened: list[Sink] = []
     try:
