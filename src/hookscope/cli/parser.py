@@ -204,7 +204,7 @@ def _add_capture(p: argparse.ArgumentParser) -> None:
 
 
 def _add_extract(p: argparse.ArgumentParser) -> None:
-    from ..store.format import FLUSH_EVERY
+    from ..store.format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE
     from .commands import run_extract
 
     _shared(p, "model")
@@ -217,8 +217,10 @@ def _add_extract(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="images per batch (default: 32)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
     p.add_argument("--out", required=True, help="the store to write (a folder)")
-    p.add_argument("--max-memory", default="2GB", help="tensors held before the writer catches up (default: 2GB)")
-    p.add_argument("--shard-size", default="256MB", help="bytes per shard file (default: 256MB)")
+    p.add_argument(
+        "--max-memory", default=MAX_MEMORY, help=f"tensors held before the writer catches up (default: {MAX_MEMORY})"
+    )
+    p.add_argument("--shard-size", default=SHARD_SIZE, help=f"bytes per shard file (default: {SHARD_SIZE})")
     p.add_argument("--flush-every", type=float, default=FLUSH_EVERY, metavar="SECONDS",
                    help=f"a finished batch is on disk within this many seconds (default: {FLUSH_EVERY:g})")  # fmt: skip
     p.add_argument("--reduce", nargs="+", default=[], metavar="REDUCTION",
