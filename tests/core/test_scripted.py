@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -104,3 +105,12 @@ def test_watch_edit_and_nan_guard_leave_them_out_or_refuse_them_alike() -> None:
         out = model(x)
     torch.testing.assert_close(out, 2 * model.b(model.enc(2 * model.a(x))), rtol=1e-12, atol=1e-12)
     assert hookscope.find_hooks(model, optimizer=opt) == []
+
+
+def test_extract_leaves_them_out_of_the_store_too(tmp_path: Path) -> None:
+    model, x = Net(), torch.randn(2, 3, dtype=D)
+    with pytest.warns(hookscope.CaptureWarning, match=LEFT_OUT.format(n=2, names="'enc.0', 'enc.1'")):
+        run = hookscope.extract(model, [x, x], out=tmp_path / "s", progress=False)
+    assert list(run) == ["a", "b"]  # the store lists no site it could not fill
+    torch.testing.assert_close(run.batch(1)["a"].calls[0].output, model.a(x), rtol=0, atol=0)
+    assert hookscope.find_hooks(model) == []

@@ -37,7 +37,7 @@ def hookable(
     model: nn.Module, picked: list[tuple[str, nn.Module]], select: Selector | None, block: str
 ) -> list[tuple[str, nn.Module]]:
     """``picked`` (what ``select`` matched in ``model``) less its TorchScript modules (see the module)."""
-    scripted = [(name, m) for name, m in picked if isinstance(m, torch.jit.ScriptModule)]
+    scripted = [(name, m) for name, m in picked if is_scripted(m)]
     if not scripted:
         return picked
     named = [name for name, m in scripted if _named(select, name, m)]
@@ -46,7 +46,7 @@ def hookable(
             f"hookscope.{block}: {named[0]!r} is a TorchScript module (torch.jit.script), and torch registers no "
             f"hooks on one; {_fix(model, named[0])}"
         )
-    kept = [(name, m) for name, m in picked if not isinstance(m, torch.jit.ScriptModule)]
+    kept = [(name, m) for name, m in picked if not is_scripted(m)]
     listed = _few([name for name, _ in scripted])
     if not kept:
         raise SelectionError(
@@ -60,6 +60,11 @@ def hookable(
         stacklevel=_user_level(),
     )
     return kept
+
+
+def is_scripted(module: nn.Module) -> bool:
+    """Whether ``module`` is a TorchScript module, on which torch registers no hook."""
+    return isinstance(module, torch.jit.ScriptModule)
 
 
 def _named(select: Selector | None, name: str, module: nn.Module) -> bool:

@@ -49,6 +49,7 @@ from ..core.channels import channel_count
 from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Label
+from ..core.scripted import is_scripted
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import OptionError, StoreError
 from ..progress import Progress
@@ -317,7 +318,7 @@ def _header(model: nn.Module, select: Selector | None, chosen: tuple[Kind, ...],
     sites: list[dict[str, Any]] = [
         {"name": name, "type": type(m).__name__, "kinds": list(chosen), "params": [], "missing": {},
          "channels": channel_count(m)}
-        for name, m in select_modules(model, select)
+        for name, m in select_modules(model, select) if not is_scripted(m)  # the capture warns they are left out
     ]  # fmt: skip
     config = {"source": "extract", "select": selector_text(select), "kinds": list(chosen),
               "reduce": reducer_name(reduce), "stats_only": bool(stats_only), "per_channel": channel_dim,
