@@ -123,3 +123,15 @@ def test_the_report_command_checks_the_viz_extra_up_front(
 def test_present_modules_import() -> None:
     assert require("json").dumps([1]) == "[1]"
     assert require("torch.nn") is torch.nn
+
+
+def test_the_extras_are_pyprojects() -> None:
+    """optional.EXTRAS (by import name) holds the packages pyproject's optional-dependencies install."""
+    import tomllib
+
+    extras = tomllib.loads((CLONE / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for extra, imports in optional.EXTRAS.items():
+        packages = {re.split(r"[<>=!~ ]", requirement)[0] for requirement in extras[extra]}
+        assert {install_command([top]) for top in imports} <= {f"pip install -e '{CLONE}[{e}]'" for e in extras}
+        spelled = {"PIL": "pillow", "sklearn": "scikit-learn"}
+        assert {spelled.get(top, top.replace("_", "-")) for top in imports} == packages, extra
