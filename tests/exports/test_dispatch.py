@@ -25,7 +25,7 @@ def test_every_writer_option_is_a_keyword_only_parameter_of_export() -> None:
             default = inspect.signature(writer).parameters[name].default
             assert params[name].default == default, f"export({name}=) defaults as the {format} writer does"
         doc = inspect.getdoc(hookscope.export) or ""
-        assert all(f"        {name}: " in doc for name in OPTIONS[format]), (
+        assert all(f"\n    {name}: " in doc for name in OPTIONS[format]), (
             f"export's docstring documents {format}'s options"
         )
 
