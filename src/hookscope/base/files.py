@@ -249,6 +249,15 @@ def alive(pid: int) -> bool:
         return True
 
 
+def move(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target`` on one file system (atomic: ``os.replace``), both folders' entries
+    flushed to disk; the one rename outside a whole-or-absent write."""
+    os.replace(source, target)
+    sync_folder(target.parent)
+    if source.parent != target.parent:
+        sync_folder(source.parent)
+
+
 def sync_folder(path: Path) -> None:
     """Flush the folder ``path``'s entries (the names renames and new files gave it) to disk."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..base.files import mark, new_output, staged_folder
+from ..base.files import mark, move, new_output, staged_folder
 from ..base.optional import require
 from ..base.words import parse_size
 from ..core.select import Selector
@@ -139,7 +139,7 @@ def _write_rows(picked: list[Column], kept: dict[int, dict[str, Tensor]], featur
         raise StoreError(f"cannot write the datasets export: {one_line(err)}; free space or pick another out=") from err
     named = [f"data-{n:05d}-of-{len(files):05d}.arrow" for n in range(len(files))]
     for old, new in zip(files, named, strict=True):
-        os.replace(staging / old, staging / new)
+        move(staging / old, staging / new)
     return named
 
 

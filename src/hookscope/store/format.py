@@ -35,7 +35,6 @@ marks the store complete.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import warnings
@@ -44,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-from ..base.files import TEMPORARY, new_output, sync_folder, write_atomically
+from ..base.files import TEMPORARY, move, new_output, sync_folder, write_atomically
 from ..errors import DamagedShardError, OptionError, StoreError, StoreWarning
 from . import lock
 from .schema import check_manifest, with_target
@@ -248,7 +247,7 @@ def _reopen(root: Path, header: dict[str, Any]) -> None:
     try:
         if old.get("status") == "complete" and (root / STATS).is_file():  # its merged statistics become a part
             (root / STATS_PARTS).mkdir(exist_ok=True)
-            os.replace(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
+            move(root / STATS, root / STATS_PARTS / shard_name("r0-previous", 0))
             sync_folder(root / STATS_PARTS)
         elif (root / STATS).is_file():  # a merge that a killed run did not finish; its parts are still there
             (root / STATS).unlink()
@@ -291,7 +290,7 @@ def set_aside(root: Path, damaged: dict[str, str]) -> None:
         return
     (root / DAMAGED).mkdir(exist_ok=True)
     for relative in damaged:
-        os.replace(root / relative, root / DAMAGED / PurePosixPath(relative).name)
+        move(root / relative, root / DAMAGED / PurePosixPath(relative).name)
     for folder in {root / DAMAGED, root, *(root / PurePosixPath(r).parent for r in damaged)}:
         sync_folder(folder)
     listed = "; ".join(f"{name} ({why})" for name, why in damaged.items())
