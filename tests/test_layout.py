@@ -5,7 +5,10 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -155,8 +158,19 @@ def test_moved_modules_forward_with_a_warning_that_names_the_new_path(old: str, 
     }
     with pytest.warns(DeprecationWarning, match=rf"{re.escape(old)} moved to {re.escape(new)}"):
         assert getattr(moved, name) is getattr(target, name)
-    with pytest.warns(DeprecationWarning, match=re.escape(new)), pytest.raises(AttributeError):
-        moved.not_a_name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a name the new module does not define: no warning, an AttributeError
+        with pytest.raises(AttributeError, match=re.escape(new)):
+            moved.not_a_name
+        assert not hasattr(moved, "Tensor")  # imported there, not defined there: pickle's probes stay quiet
+
+
+def test_moved_paths_are_not_in_sys_modules_until_imported() -> None:
+    """torch.compile pickles graphs, and pickle probes every module in sys.modules: a forwarder must not be
+    there unless someone imported the old path."""
+    code = "import sys, hookscope; print(sorted(m for m in sys.modules if m in hookscope.base.deprecation.MOVED))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_public_modules_the_readme_shows_are_modules() -> None:

@@ -148,7 +148,7 @@ def test_the_datasets_leave_the_damaged_batch_out_with_one_warning(good: Path, t
     read = torch.cat(list(DataLoader(data, batch_size=5)))
     assert torch.equal(read, torch.cat(kept(good)))
     with pytest.warns(StoreWarning, match=rf"batch {LOST} left out") as caught:
-        stream = hookscope.StoreStream(path, ["0", "2"], batch_size=3, seed=1)
+        stream = hookscope.StoreStream(path, ["0", "2"], minibatch=3, seed=1)
     assert len(caught) == 1
     streamed = list(DataLoader(stream, batch_size=None))
     assert sum(len(a) for a, _ in streamed) == 4 * (BATCHES - 1)

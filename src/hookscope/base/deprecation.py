@@ -8,13 +8,16 @@
     attention(model, x, layers="encoder.layer.1*")   # works; DeprecationWarning names select=
 
 Module paths of earlier versions (``hookscope.cams``, ``hookscope.report.top``, ...) are the table
-:data:`MOVED`; ``import hookscope`` puts a forwarder for each in ``sys.modules``.
+:data:`MOVED`; ``import hookscope`` adds a finder that makes a forwarder when such a path is imported.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import sys
 import types
 import warnings
@@ -78,7 +81,11 @@ MOVED = {
 
 
 class _Forwarder(types.ModuleType):
-    """A module path of an earlier version: every attribute is read from its new home, with a warning."""
+    """A module path of an earlier version: its names are read from their new home, with a warning.
+
+    Only a name the new module defines itself warns and forwards; any other is an ``AttributeError``,
+    so tools that probe every module in ``sys.modules`` (pickle's ``whichmodule``, ``inspect``) stay quiet.
+    """
 
     def __init__(self, old: str, new: str) -> None:
         super().__init__(old, f"Moved to ``{new}``; this path forwards there for one release.")
@@ -87,15 +94,33 @@ class _Forwarder(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
+        home = importlib.import_module(self._new)
+        value = getattr(home, name, None)
+        if value is None or getattr(value, "__module__", self._new) != self._new:
+            raise AttributeError(f"module {self.__name__!r} (now {self._new}) has no attribute {name!r}")
         warnings.warn(
             f"{self.__name__} moved to {self._new}; import from there (the old path works for one more release)",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(importlib.import_module(self._new), name)
+        return value
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the paths of :data:`MOVED` when they are imported (and only then), as forwarders."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _Forwarder(spec.name, MOVED[spec.name])
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: a forwarder reads its names from the new module when they are asked for."""
 
 
 def forward_moved_modules() -> None:
-    """Put a forwarder in ``sys.modules`` for each path of :data:`MOVED`, so ``import hookscope.cams`` still works."""
-    for old, new in MOVED.items():
-        sys.modules.setdefault(old, _Forwarder(old, new))
+    """Let ``import hookscope.cams`` (each path of :data:`MOVED`) still work: a finder at the end of
+    ``sys.meta_path`` makes a forwarder when such a path is imported; nothing sits in ``sys.modules`` before."""
+    if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())

@@ -63,8 +63,9 @@ def hookable(
 
 
 def is_scripted(module: nn.Module) -> bool:
-    """Whether ``module`` is a TorchScript module, on which torch registers no hook."""
-    return isinstance(module, torch.jit.ScriptModule)
+    """Whether ``module`` is a ``torch.jit.script`` module, on which torch registers no hook (a
+    ``torch.jit.trace``'d module takes hooks: its own call is hooked, its parts never run as modules)."""
+    return isinstance(module, torch.jit._script.RecursiveScriptModule)  # not re-exported by torch.jit for mypy
 
 
 def _named(select: Selector | None, name: str, module: nn.Module) -> bool:

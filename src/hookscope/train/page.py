@@ -111,7 +111,7 @@ def build_training_report(
         The training page's content; ``render_html`` or ``write_report`` draws it.
 
     Raises:
-        OptionError: the store holds no time series (not written by ``watch``).
+        NotCapturedError: the store holds no time series (not written by ``watch``).
     """
     histories = run.histories()
     if not histories:
