@@ -33,8 +33,10 @@ mode (each module's flag restored). Ties in a map are broken by position (a stab
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Union
 
 import torch
@@ -245,19 +247,18 @@ def _unit(heat: Tensor) -> Tensor:
 
 def _road(run: _Runner, x: Tensor, heats: Mapping[str, Tensor], results: Mapping[str, MapScores], seed: int) -> None:
     """ROAD per map: least-relevant-first then most-relevant-first over the percentiles, pytorch-grad-cam's order
-    (so the noise of one seed is the same draws)."""
+    (so the noise of one seed is the same draws). The sparse systems are solved on a thread per core (SuperLU
+    releases the GIL); the noise is drawn afterwards, in order."""
     for name, heat in heats.items():
         generator = torch.Generator().manual_seed(seed)
         ordered = heat if run.convention == "grad-cam" else _unit(heat)
         changes = {}
         for most in (False, True):
-            copies, rows = [], []
-            for percentile in PERCENTILES:
-                for b in range(len(x)):
-                    keep = kept(ordered[b], percentile, most_relevant_first=most)
-                    copies.append(noisy(x[b], keep, impute(x[b], keep), generator))
-                    rows.append(b)
-            after = run(copies, rows).reshape(len(PERCENTILES), len(x))
+            masks = [(b, kept(ordered[b], p, most_relevant_first=most)) for p in PERCENTILES for b in range(len(x))]
+            with ThreadPoolExecutor(max_workers=min(len(masks), os.cpu_count() or 1)) as pool:
+                solved = list(pool.map(lambda mask: impute(x[mask[0]], mask[1]), masks))
+            copies = [noisy(x[b], keep, s, generator) for (b, keep), s in zip(masks, solved, strict=True)]
+            after = run(copies, [b for b, _ in masks]).reshape(len(PERCENTILES), len(x))
             changes[most] = (after - run.original[None]).mean(dim=0)
         found = results[name]
         found.road_morf, found.road_lerf = changes[True], changes[False]
