@@ -12,10 +12,10 @@ and only a map without ties gives Quantus's numbers exactly.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import ShapeError
+from .perturb import resized
 
 
 def features_of(heat: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -23,9 +23,7 @@ def features_of(heat: Tensor, shape: tuple[int, ...]) -> Tensor:
     or (B, H, W) maps broadcast over the channels, a smaller (B, h, w) one resized bilinearly first."""
     heat = heat.detach().float()
     if heat.dim() == 3:
-        if tuple(heat.shape[1:]) != tuple(shape[2:]):
-            heat = F.interpolate(heat[:, None], size=tuple(shape[2:]), mode="bilinear", align_corners=False)[:, 0]
-        heat = heat[:, None]
+        heat = resized(heat, tuple(shape[2:]))[:, None]
     try:
         return torch.broadcast_to(heat, shape)
     except RuntimeError as err:

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from ..core.modes import evaluating
 from ..errors import CaptureWarning, OptionError, ShapeError
+from ..explain.normalize import scale_maps
 from ..explain.targets import Target, explained, logits, scores
 from ..progress import Progress, callback
 from . import views  # noqa: F401  (registers the table, picture, notebook view and section)
@@ -139,7 +140,7 @@ def _quantus(model: nn.Module, x: Tensor, named: Mapping[str, Tensor], target: T
     """Quantus's pixel flipping of each map (``flipping``): the deletion curve and its unnormalised area."""
     fill = baseline_of(x, baseline)
     with evaluating(model, "faithfulness()"), torch.inference_mode():
-        run = _Runner(model, x, target, output, "torchcam", batch_size, callback(progress))
+        run = _Runner(model, x, target, output, "quantus", batch_size, callback(progress))
         feats = {name: features_of(heat, tuple(x.shape)) for name, heat in named.items()}
         if controls:
             feats["random control"] = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed))
@@ -231,18 +232,11 @@ def _scaled(*curves: Tensor) -> tuple[Tensor, ...]:
 
 def _confidence(run: _Runner, x: Tensor, heat: Tensor, found: MapScores) -> None:
     """The score of the image multiplied by its map (scaled to [0, 1]; grad-cam's convention: as given)."""
-    weights = heat if run.convention == "grad-cam" else _unit(heat)
+    weights = heat if run.convention == "grad-cam" else scale_maps(heat)
     after = run(list(x * weights[:, None]), list(range(len(x))))
     change = after - run.original
     found.drop = (-change).clamp_min(0) if run.convention == "grad-cam" else (-change).clamp_min(0) / run.original
     found.increase = (change > 0).float()
-
-
-def _unit(heat: Tensor) -> Tensor:
-    """Each image's map min-max scaled to [0, 1] (a flat map: zeros)."""
-    flat = heat.flatten(1)
-    low, high = flat.min(dim=1, keepdim=True).values, flat.max(dim=1, keepdim=True).values
-    return ((flat - low) / (high - low).clamp_min(torch.finfo(flat.dtype).tiny)).reshape(heat.shape)
 
 
 def _road(run: _Runner, x: Tensor, heats: Mapping[str, Tensor], results: Mapping[str, MapScores], seed: int) -> None:
@@ -251,7 +245,7 @@ def _road(run: _Runner, x: Tensor, heats: Mapping[str, Tensor], results: Mapping
     releases the GIL); the noise is drawn afterwards, in order."""
     for name, heat in heats.items():
         generator = torch.Generator().manual_seed(seed)
-        ordered = heat if run.convention == "grad-cam" else _unit(heat)
+        ordered = heat if run.convention == "grad-cam" else scale_maps(heat)
         changes = {}
         for most in (False, True):
             masks = [(b, kept(ordered[b], p, most_relevant_first=most)) for p in PERCENTILES for b in range(len(x))]

@@ -47,9 +47,14 @@ def per_position(heat: Tensor, shape: tuple[int, ...]) -> Tensor:
             f"a map of an image batch {shape} must be (B, H, W) or (B, C, H, W) with B={shape[0]}, "
             f"got {tuple(heat.shape)}"
         )
-    if tuple(heat.shape[1:]) != tuple(shape[2:]):
-        heat = F.interpolate(heat[:, None], size=tuple(shape[2:]), mode="bilinear", align_corners=False)[:, 0]
-    return heat
+    return resized(heat, tuple(shape[2:]))
+
+
+def resized(heat: Tensor, size: tuple[int, ...]) -> Tensor:
+    """(B, h, w) maps at ``size`` (bilinear, ``align_corners=False``, as TorchCAM resizes), unchanged when they fit."""
+    if tuple(heat.shape[1:]) == tuple(size):
+        return heat
+    return F.interpolate(heat[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
 
 
 def ranks(heat: Tensor) -> Tensor:
