@@ -22,7 +22,9 @@ RANKS = {
     "base": 0,
     **{"core": 1, "zoo": 1, "stats": 2, "explain": 2, "viz": 3, "store": 3, "graph": 4, "compare": 4, "faithful": 4},
     **{"report": 5, "exports": 5, "edits": 6, "train": 6, "transformer": 6, "probes": 6},
-    **{"cli": 7, "integrations": 7},
+    # steering, evidence bundles and the serving engine build on edits, probes, train and explain; the assistant's
+    # tools (and their MCP server) read what those write; the command line sits on top of all of them
+    **{"steer": 7, "evidence": 7, "serving": 7, "integrations": 8, "mcp": 8, "cli": 9},
 }
 LEAVES = {"errors", "_version", "reducers", "progress"}
 # the curated API, the entry point, forwarding names
