@@ -110,7 +110,7 @@ def test_nothing_imports_the_command_line() -> None:
     assert importers == []
 
 
-@pytest.mark.parametrize("package", sorted(set(RANKS) - CODE_INITS))
+@pytest.mark.parametrize("package", sorted(room for room in set(RANKS) - CODE_INITS if (SRC / room).is_dir()))
 def test_sub_packages_re_export_nothing(package: str) -> None:
     """Their __init__ is a docstring: ``hookscope.core.capture`` is always the module, never a function."""
     tree = ast.parse((SRC / package / "__init__.py").read_text(encoding="utf-8"))
