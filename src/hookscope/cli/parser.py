@@ -33,6 +33,7 @@ EXAMPLES = """examples:
   torchrun --nproc-per-node 2 -m hookscope extract lenet random:512x1x32x32 --out acts.hookscope
   hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
   hookscope report --from acts.hookscope --out report/  the report of a store, without the model
+  hookscope tool explain path=acts.hookscope            a store read for an assistant, within a token budget
 """
 INPUT_HELP = (
     "image(s), a folder, a .pt/.npy/.safetensors file, random:1x3x224x224; "
@@ -244,6 +245,18 @@ def _add_info(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_info)
 
 
+def _add_tool(p: argparse.ArgumentParser) -> None:
+    from .assistant import add_tool
+
+    add_tool(p)
+
+
+def _add_mcp(p: argparse.ArgumentParser) -> None:
+    from .assistant import add_mcp
+
+    add_mcp(p)
+
+
 COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
     "list": ("list every module: name, type, parameters, output shape",
              "hookscope list torchvision:resnet18 --input random:1x3x64x64", _add_list),
@@ -262,4 +275,7 @@ COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] 
                 _add_extract),
     "info": ("what a store holds: layers, kinds, shapes, sizes, batches, provenance",
              "hookscope info acts.hookscope", _add_info),
+    "tool": ("run an assistant's read-only tool (info, explain, compare, ...) within a token budget",
+             "hookscope tool explain path=acts.hookscope --max-tokens 500", _add_tool),
+    "mcp": ("serve the assistant's tools over MCP on stdio (needs hookscope[mcp])", "hookscope mcp", _add_mcp),
 }  # fmt: skip
