@@ -234,8 +234,10 @@ class Edit(Block):
                     "which an edit cannot put back"
                 )
                 continue
-            before = held[key]
-            held[key] = tally.op(before, Where(site, tally.op.kind, key, index))
+            before, where = held[key], Where(site, tally.op.kind, key, index)
+            if tally.op.tokens is not None and not bool(tally.op.tokens.pick(before, where).any()):
+                continue  # a call holding none of its tokens (the prompt, for positions="new") is not edited
+            held[key] = tally.op(before, where)
             if not phase.repeat:
                 tally.add(before, held[key], index, key)
             touched = True
@@ -282,6 +284,8 @@ class Edit(Block):
                     tally.problem(f"call {tally.op.call} never happened: {tally.site!r} ran {ran} time(s)")
                 elif ran and tally.op.kind == "grad_output" and not tally.calls and not tally.problems:
                     tally.problem("no backward pass reached its output; call .backward() inside the block")
+                elif ran and tally.op.tokens is not None and not tally.calls and not tally.problems:
+                    tally.problem(tally.op.tokens.missed(ran))
                 failure = tally.failure() if ran else None
                 if failure:
                     failures.append(failure)

@@ -36,12 +36,14 @@ from ..core.inference import version
 from ..core.kinds import TABLE, Kind, names
 from ..errors import EditError
 from ..stats.streaming import RunningStats
+from .tokens import Span, Tokens
 from .values import Where, laid_along, mean_of, projected_out, value_of
 
 EditKind = Kind  # one of EDIT_KINDS, checked when an edit is made
 # What an edit can change: what a module receives, what it returns, the gradient of what it returns.
 EDIT_KINDS: tuple[str, ...] = tuple(k for k in names() if TABLE[k].point in ("pre", "forward", "output_grad"))
 Indices = int | Sequence[int] | Tensor
+Positions = Indices | Span  # integer indices into each call's tokens, or "new" / "prompt" / a slice / a mask
 UserFunction = Callable[[Tensor, int], Tensor]
 
 
@@ -66,6 +68,8 @@ class EditOp:
         key: the tensor of a structured value; None when the value holds one.
         call: the one call edited; None edits every call.
         zeroes: a zero-ablation (a tensor already zero is no failure).
+        tokens: the positions of a generation it edits (``positions="new"``...), read per call; a call
+            with none of them is not edited (``hookscope.edits.tokens``).
     """
 
     name: str
@@ -74,6 +78,7 @@ class EditOp:
     key: str | None = None
     call: int | None = None
     zeroes: bool = False
+    tokens: Tokens | None = None
 
     def __repr__(self) -> str:
         return f"edits.{self.name}"
@@ -95,7 +100,7 @@ def zero(
     *,
     channels: Indices | None = None,
     units: Indices | None = None,
-    positions: Indices | None = None,
+    positions: Positions | None = None,
     kind: EditKind = "output",
     key: str | None = None,
     call: int | None = None,
@@ -105,7 +110,8 @@ def zero(
     Args:
         channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
         units: indices along the last dimension (a Linear's features); None for all.
-        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens, or of a generation's sequence
+            ``"new"``, ``"prompt"``, a slice or a bool mask (``hookscope.edits.tokens``); None for all.
         kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
             ``grad_output`` (the gradient flowing back into its output).
         key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
@@ -125,6 +131,7 @@ def zero(
         key,
         call,
         zeroes=True,
+        part=part,
     )
 
 
@@ -133,7 +140,7 @@ def mean(
     *,
     channels: Indices | None = None,
     units: Indices | None = None,
-    positions: Indices | None = None,
+    positions: Positions | None = None,
     kind: EditKind = "output",
     key: str | None = None,
     call: int | None = None,
@@ -147,7 +154,8 @@ def mean(
             (the site's own), a tensor broadcast to the shape, or None for the batch's own mean (dim 0).
         channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
         units: indices along the last dimension (a Linear's features); None for all.
-        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens, or of a generation's sequence
+            ``"new"``, ``"prompt"``, a slice or a bool mask (``hookscope.edits.tokens``); None for all.
         kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
             ``grad_output`` (the gradient flowing back into its output).
         key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
@@ -165,7 +173,8 @@ def mean(
     def change(tensor: Tensor, where: Where) -> Tensor:
         return _put(tensor, mean_of(source, tensor, where), part, where)
 
-    return _op(_named("mean", part, "batch" if source is None else type(source).__name__), change, kind, key, call)
+    shown = "batch" if source is None else type(source).__name__
+    return _op(_named("mean", part, shown), change, kind, key, call, part=part)
 
 
 def scale(
@@ -173,7 +182,7 @@ def scale(
     *,
     channels: Indices | None = None,
     units: Indices | None = None,
-    positions: Indices | None = None,
+    positions: Positions | None = None,
     kind: EditKind = "output",
     key: str | None = None,
     call: int | None = None,
@@ -184,7 +193,8 @@ def scale(
         factor: a number, or a tensor broadcast to the shape.
         channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
         units: indices along the last dimension (a Linear's features); None for all.
-        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens, or of a generation's sequence
+            ``"new"``, ``"prompt"``, a slice or a bool mask (``hookscope.edits.tokens``); None for all.
         kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
             ``grad_output`` (the gradient flowing back into its output).
         key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
@@ -197,14 +207,15 @@ def scale(
         EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
     """
     part = _along(channels, units, positions)
-    return _op(_named("scale", part, factor), lambda t, w: _put(t, t * factor, part, w), kind, key, call)
+    return _op(_named("scale", part, factor), lambda t, w: _put(t, t * factor, part, w), kind, key, call, part=part)
 
 
 def add(
     vector: Tensor | float,
     *,
     dim: int | None = None,
-    positions: Indices | None = None,
+    positions: Positions | None = None,
+    match_norm: bool = False,
     kind: EditKind = "output",
     key: str | None = None,
     call: int | None = None,
@@ -212,10 +223,17 @@ def add(
     """Add ``vector``, broadcast over the other dims: a (D,) vector lies along ``dim`` (default: the
     last dimension, or dim 1 when only that one has its length); ``positions`` adds at those tokens only.
 
+    Steering a generation: ``positions="new"`` adds at the tokens ``model.generate`` adds, never at the
+    prompt's, with or without the KV cache (``hookscope.edits.tokens``); ``match_norm=True`` adds
+    ``vector * |x|`` at each token, ``|x|`` the norm of the tensor's token along ``dim`` (a unit
+    direction times 0.5 adds half the residual's norm).
+
     Args:
         vector: a number, or a ``(D,)`` vector (the steering direction).
         dim: the dimension the vector lies along; None: the last one, or dim 1 when only that one has its length.
-        positions: add at these indices along dimension 1 only; None adds everywhere.
+        positions: add at these indices along dimension 1 only, or at a generation's ``"new"`` or
+            ``"prompt"`` tokens, a slice or a bool mask of its positions; None adds everywhere.
+        match_norm: scale the vector by the norm of each token it is added to (a ``(D,)`` vector only).
         kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
             ``grad_output`` (the gradient flowing back into its output).
         key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
@@ -225,14 +243,22 @@ def add(
         The ``EditOp``, for ``hookscope.edit(model, {selector: op})``.
 
     Raises:
-        EditError: an unknown ``kind``, a negative or non-int ``call``, or non-integer positions.
+        EditError: an unknown ``kind``, a negative or non-int ``call``, bad positions, ``match_norm``
+            without a ``(D,)`` vector.
     """
     part = _along(None, None, positions)
+    if match_norm and not (isinstance(vector, Tensor) and vector.dim() == 1):
+        raise EditError(f"edits.add(match_norm=True) needs a (D,) vector, got {_short(vector)}")
 
     def change(tensor: Tensor, where: Where) -> Tensor:
-        return _put(tensor, tensor + laid_along(vector, tensor, dim, where), part, where)
+        laid = laid_along(vector, tensor, dim, where)
+        if match_norm:
+            along = [d for d, n in enumerate(laid.shape) if n > 1] or [tensor.dim() - 1]
+            laid = laid.to(tensor.device) * tensor.norm(dim=along[0], keepdim=True)
+        return _put(tensor, tensor + laid.to(tensor.device), part, where)
 
-    return _op(_named("add", part, _short(vector)), change, kind, key, call)
+    shown = (_short(vector), "match_norm=True") if match_norm else (_short(vector),)
+    return _op(_named("add", part, *shown), change, kind, key, call, part=part)
 
 
 def project_out(
@@ -269,7 +295,7 @@ def replace(
     *,
     channels: Indices | None = None,
     units: Indices | None = None,
-    positions: Indices | None = None,
+    positions: Positions | None = None,
     kind: EditKind = "output",
     key: str | None = None,
     call: int | None = None,
@@ -282,7 +308,8 @@ def replace(
             key and call are taken.
         channels: indices along dimension 1 (channels of ``(N, C, ...)`` maps); None for all.
         units: indices along the last dimension (a Linear's features); None for all.
-        positions: indices along dimension 1 of ``(B, T, ...)`` tokens; None for all.
+        positions: indices along dimension 1 of ``(B, T, ...)`` tokens, or of a generation's sequence
+            ``"new"``, ``"prompt"``, a slice or a bool mask (``hookscope.edits.tokens``); None for all.
         kind: what is edited: ``output`` (the default), ``input`` (what the module receives) or
             ``grad_output`` (the gradient flowing back into its output).
         key: which tensor of a structured value (``out[0]``, ``args[1]``, ``kwargs.mask``); None when it holds one.
@@ -299,7 +326,7 @@ def replace(
     def change(tensor: Tensor, where: Where) -> Tensor:
         return _put(tensor, value_of(value, tensor, where), part, where)
 
-    return _op(_named("replace", part, _short(value)), change, kind, key, call)
+    return _op(_named("replace", part, _short(value)), change, kind, key, call, part=part)
 
 
 def clamp(
@@ -372,15 +399,23 @@ def _op(
     call: int | None,
     *,
     zeroes: bool = False,
+    part: Along | Tokens | None = None,
 ) -> EditOp:
     if kind not in EDIT_KINDS:
         raise EditError(f"an edit's kind is one of {', '.join(EDIT_KINDS)}, got {kind!r}")
     if call is not None and (not isinstance(call, int) or call < 0):
         raise EditError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
-    return EditOp(name, change, kind, key, call, zeroes)  # type: ignore[arg-type]
+    tokens = part if isinstance(part, Tokens) else None
+    if tokens is not None and call is not None:
+        raise EditError(f"positions={tokens} reads every call of a generation; drop call={call}")
+    return EditOp(name, change, kind, key, call, zeroes, tokens)  # type: ignore[arg-type]
 
 
-def _along(channels: Indices | None, units: Indices | None, positions: Indices | None) -> Along | None:
+def _along(channels: Indices | None, units: Indices | None, positions: Positions | None) -> Along | Tokens | None:
+    if isinstance(positions, (str, slice)) or (isinstance(positions, Tensor) and positions.dtype == torch.bool):
+        if channels is not None or units is not None:
+            raise EditError("pass one of channels=, units=, positions= to an edit")
+        return Tokens(positions)
     given = [
         (w, d, i)
         for w, d, i in (("channels", 1, channels), ("units", -1, units), ("positions", 1, positions))
@@ -403,9 +438,11 @@ def _along(channels: Indices | None, units: Indices | None, positions: Indices |
     return Along(what, dim, tuple(flat))
 
 
-def _named(verb: str, part: Along | None, *shown: Any) -> str:
+def _named(verb: str, part: Along | Tokens | None, *shown: Any) -> str:
     args = [str(s) for s in shown]
-    if part is not None:
+    if isinstance(part, Tokens):
+        args.append(f"positions={part}")
+    elif part is not None:
         args.append(f"{part.what}={list(part.indices)}")
     return f"{verb}({', '.join(args)})"
 
@@ -416,11 +453,14 @@ def _short(value: Any) -> str:
     return type(value).__name__ if isinstance(value, Mapping) else repr(value)
 
 
-def _put(tensor: Tensor, new: Tensor, part: Along | None, where: Where) -> Tensor:
+def _put(tensor: Tensor, new: Tensor, part: Along | Tokens | None, where: Where) -> Tensor:
     """``tensor`` with ``new`` (broadcast) where ``part`` says (everywhere without one), out of place."""
     new = new.to(device=tensor.device, dtype=tensor.dtype)
     if part is None:
         return torch.where(torch.ones((), dtype=torch.bool, device=tensor.device), new, tensor)  # keeps the graph
+    if isinstance(part, Tokens):
+        picked = part.pick(tensor, where).to(tensor.device)  # (1 or B, T)
+        return torch.where(picked.reshape(*picked.shape, *[1] * (tensor.dim() - 2)), new, tensor)
     if tensor.dim() < 2:
         raise EditError(f"{part.what}= needs a tensor of 2 or more dims at {where}, got shape {tuple(tensor.shape)}")
     size = tensor.shape[part.dim]
