@@ -157,6 +157,9 @@ OPTIONS = {
     "column",
     # a store stream: items per minibatch it yields
     "minibatch",
+    # steering: edits.add(match_norm=) scales the vector by each token's norm; steer_sweep's multipliers of
+    # the vector, the two completions whose log-probability gap is the propensity, the prompts the side effect is read on
+    "match_norm", "scales", "completions", "neutral",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS
 
@@ -169,6 +172,7 @@ POSITIONAL = {
     "attention_grid": {"layer"}, "render_html": set(),
     "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
     "faithfulness": {"maps"},  # faithfulness(model, x, maps): the maps are what is measured
+    "steer_sweep": {"vector"},  # steer_sweep(model, inputs, vector): the vector is what is swept
     # an edit op's own value is its subject: add(vector), clamp(min, max), scale(factor), ...
     "edits.add": {"vector"}, "edits.clamp": {"min", "max"}, "edits.function": {"fn"},
     "edits.project_out": {"direction"}, "edits.replace": {"value"}, "edits.scale": {"factor"},

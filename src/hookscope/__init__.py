@@ -75,6 +75,8 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .report.html import render_html, write_report
     from .report.inline import show
     from .stats.streaming import RunningStats
+    from .steer.result import SteerSweep
+    from .steer.sweep import steer_sweep
     from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
     from .store.dataset import StoreDataset, StoreStream
     from .store.extract import extract
@@ -124,6 +126,8 @@ _HOMES = {
     ".report.html": "render_html write_report",
     ".report.inline": "show",
     ".stats.streaming": "RunningStats",
+    ".steer.result": "SteerSweep",
+    ".steer.sweep": "steer_sweep",
     ".stats.summary": "GradientFlow Summary gradient_flow summarize",
     ".store.dataset": "StoreDataset StoreStream",
     ".store.extract": "extract",
@@ -191,6 +195,7 @@ __all__ = [
     "SelectionError",
     "Selector",
     "ShapeError",
+    "SteerSweep",
     "StoreDataset",
     "StoreError",
     "StoreStream",
@@ -237,6 +242,7 @@ __all__ = [
     "select_modules",
     "show",
     "spatial_maps",
+    "steer_sweep",
     "summarize",
     "token_attribution",
     "tokens_to_grid",
