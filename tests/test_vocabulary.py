@@ -157,8 +157,8 @@ OPTIONS = {
     "column",
     # a store stream: items per minibatch it yields
     "minibatch",
-    # steering: edits.add(match_norm=) scales the vector by each token's norm; steer_sweep's multipliers of
-    # the vector, the two completions whose log-probability gap is the propensity, the prompts the side effect is read on
+    # steering: edits.add(match_norm=) scales the vector by each token's norm; steer_sweep's multipliers of the
+    # vector, the two completions whose log-probability gap is the propensity, the prompts the side effect is read on
     "match_norm", "scales", "completions", "neutral",
 }  # fmt: skip
 ALLOWED = SHARED | SUBJECTS | OPTIONS

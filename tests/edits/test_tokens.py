@@ -33,8 +33,8 @@ V = torch.randn(32, generator=torch.Generator().manual_seed(1)) * 2
 
 
 def _generate(model: nn.Module, *, use_cache: bool = True) -> list[Tensor]:
-    out = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=NEW, do_sample=False,
-                         output_logits=True, return_dict_in_generate=True, pad_token_id=0, use_cache=use_cache)  # fmt: skip
+    options = {"output_logits": True, "return_dict_in_generate": True, "pad_token_id": 0, "use_cache": use_cache}
+    out = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=NEW, do_sample=False, **options)
     return [step.detach() for step in out.logits], out.sequences
 
 
@@ -120,9 +120,9 @@ def test_match_norm_adds_the_vector_times_each_tokens_norm(gpt2: nn.Module) -> N
 
 
 def test_new_tokens_only_is_an_error_when_no_decode_call_ran(gpt2: nn.Module) -> None:
-    with pytest.raises(EditError, match=r"positions='new' found no new token in 1 call\(s\).*model\.generate"):
-        with hookscope.edit(gpt2, {SITE: edits.add(V, positions="new")}), torch.no_grad():
-            gpt2(PROMPT)
+    missed = r"positions='new' found no new token in 1 call\(s\).*model\.generate"
+    with pytest.raises(EditError, match=missed), hookscope.edit(gpt2, {SITE: edits.add(V, positions="new")}):
+        gpt2(PROMPT)
     assert not any(m._forward_hooks for m in gpt2.modules())
 
 

@@ -18,7 +18,8 @@ so it works at any module, a block or a sub-layer that gets no keyword arguments
 
 ``"new"`` picks the positions at or past the prompt's length, ``"prompt"`` those before it, a slice
 the positions it holds, counted from the prompt's first token (``slice(6, None)``: the 7th token on;
-negative ends would move as the sequence grows, and are refused), and a boolean mask ``(L,)`` or ``(B, L)`` the positions it holds True at (positions past ``L``: not picked).
+negative ends would move as the sequence grows, and are refused), and a boolean mask ``(L,)`` or
+``(B, L)`` the positions it holds True at (positions past ``L``: not picked).
 With and without the cache the same positions are edited, so the logits agree. A call that holds
 no picked token is not edited and not counted; an edit that picked no token in any call is an
 ``EditError`` at the end of the block (``"new"`` when ``generate`` was not called inside it).

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from ..core.modes import evaluating
 from ..core.select import Selector, select_modules
 from ..edits.edit import edit
-from ..edits.ops import Positions, add
+from ..edits.ops import EditOp, Positions, add
 from ..errors import OptionError
 from ..explain.targets import call_target, logits
 from ..progress import Progress, callback
@@ -43,6 +43,7 @@ from .result import SteerSweep, kl_divergence
 
 Prompts = Tensor | Sequence[Tensor]
 Completion = int | Sequence[int] | Tensor
+Pair = tuple[Completion, Completion]
 Measure = Callable[[Callable[[Tensor], Any], Tensor, int], Tensor]  # (run, batch, first row) -> (B,)
 
 
@@ -53,7 +54,7 @@ def steer_sweep(
     *,
     select: Selector,
     target: Callable[[Any], Tensor] | None = None,
-    completions: tuple[Completion, Completion] | None = None,
+    completions: Pair | None = None,
     scales: Sequence[float] = (-4.0, -2.0, 0.0, 2.0, 4.0),
     neutral: Prompts | None = None,
     positions: Positions | None = None,
@@ -105,8 +106,9 @@ def steer_sweep(
         before = [logits(model(batch), output) for batch in rest]
         step(0, len(grid))
         for done, scale in enumerate(grid.tolist(), 1):
-            ops = {site: add(scale * v, positions=positions, match_norm=match_norm, key=key) for site, v in vectors.items()}
-            run = _Runs(model, ops if scale != 0 else {})
+            steered = {} if scale == 0 else vectors
+            run = _Runs(model, {s: add(scale * v, positions=positions, match_norm=match_norm, key=key)
+                                for s, v in steered.items()})  # fmt: skip
             columns.append(torch.cat([measure(run, batch, _first(batches, i)) for i, batch in enumerate(batches)]))
             kls.append(_kl(run, rest, before, output) if rest and scale != 0 else 0.0)
             edited.append(run.edited)
@@ -117,7 +119,7 @@ def steer_sweep(
 
 
 def vector_of(direction: Tensor | Any, site: str) -> Tensor:
-    """The ``(D,)`` vector of ``direction`` at ``site``: a tensor as it is, else ``.vector(site)`` or ``.vectors[site]``.
+    """The ``(D,)`` vector of ``direction`` at ``site``: a tensor itself, else ``.vector(site)`` or ``.vectors[site]``.
 
     Args:
         direction: a ``(D,)`` tensor, or an object with ``.vector(site)`` or a ``.vectors`` mapping.
@@ -148,7 +150,7 @@ def vector_of(direction: Tensor | Any, site: str) -> Tensor:
 class _Runs:
     """Forward passes at one scale, each in an edit block of its own: counted, and the calls they edited."""
 
-    def __init__(self, model: nn.Module, ops: dict[str, Any]) -> None:
+    def __init__(self, model: nn.Module, ops: dict[Selector, EditOp]) -> None:
         self.model, self.ops, self.forwards, self.edited = model, ops, 0, 0
 
     def __call__(self, x: Tensor) -> Any:
@@ -161,9 +163,7 @@ class _Runs:
         return out
 
 
-def _measure(
-    target: Callable[[Any], Tensor] | None, completions: tuple[Completion, Completion] | None, output: str | None, n: int
-) -> Measure:
+def _measure(target: Callable[[Any], Tensor] | None, completions: Pair | None, output: str | None, n: int) -> Measure:
     """The propensity of a batch: ``target`` of one pass, or the log-probability gap of two completions."""
     if (target is None) == (completions is None):
         raise OptionError("steer_sweep needs target= (a callable of the output) or completions=(a, b), not both")
@@ -197,7 +197,8 @@ def _completion(side: Completion, n: int) -> Tensor:
     """A completion as ``(N, L)`` token ids: an int for every example, ``(N,)`` one each, or ``(N, L)``."""
     tokens = torch.as_tensor(side)
     if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() > 2:
-        raise OptionError(f"a completion is token ids: an int, (N,) or (N, L), got {tokens.dtype} {tuple(tokens.shape)}")
+        got = f"{tokens.dtype} {tuple(tokens.shape)}"
+        raise OptionError(f"a completion is token ids: an int, (N,) or (N, L), got {got}")
     if tokens.dim() == 0:
         return tokens.reshape(1, 1).expand(n, 1)
     if len(tokens) != n:
@@ -213,7 +214,7 @@ def _kl(run: Callable[[Tensor], Any], batches: list[Tensor], before: list[Tensor
 
 def _scales(scales: Sequence[float]) -> Tensor:
     grid = torch.as_tensor([float(s) for s in scales], dtype=torch.float64)
-    if len(grid.unique()) < 2:
+    if len(set(grid.tolist())) < 2:
         raise OptionError(f"scales= needs two different scales or more to fit a slope, got {list(scales)}")
     return grid
 
@@ -225,7 +226,8 @@ def _batches(prompts: Prompts | None, batch_size: int, what: str) -> list[Tensor
     if prompts is None:
         return []
     if isinstance(prompts, Tensor):
-        listed = list(prompts.split(batch_size)) if prompts.dim() == 2 else [prompts]
+        rows = range(0, len(prompts), batch_size)
+        listed = [prompts[i : i + batch_size] for i in rows] if prompts.dim() == 2 else [prompts]
     else:
         listed = list(prompts)
     batches = [p[None] if isinstance(p, Tensor) and p.dim() == 1 else p for p in listed]

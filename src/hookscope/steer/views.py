@@ -20,7 +20,7 @@ HEADER = ("scale", "propensity", "spread", "KL (neutral)", "calls edited", "forw
 
 
 def _rows(sweep: SteerSweep) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for i, scale in enumerate(sweep.scales.tolist()):
         column = sweep.propensity[:, i]
         spread = float(column.std()) if len(column) > 1 else 0.0
