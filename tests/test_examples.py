@@ -46,6 +46,7 @@ def _example(name: str) -> types.ModuleType:
         ("rollout_digits", "rollout-digits", "rollout.jpg"),
         ("compare_pictures", "compare", "cka.png"),
         ("graph_picture", "graph", "graph.png"),
+        ("steer_picture", "steer", "steer_sweep.png"),
     ],
 )
 def test_the_picture_examples_leave_docs_images_alone_unless_asked(
