@@ -72,6 +72,13 @@ def run_export(progress: Any, tmp_path: Path) -> None:  # three batches in the s
     hookscope.export(tmp_path / "store", tmp_path / "hf", format="datasets", force=True, progress=progress)
 
 
+def run_steer_sweep(progress: Any, _: Path) -> None:  # 3 scales: a step each
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10)).eval()
+    hookscope.steer_sweep(model, torch.tensor([[1, 2], [3, 4]]), torch.ones(4), select="0",
+                          target=lambda out: out[:, -1, 0], scales=(-1.0, 0.0, 1.0), progress=progress)  # fmt: skip
+
+
 CASES: dict[str, tuple[Callable[[Any, Path], None], list[tuple[str, int, int]]]] = {
     "cam": (run_cam, [("scorecam", done, 6) for done in range(7)]),
     "attribute": (run_attribute, [("integrated_gradients", done, 4) for done in range(5)]),
@@ -80,12 +87,14 @@ CASES: dict[str, tuple[Callable[[Any, Path], None], list[tuple[str, int, int]]]]
     "token_attribution": (run_token_attribution, [("integrated_gradients", done, 3) for done in range(4)]),
     "probe": (run_probe, [("probe", done, 2) for done in range(3)]),
     "export": (run_export, [("export", done, 3) for done in range(4)]),
+    "steer_sweep": (run_steer_sweep, [("steer_sweep", done, 3) for done in range(4)]),
 }
 LAST = {  # the one line of each (one stage) on a stream, as on stderr with True
     "patch_sweep": "hookscope: patch_sweep 2/2",
     "token_attribution": "hookscope: integrated_gradients 3/3",
     "probe": "hookscope: probe 2/2",
     "export": "hookscope: export 3/3",
+    "steer_sweep": "hookscope: steer_sweep 3/3",
 }
 
 

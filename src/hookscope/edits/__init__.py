@@ -3,7 +3,8 @@
 The helpers that say what an edit does are this package's public names:
 ``from hookscope import edits``; ``hookscope.edit(model, {"layer4": edits.zero(channels=[3, 17])})``.
 Beside them: ``hookscope.edits.edit`` (the ``edit`` block), ``.patching`` (``patch_sweep``),
-``.effects`` (``PatchSweep``), ``.ops`` (each helper, with what it does), ``.values`` and ``.tally``.
+``.effects`` (``PatchSweep``), ``.ops`` (each helper, with what it does), ``.values``, ``.tally`` and
+``.tokens`` (``positions="new"``: the tokens of a generation).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@
                                             a tensor, or (no source) the batch's own mean
     edits.scale(0.5), edits.clamp(min=0)    elementwise
     edits.add(vector)                       a vector broadcast over the other dims (steering)
+    edits.add(v, positions="new")           at the tokens model.generate adds only, with or without
+                                            the KV cache (``hookscope.edits.tokens``); match_norm=True: v * |x|
     edits.project_out(direction)            the component along a direction removed (a probe's, (*S) or (k, *S))
     edits.replace(clean_capture)            the values another run had at the same site, key and call
     edits.function(fn)                      any ``fn(tensor, call) -> tensor`` (a plain function works too)
@@ -17,8 +19,9 @@ Every helper takes ``kind=`` (``output``, the default; ``input``, what the modul
 ``grad_output``, the gradient flowing back into the module's output), ``key=`` (which tensor of a
 structured value: ``out[0]``, ``out.last_hidden_state``, ``args[1]``, ``kwargs.mask``; needed
 when the value holds several) and ``call=`` (one call of a module that runs several times;
-None: every call). ``channels`` is dimension 1, ``positions`` dimension 1 (batch-first tokens),
-``units`` the last dimension. The edited tensor is always a new one: the graph runs through it
+None: every call). ``channels`` is dimension 1, ``positions`` dimension 1 (batch-first tokens:
+integer indices into each call's tokens, or a generation's ``"new"`` / ``"prompt"`` tokens, a
+slice or a bool mask of its positions), ``units`` the last dimension. The edited tensor is always a new one: the graph runs through it
 (``torch.where``, never an in-place write), so gradients flow and the caller's tensors stay as
 they were.
 """
