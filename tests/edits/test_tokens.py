@@ -54,9 +54,17 @@ def _by_hand(model: nn.Module, sequences: Tensor, picked: Tensor) -> Tensor:
 
 def test_new_tokens_only_leave_the_prompt_call_bit_identical_and_steer_each_decode_call(gpt2: nn.Module) -> None:
     plain, _ = _generate(gpt2)
-    with hookscope.edit(gpt2, {SITE: edits.add(V, positions="new")}) as ed:
-        steered, sequences = _generate(gpt2)
-    assert len(steered) == NEW  # generate calls the model 5 times: the prompt, then 4 new tokens fed back
+    weights = {name: p.clone() for name, p in gpt2.state_dict().items()}
+    block, calls = dict(gpt2.named_modules())[SITE], []
+    counter = block.register_forward_hook(lambda module, args, out: calls.append(out.shape[1]))
+    try:
+        with hookscope.edit(gpt2, {SITE: edits.add(V, positions="new")}) as ed:
+            steered, sequences = _generate(gpt2)
+    finally:
+        counter.remove()
+    assert calls == [4, 1, 1, 1, 1] and len(steered) == NEW  # the prompt, then the 4 new tokens fed back
+    assert all(torch.equal(p, weights[name]) for name, p in gpt2.state_dict().items())
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in gpt2.modules())
     assert torch.equal(steered[0], plain[0])  # the prompt call: not a bit changed
     assert all((s - p).abs().max() > 1e-3 for s, p in zip(steered[1:], plain[1:], strict=True))
     [row] = ed.report().rows

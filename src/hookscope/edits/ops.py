@@ -21,9 +21,9 @@ structured value: ``out[0]``, ``out.last_hidden_state``, ``args[1]``, ``kwargs.m
 when the value holds several) and ``call=`` (one call of a module that runs several times;
 None: every call). ``channels`` is dimension 1, ``positions`` dimension 1 (batch-first tokens:
 integer indices into each call's tokens, or a generation's ``"new"`` / ``"prompt"`` tokens, a
-slice or a bool mask of its positions), ``units`` the last dimension. The edited tensor is always a new one: the graph runs through it
-(``torch.where``, never an in-place write), so gradients flow and the caller's tensors stay as
-they were.
+slice or a bool mask of its positions), ``units`` the last dimension. The edited tensor is always
+a new one: the graph runs through it (``torch.where``, never an in-place write), so gradients flow
+and the caller's tensors stay as they were.
 """
 
 from __future__ import annotations
