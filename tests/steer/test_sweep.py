@@ -139,6 +139,10 @@ def test_the_sweep_shows_itself(gpt2: nn.Module) -> None:
     assert html is not None and "<img" in html and "anti-steerable" in html
     place = section_of(sweep)
     assert place is not None and place[:2] == ("steering", "Does the steering work?")
+    cnn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)).eval()
+    report = hookscope.build_report(cnn, torch.rand(1, 3, 8, 8), sections=[sweep], graph=False)
+    assert [s.id for s in report.sections] == ["steering"]
+    assert "Does the steering work?" in hookscope.render_html(report)
 
 
 @pytest.mark.parametrize(
