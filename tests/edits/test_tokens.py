@@ -148,3 +148,20 @@ def test_bad_positions_are_refused_when_the_edit_is_made(options: dict[str, obje
     vector = options.pop("vector", V)
     with pytest.raises(EditError, match=match):
         edits.add(vector, **options)  # type: ignore[arg-type]
+
+
+def test_a_llama_generation_is_steered_the_same_with_and_without_the_cache() -> None:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                      num_key_value_heads=2, vocab_size=50, max_position_embeddings=32,
+                                      bos_token_id=0, eos_token_id=0, pad_token_id=0)  # fmt: skip
+    llama = transformers.LlamaForCausalLM(config).eval()
+    plain, _ = _generate(llama)
+    runs = []
+    for use_cache in (True, False):
+        with hookscope.edit(llama, {"model.layers.1": edits.add(V, positions="new")}) as ed:
+            runs.append(_generate(llama, use_cache=use_cache)[0])
+        assert ed.report().rows[0].calls == (1, 2, 3, 4)
+    assert torch.equal(runs[0][0], plain[0]) and (runs[0][1] - plain[1]).abs().max() > 1e-3
+    for a, b in zip(*runs, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
