@@ -141,6 +141,7 @@ def test_new_tokens_only_is_an_error_when_no_decode_call_ran(gpt2: nn.Module) ->
         ({"positions": slice(-1, None)}, r"counts from the prompt's first token: ends >= 0"),
         ({"positions": "new", "call": 1}, r"positions='new' reads every call of a generation; drop call=1"),
         ({"positions": torch.zeros(0, dtype=torch.bool)}, r"a non-empty bool tensor"),
+        ({"positions": "new", "kind": "grad_output"}, r"which backward reverses; give integer positions"),
         ({"match_norm": True, "vector": 2.0}, r"match_norm=True\) needs a \(D,\) vector"),
     ],
 )

@@ -165,5 +165,10 @@ def test_a_direction_without_the_site_is_refused(gpt2: nn.Module) -> None:
         def __init__(self) -> None:
             self.vectors = {"transformer.h.0": torch.ones(32)}
 
-    with pytest.raises(OptionError, match=r"has none for 'transformer.h.1' in a Direction"):
-        hookscope.steer_sweep(gpt2, PROMPTS, Direction(), select=SITE, completions=(A, B))
+    class Method:
+        def vector(self, site: str) -> Tensor:
+            return {"transformer.h.0": torch.ones(32)}[site]
+
+    for direction in (Direction(), Method()):
+        with pytest.raises(OptionError, match=r"has none for 'transformer.h.1' in a (Direction|Method)"):
+            hookscope.steer_sweep(gpt2, PROMPTS, direction, select=SITE, completions=(A, B))

@@ -411,6 +411,9 @@ def _op(
     tokens = part if isinstance(part, Tokens) else None
     if tokens is not None and call is not None:
         raise EditError(f"positions={tokens} reads every call of a generation; drop call={call}")
+    if tokens is not None and kind == "grad_output":
+        raise EditError(f"positions={tokens} reads a generation's calls in order, which backward reverses; "
+                        "give integer positions to a grad_output edit")  # fmt: skip
     return EditOp(name, change, kind, key, call, zeroes, tokens)  # type: ignore[arg-type]
 
 

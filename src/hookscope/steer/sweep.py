@@ -131,13 +131,17 @@ def vector_of(direction: Tensor | Any, site: str) -> Tensor:
     Raises:
         OptionError: the direction has no vector for ``site``, or it is not a ``(D,)`` tensor.
     """
+    found: Any = None
     if isinstance(direction, Tensor):
-        found: Any = direction
+        found = direction
     elif callable(getattr(direction, "vector", None)):
-        found = direction.vector(site)
-    elif isinstance(getattr(direction, "vectors", None), Mapping) and site in direction.vectors:
-        found = direction.vectors[site]
-    else:
+        try:
+            found = direction.vector(site)
+        except LookupError:
+            found = None
+    elif isinstance(getattr(direction, "vectors", None), Mapping):
+        found = direction.vectors.get(site)
+    if found is None:
         raise OptionError(
             f"steer_sweep takes a (D,) tensor or a direction with .vector(site) or .vectors, and has none for "
             f"{site!r} in a {type(direction).__name__}"
