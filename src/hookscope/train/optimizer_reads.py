@@ -67,6 +67,10 @@ class OptimizerReads:
             if keep:
                 g.grads.update({n: p.grad.detach().clone() for n, p in named if p.grad is not None})
 
+    def weight_sq(self, params: list[Tensor], ranks: Ranks) -> Tensor | None:
+        """This rank's share of the squared norm of the weights ``params`` (``Ranks.share``)."""
+        return ranks.share(params)
+
     def named(self, site: str) -> list[tuple[str, Tensor]]:
         """The named parameters of the module watched as ``site``."""
         return list(self.modules[site].named_parameters())

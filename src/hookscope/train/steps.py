@@ -18,7 +18,8 @@ The rule (no step is counted twice):
   ``opt.step()`` and ``clock.step()`` counts each step once.
 
 ``on_pre_optimizer(optimizer)`` and ``on_post_optimizer(optimizer)`` run in the optimizer's
-pre- and post-step hooks, ``on_end(step)`` when a step ends; ``touch()`` tells the clock that
+pre- and post-step hooks (``ends_step(optimizer)`` False: that call is one part of an optimizer step,
+as DeepSpeed's ZeRO steps its torch optimizer once per parameter group), ``on_end(step)`` when a step ends; ``touch()`` tells the clock that
 work happened (a forward pass), so that a later ``clock.step()`` is not mistaken for a repeat.
 """
 
@@ -85,8 +86,10 @@ class StepClock:
         on_end: Callable[[int], None] | None = None,
         on_pre_optimizer: OptimizerHook | None = None,
         on_post_optimizer: OptimizerHook | None = None,
+        ends_step: Callable[[Optimizer], bool] | None = None,
     ) -> None:
         self.optimizers = list(optimizers)
+        self._ends_step = ends_step  # False while an optimizer's step is one part of several (DeepSpeed's groups)
         self.step_index = 0  # the step being run; steps 0 .. step_index - 1 have ended
         self.manual = False  # the caller's step() drives the count
         self._on_end, self._on_pre, self._on_post = on_end, on_pre_optimizer, on_post_optimizer
@@ -121,7 +124,7 @@ class StepClock:
     def _post(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
         if self._on_post is not None:
             self._on_post(optimizer)
-        if self.manual:
+        if self.manual or (self._ends_step is not None and not self._ends_step(optimizer)):
             return
         self._stepped.add(id(optimizer))
         if len(self._stepped) == len(self.optimizers):

@@ -54,6 +54,7 @@ from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
+from .deepspeed_reads import ZeroReads, is_engine, zero_of
 from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
 from .rank_sums import RankRows, Ranks, merge
@@ -96,11 +97,12 @@ def watch(
     ``"tensorboard:DIR"``: a ``SummaryWriter`` with scalars per module and histograms of outputs,
     gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
     ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
-    counted as skipped (``train.scaler``).
+    counted as skipped (``train.scaler``). A DeepSpeed engine (ZeRO stage 0, 1 or 2) is watched as the
+    model, with its own optimizer unless one is given (``train.deepspeed_reads``).
 
     Args:
         model: the network being trained.
-        optimizer: one optimizer or several; None counts steps only through ``w.step()``.
+        optimizer: one optimizer or several; None counts steps only through ``w.step()`` (a DeepSpeed engine's: its own).
         every: log one step in this many (1: every step).
         select: the modules watched; None takes the leaves with parameters and the activation modules.
         out: a store folder written while the block runs and when it ends; None writes none.
@@ -117,7 +119,8 @@ def watch(
 
     Raises:
         OptionError: ``every`` below 1, unknown ``thresholds`` fields or bad bounds, an unknown sink, a
-            bad ``flush_every``, or a model sharded by DeepSpeed ZeRO-3.
+            bad ``flush_every``, a model sharded by DeepSpeed ZeRO-3, or a DeepSpeed optimizer other than
+            ZeRO stage 1 and 2's (``train.deepspeed_reads``).
         OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
         SelectionError: ``select`` matches no module.
     """
@@ -128,9 +131,12 @@ def watch(
     if tensorboard is not None:  # the old spelling of a TensorBoard sink, for one release
         warn_renamed("watch(tensorboard=DIR)", 'watch(sinks=["tensorboard:DIR"])')
         specs.append(("tensorboard", os.fspath(tensorboard)))
+    refuse_zero3(model, "watch")
+    if optimizer is None and is_engine(model):  # a DeepSpeed engine steps its own optimizer (train.deepspeed_reads)
+        optimizer = model.optimizer
     return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
-                 scaler=LossScale(scaler))  # fmt: skip
+                 scaler=LossScale(scaler), zero=zero_of(model, optimizer))  # fmt: skip
 
 
 class Watch(Block, display.Shows):
@@ -152,6 +158,7 @@ class Watch(Block, display.Shows):
         force: replace an existing ``out`` that hookscope wrote.
         flush_every: seconds within which a logged step is on disk; None writes at the end only.
         scaler: the loss scale of the loop's GradScaler (``hookscope.train.scaler``).
+        zero: DeepSpeed's ZeRO optimizer (stages 1, 2) whose partitions hold the gradients, or None.
 
     Raises:
         OptionError: a model sharded by DeepSpeed ZeRO-3.
@@ -163,7 +170,7 @@ class Watch(Block, display.Shows):
 
     def __init__(self, model: nn.Module, optimizer: list[Optimizer], *, every: int, select: Selector | None,
                  out: str | os.PathLike[str] | None, sinks: list[tuple[str, Any]], thresholds: Thresholds,
-                 force: bool, flush_every: float | None, scaler: LossScale) -> None:  # fmt: skip
+                 force: bool, flush_every: float | None, scaler: LossScale, zero: Any = None) -> None:  # fmt: skip
         super().__init__()  # no stance for the whole block: a compiled model runs eagerly on logged steps only
         refuse_zero3(model, "watch")
         self.model, self.every, self.thresholds = model, every, thresholds
@@ -178,10 +185,12 @@ class Watch(Block, display.Shows):
         self._sinks: list[Sink] = []
         self._unwritten = False  # rows logged since the store was last written
         self._params = {name: list(m.parameters()) for name, m in self.sites}
-        self._reads = OptimizerReads(self.sites)  # gradients and updates around an optimizer step
+        # gradients and updates around an optimizer step; DeepSpeed's in its partitions (train.deepspeed_reads)
+        self._reads = OptimizerReads(self.sites) if zero is None else ZeroReads(self.sites, zero)
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
-        self._clock = StepClock(optimizer, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post)
+        self._clock = StepClock(optimizer, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post,
+                                ends_step=self._reads.ends_step if isinstance(self._reads, ZeroReads) else None)
         self._step = StepHooks(model, self.sites, self._clock.touch)  # the module hooks of a logged step
         self._detector = Detector(thresholds)
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
@@ -381,7 +390,7 @@ class Watch(Block, display.Shows):
 
     def _vector(self, name: str, g: Gathered, device: torch.device) -> Tensor:
         dead = self._dead.fraction(name, g.alive)
-        weight_sq = self._ranks.share(self._params[name])
+        weight_sq = self._reads.weight_sq(self._params[name], self._ranks)
         return g.values(weight_sq, dead, device)
 
     # -- the store --------------------------------------------------------------------------
