@@ -12,9 +12,10 @@ therefore
   ``torch.compiler.set_stance("force_eager")``: every hook fires and values equal the eager
   model's; after the block the compiled code runs again, with no recompilation.
 
-``DataParallel`` and ``DistributedDataParallel`` wrap a model the same way, under ``module.``: their
-names are the wrapped model's too (``unwrap``, ``named_modules``); a selector written with the
-``module.`` prefix is still accepted (``hookscope.core.select``).
+``DataParallel``, ``DistributedDataParallel`` and a DeepSpeed engine wrap a model the same way, under
+``module.`` (``is_parallel``): their names are the wrapped model's too (``unwrap``, ``named_modules``);
+a selector written with the ``module.`` prefix is still accepted (``hookscope.core.select``), and so is a
+name looked up with it, or with ``_orig_mod.``, in a capture, a watch, a store (``plain_name``, ``EagerNames``).
 
 The stance is process-wide: while a capture of a compiled model is open, every compiled model
 and function of the process runs eagerly, in every thread.
@@ -25,9 +26,9 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -36,6 +37,7 @@ from ..errors import CompiledWarning
 
 WRAPPED = "_orig_mod"  # the attribute (and name segment) of the module an OptimizedModule wraps
 PARALLEL = (nn.DataParallel, nn.parallel.DistributedDataParallel)  # wrap their model as .module
+ENGINE = "deepspeed.runtime.engine"  # the module of DeepSpeedEngine, which wraps its model as .module too
 V = TypeVar("V")
 
 
@@ -46,17 +48,23 @@ def wrapper_type() -> type[nn.Module] | None:
     return found if isinstance(found, type) else None
 
 
+def is_parallel(model: object) -> bool:
+    """A ``DataParallel``, a DDP or a DeepSpeed engine: a wrapper of ``.module`` (DeepSpeed is never imported here)."""
+    engine = getattr(sys.modules.get(ENGINE), "DeepSpeedEngine", None)
+    return isinstance(model, PARALLEL) or (isinstance(engine, type) and isinstance(model, engine))
+
+
 def unwrap(module: nn.Module) -> nn.Module:
     """The eager module behind ``torch.compile(module)`` (``module`` itself when it is not a wrapper)."""
     wrapper = wrapper_type()
-    while isinstance(module, PARALLEL) or (wrapper is not None and isinstance(module, wrapper)):
-        module = module.module if isinstance(module, PARALLEL) else getattr(module, WRAPPED)
+    while is_parallel(module) or (wrapper is not None and isinstance(module, wrapper)):
+        module = cast(nn.Module, module.module) if is_parallel(module) else getattr(module, WRAPPED)
     return module
 
 
 def parallel_name(model: nn.Module, name: str) -> str:
-    """``name`` without the ``module.`` prefix of a ``DataParallel`` / DDP ``model`` (``name`` otherwise)."""
-    if not isinstance(model, PARALLEL):
+    """``name`` without the ``module.`` prefix of a ``DataParallel`` / DDP / DeepSpeed ``model`` (else ``name``)."""
+    if not is_parallel(model):
         return name
     return "" if name == "module" else name.removeprefix("module.")
 
@@ -96,8 +104,8 @@ def named_modules(
     Each ``torch.compile`` wrapper is left out (the module it wraps takes its name) unless
     ``wrappers``; names lose their ``_orig_mod`` segments. A model with no wrapper is unchanged.
     """
-    if isinstance(model, PARALLEL):  # DataParallel / DDP: the wrapped model's names
-        return named_modules(model.module, wrappers=wrappers, remove_duplicate=remove_duplicate)
+    if is_parallel(model):  # DataParallel / DDP / DeepSpeed: the wrapped model's names
+        return named_modules(cast(nn.Module, model.module), wrappers=wrappers, remove_duplicate=remove_duplicate)
     pairs = list(model.named_modules(remove_duplicate=remove_duplicate))
     wrapper = wrapper_type()
     if wrapper is None or not any(isinstance(m, wrapper) for _, m in pairs):
@@ -105,19 +113,36 @@ def named_modules(
     return [(eager_name(n), m) for n, m in pairs if wrappers or not isinstance(m, wrapper)]
 
 
+def plain_name(name: str) -> str:
+    """``name`` as hookscope keys a site: without ``_orig_mod`` segments, nor the leading ``module.`` of a
+    ``DataParallel``, DDP or DeepSpeed engine (``"module.0"`` -> ``"0"``, ``"module"`` -> ``""``)."""
+    name = eager_name(name)
+    return "" if name == "module" else name.removeprefix("module.")
+
+
+def known_name(name: str, names: Collection[str]) -> str:
+    """``name`` if it is one of ``names``, else its ``plain_name`` when that one is (else ``name``)."""
+    if name in names or not isinstance(name, str):
+        return name
+    plain = plain_name(name)
+    return plain if plain in names else name
+
+
 class EagerNames(dict[str, V]):
-    """A dict keyed by eager names that also finds a key spelled with ``_orig_mod.``."""
+    """A dict keyed by plain names that also finds a key spelled with ``_orig_mod.`` or a wrapper's ``module.``."""
 
     def __missing__(self, key: str) -> V:
-        name = eager_name(key) if isinstance(key, str) else key
-        if name == key or name not in self:
+        name = known_name(key, self)
+        if name == key:
             raise KeyError(key)
         return self[name]
 
 
 def eager_keyed(model: nn.Module | None, records: dict[str, V]) -> dict[str, V]:
-    """``records`` (by eager name) as an ``EagerNames`` when ``model`` has ``torch.compile`` wrappers."""
-    return EagerNames(records) if model is not None and has_wrappers(model) else records
+    """``records`` (by eager name) as an ``EagerNames`` when ``model`` has ``torch.compile`` wrappers or is a
+    ``DataParallel`` / DDP / DeepSpeed wrapper (``is_parallel``)."""
+    wrapped = model is not None and (has_wrappers(model) or is_parallel(model))
+    return EagerNames(records) if wrapped else records
 
 
 def compiled_note(model: nn.Module | None, block: str = "capture") -> str | None:

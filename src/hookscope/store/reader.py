@@ -33,6 +33,7 @@ from torch import Tensor
 from ..base.display import Shows, table_of
 from ..base.words import closest, format_size
 from ..core import kinds
+from ..core.compiled import EagerNames, known_name
 from ..core.kinds import Kind
 from ..core.layout import from_json
 from ..core.records import Call, Label, Record, SitesPlot
@@ -111,6 +112,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             self._leave_out(file, why)
 
     def __getitem__(self, site: str) -> Record:
+        site = known_name(site, self._sites)  # "module.0" as a DDP / DataParallel / DeepSpeed model names "0"
         if site not in self._records:
             self._records[site] = self._intact(lambda: self._record(site, batch=None))
         return self._records[site]
@@ -167,7 +169,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         self._check_batch(index)
         records = self._intact(lambda: {site: self._record(site, batch=index) for site in self._sites})
         self._check_batch(index)  # reading it may have found its shard damaged
-        return records
+        return EagerNames(records)  # found with a wrapper's "module." too
 
     def _check_batch(self, index: int) -> None:
         """Raise when batch ``index`` is not in the store, or was in a damaged shard."""
@@ -193,6 +195,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
                 statistics-only store).
         """
         table = self.statistics()
+        site = known_name(site, {label[0] for label in table})
         for label, stats in table.items():
             if label[:2] == (site, kind) and key in (None, label[2]):
                 return stats

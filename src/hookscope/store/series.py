@@ -31,6 +31,7 @@ from torch import Tensor
 from ..base import display
 from ..base.files import staged_folder
 from ..base.words import closest, columns, format_size
+from ..core.compiled import known_name
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from .format import cannot_write, write_manifest
 from .schema import NON_FINITE
@@ -262,7 +263,9 @@ def read_histories(
 
 
 def pick(histories: Mapping[str, History], name: str, root: Path) -> History:
-    """``histories[name]``, or a ``NotCapturedError`` naming the closest watched modules."""
+    """``histories[name]`` (``name`` with or without a wrapper's ``module.``: ``core.compiled.known_name``), or a
+    ``NotCapturedError`` naming the closest watched modules."""
+    name = known_name(name, histories)
     if name not in histories:
         what = (
             "holds no time series (it was not written by hookscope.watch)"

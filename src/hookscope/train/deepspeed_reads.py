@@ -27,12 +27,14 @@ parameters DeepSpeed partitions watched without its engine or optimizer.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from ..core.compiled import ENGINE
 from ..errors import OptionError
 from ..stats.norms import squared_norm
 from .collect import Gathered
@@ -40,7 +42,6 @@ from .optimizer_reads import OptimizerReads
 from .rank_sums import Ranks
 
 ZERO = "deepspeed.runtime.zero.stage_1_and_2"  # the module of DeepSpeedZeroOptimizer
-ENGINE = "deepspeed.runtime.engine"  # the module of DeepSpeedEngine
 
 
 def is_engine(model: object) -> bool:
@@ -133,14 +134,15 @@ class ZeroReads(OptimizerReads):
         flat = _flat(optimizer)
         by_site: dict[str, list[Tensor]] = {}
         for site, p in self.parts.get(id(flat), []):
-            address = None if p._hp_mapping is None else p._hp_mapping.get_hp_fragment_address()  # type: ignore[attr-defined]
+            mapping = getattr(p, "_hp_mapping", None)
+            address = None if mapping is None else mapping.get_hp_fragment_address()
             pieces = by_site.setdefault(site, [])
             if address is not None and flat is not None and flat.grad is not None:
                 pieces.append(flat.grad.narrow(0, address.start, address.numel))
         for site, pieces in by_site.items():
             gathered[site].grad_sq = _added(gathered[site].grad_sq, pieces)
 
-    def weight_sq(self, params: list[Tensor], ranks: Ranks) -> Tensor | None:
+    def weight_sq(self, params: Sequence[Tensor], ranks: Ranks) -> Tensor | None:
         """This rank's share of the squared norm of ``params``: its fragments of the partitioned ones (the
         weights after the step: the model's get them only after it), a share of the others."""
         pieces = [piece for p in params if id(p) in self.partitioned and (piece := _fragment(p)) is not None]
@@ -158,7 +160,7 @@ def _flat(optimizer: Optimizer) -> Tensor | None:
 def _fragment(p: Tensor) -> Tensor | None:
     """This rank's fp32 fragment of ``p`` (a view of the flat partition), None when another rank holds it all."""
     mapping = getattr(p, "_hp_mapping", None)
-    return None if mapping is None else mapping.get_hp_fragment()  # type: ignore[no-any-return]
+    return None if mapping is None else cast(Tensor, mapping.get_hp_fragment())
 
 
 def _added(total: Tensor | None, pieces: list[Tensor]) -> Tensor:

@@ -10,7 +10,7 @@ follows. Sums go through ``Ranks.share`` (``train.ranks``): each rank's share of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from torch import Tensor, nn
 from torch.optim import Optimizer
@@ -67,7 +67,7 @@ class OptimizerReads:
             if keep:
                 g.grads.update({n: p.grad.detach().clone() for n, p in named if p.grad is not None})
 
-    def weight_sq(self, params: list[Tensor], ranks: Ranks) -> Tensor | None:
+    def weight_sq(self, params: Sequence[Tensor], ranks: Ranks) -> Tensor | None:
         """This rank's share of the squared norm of the weights ``params`` (``Ranks.share``)."""
         return ranks.share(params)
 

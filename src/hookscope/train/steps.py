@@ -19,8 +19,9 @@ The rule (no step is counted twice):
 
 ``on_pre_optimizer(optimizer)`` and ``on_post_optimizer(optimizer)`` run in the optimizer's
 pre- and post-step hooks (``ends_step(optimizer)`` False: that call is one part of an optimizer step,
-as DeepSpeed's ZeRO steps its torch optimizer once per parameter group), ``on_end(step)`` when a step ends; ``touch()`` tells the clock that
-work happened (a forward pass), so that a later ``clock.step()`` is not mistaken for a repeat.
+as DeepSpeed's ZeRO steps its torch optimizer once per parameter group), ``on_end(step)`` when a
+step ends; ``touch()`` tells the clock that work happened (a forward pass), so that a later
+``clock.step()`` is not mistaken for a repeat.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from ..base import display
 from ..base.deprecation import warn_renamed
 from ..base.words import closest
 from ..core.block import Block
+from ..core.compiled import known_name
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
@@ -102,7 +103,7 @@ def watch(
 
     Args:
         model: the network being trained.
-        optimizer: one optimizer or several; None counts steps only through ``w.step()`` (a DeepSpeed engine's: its own).
+        optimizer: one optimizer or several; None counts steps only through ``w.step()`` (a DeepSpeed engine: its own).
         every: log one step in this many (1: every step).
         select: the modules watched; None takes the leaves with parameters and the activation modules.
         out: a store folder written while the block runs and when it ends; None writes none.
@@ -133,7 +134,7 @@ def watch(
         specs.append(("tensorboard", os.fspath(tensorboard)))
     refuse_zero3(model, "watch")
     if optimizer is None and is_engine(model):  # a DeepSpeed engine steps its own optimizer (train.deepspeed_reads)
-        optimizer = model.optimizer
+        optimizer = getattr(model, "optimizer", None)
     return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
                  scaler=LossScale(scaler), zero=zero_of(model, optimizer))  # fmt: skip
@@ -189,8 +190,13 @@ class Watch(Block, display.Shows):
         self._reads = OptimizerReads(self.sites) if zero is None else ZeroReads(self.sites, zero)
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
-        self._clock = StepClock(optimizer, on_end=self._ended, on_pre_optimizer=self._pre, on_post_optimizer=self._post,
-                                ends_step=self._reads.ends_step if isinstance(self._reads, ZeroReads) else None)
+        self._clock = StepClock(
+            optimizer,
+            on_end=self._ended,
+            on_pre_optimizer=self._pre,
+            on_post_optimizer=self._post,
+            ends_step=self._reads.ends_step if isinstance(self._reads, ZeroReads) else None,
+        )
         self._step = StepHooks(model, self.sites, self._clock.touch)  # the module hooks of a logged step
         self._detector = Detector(thresholds)
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
@@ -262,7 +268,7 @@ class Watch(Block, display.Shows):
         """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``).
 
         Args:
-            name: a watched module's dotted name.
+            name: a watched module's dotted name (with or without a wrapper's ``module.``).
 
         Returns:
             Its ``History``, one row per logged step, the ``COLUMNS`` statistics.
@@ -270,6 +276,7 @@ class Watch(Block, display.Shows):
         Raises:
             NotCapturedError: ``name`` is not watched (the message names the closest ones).
         """
+        name = known_name(name, self._rows)  # "module.0" of a DDP / DataParallel / DeepSpeed model is "0"
         if name not in self._rows:
             raise NotCapturedError(
                 f"{name!r} is not watched ({len(self._rows)} modules{closest(str(name), self._rows)}); "
