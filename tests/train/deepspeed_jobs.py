@@ -1,15 +1,19 @@
 """DeepSpeed ZeRO runs the tests launch (CPU: ``DS_ACCELERATOR=cpu``, gloo), watched every step.
 
-``python -m tests.train.deepspeed_jobs OUT`` under ``torchrun --nproc-per-node 2`` (or alone, a world of
-one): the MLP of ``ranks_jobs`` trained by a DeepSpeed engine at ZeRO stages 1 and 2, each rank on its
-half of the batch, with two parameter groups (DeepSpeed steps its torch optimizer once per group);
-each rank writes OUT/zero<stage>-rank<r>.json: the merged rows and DeepSpeed's own full gradient of
-layer 0's weight after the last backward (``safe_get_full_grad``).
+``python -m tests.train.deepspeed_jobs OUT`` under ``torchrun --nproc-per-node 2``: the MLP of ``ranks_jobs``
+trained by a DeepSpeed engine at ZeRO stages 1 and 2, each rank on its half of the batch, with two
+parameter groups (DeepSpeed steps its torch optimizer once per group). Stage 1 is watched as
+``watch(model_engine.module, opt)``, stage 2 as ``watch(model_engine)``. Each rank writes
+OUT/zero<stage>-rank<r>.json: the merged rows, the steps counted, ``history("module.0")`` beside
+``history("0")``, and DeepSpeed's own norm of layer 0's full gradient after the last backward
+(``safe_get_full_grad``); then OUT/refused-rank<r>.json: what watch says of a ZeRO-3 engine and of a
+bf16 ZeRO-1 one (DeepSpeed's ``BF16_Optimizer``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -18,52 +22,74 @@ from typing import Any
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported: no CUDA here
 
 import deepspeed
+import deepspeed.ops
 import torch
 import torch.distributed as dist
 from deepspeed.utils import safe_get_full_grad
 
 import hookscope
+from hookscope.errors import OptionError
 from tests.train.ranks_jobs import BATCH, STEPS, batch, mlp
 
-
-def config(stage: int, world: int) -> dict[str, Any]:
-    return {"train_micro_batch_size_per_gpu": BATCH // world, "steps_per_print": 10**9,
-            "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True}  # fmt: skip
+LR = {"weight": 0.1, "bias": 0.05}  # two parameter groups
 
 
-def engine(stage: int) -> Any:
+def groups(model: torch.nn.Module) -> list[dict[str, Any]]:
+    """The parameters in two groups, weights and biases, each with its learning rate."""
+    return [{"params": [p for n, p in model.named_parameters() if n.endswith(kind)], "lr": lr} for kind, lr in LR.items()]
+
+
+def engine(stage: int, **config: Any) -> tuple[Any, Any]:
     model = mlp()
-    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
-    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
-    sgd = torch.optim.SGD([{"params": weights}, {"params": biases, "lr": 0.05}], lr=0.1)
-    made, _, _, _ = deepspeed.initialize(model=model, optimizer=sgd, config=config(stage, dist.get_world_size()))
-    return made
+    options = {"train_micro_batch_size_per_gpu": BATCH // dist.get_world_size(), "steps_per_print": 10**9,
+               "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True, **config}  # fmt: skip
+    made, opt, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(groups(model)), config=options)
+    return made, opt
 
 
 def run(stage: int, out: Path) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    model_engine = engine(stage)
+    model_engine, opt = engine(stage)
     half = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
-    with hookscope.watch(model_engine, every=1) as w:
+    w = hookscope.watch(model_engine.module, opt, every=1) if stage == 1 else hookscope.watch(model_engine, every=1)
+    with w:
         for step in range(STEPS):
             loss = model_engine(batch(step)[half]).square().mean()
             model_engine.backward(loss)
-            full = safe_get_full_grad(model_engine.module[0].weight)  # DeepSpeed's own reading, an all-reduce
+            full = [safe_get_full_grad(p) for p in model_engine.module[0].parameters()]  # an all-reduce each
             model_engine.step()
-    rows = {name: h.rows.tolist() for name, h in w.histories().items()}
-    grad = float(full.double().norm())
-    (out / f"zero{stage}-rank{rank}.json").write_text(json.dumps({"rows": rows, "grad": grad, "steps": w.steps}))
+    got = {
+        "rows": {name: h.rows.tolist() for name, h in w.histories().items()},
+        "steps": w.steps,
+        "prefixed": w.history("module.0").rows.tolist(),
+        "grad": math.sqrt(sum(float(g.double().square().sum()) for g in full)),
+    }
+    (out / f"zero{stage}-rank{rank}.json").write_text(json.dumps(got))
+
+
+def refused(out: Path) -> None:
+    said = {}
+    for case, (stage, config) in {"zero3": (3, {}), "bf16": (1, {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}})}.items():
+        model_engine, _ = engine(stage, **config)
+        try:
+            hookscope.watch(model_engine)
+            said[case] = "accepted"
+        except OptionError as err:
+            said[case] = str(err)
+    (out / f"refused-rank{dist.get_rank()}.json").write_text(json.dumps(said))
 
 
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no C++ build: gloo does the collectives
     deepspeed.init_distributed("gloo")
     try:
         for stage in (1, 2):
             run(stage, out)
             dist.barrier()
+        refused(out)
     finally:
-        dist.destroy_process_group()
+        deepspeed.comm.destroy_process_group()
 
 
 if __name__ == "__main__":

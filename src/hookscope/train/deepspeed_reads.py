@@ -79,11 +79,11 @@ def refuse(model: nn.Module, optimizer: object) -> None:
     Raises:
         OptionError: always, naming DeepSpeed, the stage (when the engine tells it) and the optimizer.
     """
-    stage = f"ZeRO stage {model.zero_optimization_stage()}" if is_engine(model) else "its optimizer"  # type: ignore[operator]
+    stage = f" ZeRO stage {model.zero_optimization_stage()}" if is_engine(model) else ""  # type: ignore[operator]
     raise OptionError(
-        f"watch cannot read DeepSpeed {stage} with {type(optimizer).__name__}: it keeps the gradients and "
-        "fp32 weights where hookscope does not read them; use ZeRO stage 1 or 2 with fp32 or fp16 weights "
-        "(DeepSpeedZeroOptimizer), or PyTorch FSDP2 (fully_shard)"
+        f"watch cannot read DeepSpeed{stage} with {type(optimizer).__name__}: it keeps the gradients and "
+        "fp32 weights where hookscope does not read them; use ZeRO stage 1 or 2 through DeepSpeedZeroOptimizer "
+        "(bf16 weights with fp32 gradient accumulation get it at stage 2), or PyTorch FSDP2 (fully_shard)"
     )
 
 

@@ -135,9 +135,10 @@ def watch(
     refuse_zero3(model, "watch")
     if optimizer is None and is_engine(model):  # a DeepSpeed engine steps its own optimizer (train.deepspeed_reads)
         optimizer = getattr(model, "optimizer", None)
+    zero = zero_of(model, optimizer)  # before the optimizers are unwrapped: DeepSpeed's own, or refused by name
     return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
-                 scaler=LossScale(scaler), zero=zero_of(model, optimizer))  # fmt: skip
+                 scaler=LossScale(scaler), zero=zero)  # fmt: skip
 
 
 class Watch(Block, display.Shows):

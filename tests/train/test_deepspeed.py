@@ -1,0 +1,96 @@
+"""watch under DeepSpeed ZeRO stages 1 and 2 (CPU, 2 gloo ranks under torchrun) against one process of plain torch."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import hookscope
+from hookscope.errors import OptionError
+from hookscope.store.series import COLUMNS
+from hookscope.train.deepspeed_reads import refuse, zero_of
+from tests.test_distributed import ROOT, TORCHRUN, job_env
+from tests.train.ranks_jobs import STEPS, batch, mlp
+
+deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")  # noqa: F841
+# what each rank's half of the batch changes: its mean loss is over half the batch, units die per rank
+PER_RANK = ("grad_output_norm", "dead")
+
+
+def reference() -> dict[str, list[list[float]]]:
+    """The rows of one process of plain torch on the whole batch, with the jobs' two parameter groups."""
+    model = mlp()
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    opt = torch.optim.SGD([{"params": weights, "lr": 0.1}, {"params": biases, "lr": 0.05}])
+    with hookscope.watch(model, opt, every=1) as w:
+        for step in range(STEPS):
+            loss = model(batch(step)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return {name: h.rows.tolist() for name, h in w.histories().items()}
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("zero")
+    command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "tests.train.deepspeed_jobs", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return out
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
+def test_zero_1_and_2_on_two_ranks_log_the_numbers_of_one_process(ran: Path) -> None:
+    alone = reference()
+    for stage in (1, 2):
+        ranks = [json.loads((ran / f"zero{stage}-rank{r}.json").read_text()) for r in (0, 1)]
+        assert ranks[0]["rows"] == ranks[1]["rows"] and list(ranks[0]["rows"]) == list(alone)  # no "module."
+        got = ranks[0]
+        assert got["steps"] == STEPS  # one step per engine step, though DeepSpeed steps SGD once per group
+        assert got["prefixed"] == got["rows"]["0"]  # the engine's name of it finds it too
+        for name, rows in alone.items():
+            for c, column in enumerate(COLUMNS):
+                if column in PER_RANK:
+                    continue
+                want, seen = [r[c] for r in rows], [r[c] for r in got["rows"][name]]
+                assert all(
+                    (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-5) for a, b in zip(seen, want)
+                ), (stage, name, column, seen, want)
+        assert got["grad"] == pytest.approx(got["rows"]["0"][-1][COLUMNS.index("grad_norm")], rel=1e-5)  # DeepSpeed's
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
+def test_deepspeed_optimizers_watch_cannot_read_are_refused_at_entry(ran: Path) -> None:
+    said = json.loads((ran / "refused-rank0.json").read_text())
+    assert said["zero3"].startswith("watch cannot read DeepSpeed ZeRO-3 parameters: 'module.0.weight' is partitioned")
+    assert said["bf16"].startswith("watch cannot read DeepSpeed ZeRO stage 1 with BF16_Optimizer: it keeps")
+    assert json.loads((ran / "refused-rank1.json").read_text()) == said  # every rank refuses
+
+
+class _Fp16Wrapper:
+    """Stands for DeepSpeed's FP16_Optimizer, which a ZeRO stage 0 engine with fp16 weights steps with."""
+
+
+_Fp16Wrapper.__module__ = "deepspeed.runtime.fp16.fused_optimizer"
+
+
+def test_a_deepspeed_optimizer_or_partition_without_its_optimizer_is_refused() -> None:
+    model = nn.Linear(3, 2)
+    with pytest.raises(OptionError, match=r"^watch cannot read DeepSpeed with _Fp16Wrapper: it keeps"):
+        hookscope.watch(model, _Fp16Wrapper())  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="DeepSpeed with _Fp16Wrapper"):
+        refuse(model, _Fp16Wrapper())
+    partitioned: Any = model.weight
+    partitioned._hp_mapping = None  # what DeepSpeed's ZeRO-1/2 leaves on a parameter another rank holds
+    with pytest.raises(OptionError, match=r"^Linear's parameters are partitioned by DeepSpeed ZeRO.*watch\(model_en"):
+        hookscope.watch(model)
+    assert zero_of(nn.Linear(3, 2), None) is None  # an ordinary model
