@@ -133,8 +133,8 @@ OPTIONS = {
     "verify", "max_memory", "stats_only", "resume", "forward", "shard_size", "flush_every",
     # stores others read: extract's layout ("rows", "tokens"), a dataset's items (by rows or tokens), its shuffle
     "layout", "by", "seed",
-    # training
-    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync", "sinks",
+    # training (Watch(zero=): DeepSpeed's ZeRO optimizer, whose partitions hold the gradients; watch() finds it)
+    "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync", "sinks", "zero",
     # edits
     "strict",
     # exports: the other tool's format

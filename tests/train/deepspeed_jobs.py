@@ -36,7 +36,9 @@ LR = {"weight": 0.1, "bias": 0.05}  # two parameter groups
 
 def groups(model: torch.nn.Module) -> list[dict[str, Any]]:
     """The parameters in two groups, weights and biases, each with its learning rate."""
-    return [{"params": [p for n, p in model.named_parameters() if n.endswith(kind)], "lr": lr} for kind, lr in LR.items()]
+    return [
+        {"params": [p for n, p in model.named_parameters() if n.endswith(kind)], "lr": lr} for kind, lr in LR.items()
+    ]
 
 
 def engine(stage: int, **config: Any) -> tuple[Any, Any]:
@@ -69,7 +71,10 @@ def run(stage: int, out: Path) -> None:
 
 def refused(out: Path) -> None:
     said = {}
-    for case, (stage, config) in {"zero3": (3, {}), "bf16": (1, {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}})}.items():
+    for case, (stage, config) in {
+        "zero3": (3, {}),
+        "bf16": (1, {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}}),  # BF16_Optimizer
+    }.items():
         model_engine, _ = engine(stage, **config)
         try:
             hookscope.watch(model_engine)

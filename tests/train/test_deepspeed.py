@@ -19,7 +19,7 @@ from hookscope.train.deepspeed_reads import refuse, zero_of
 from tests.test_distributed import ROOT, TORCHRUN, job_env
 from tests.train.ranks_jobs import STEPS, batch, mlp
 
-deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")  # noqa: F841
+deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
 # what each rank's half of the batch changes: its mean loss is over half the batch, units die per rank
 PER_RANK = ("grad_output_norm", "dead")
 
@@ -37,6 +37,10 @@ def reference() -> dict[str, list[list[float]]]:
             loss.backward()
             opt.step()
     return {name: h.rows.tolist() for name, h in w.histories().items()}
+
+
+def close(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +66,7 @@ def test_zero_1_and_2_on_two_ranks_log_the_numbers_of_one_process(ran: Path) -> 
                 if column in PER_RANK:
                     continue
                 want, seen = [r[c] for r in rows], [r[c] for r in got["rows"][name]]
-                assert all(
-                    (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-5) for a, b in zip(seen, want)
-                ), (stage, name, column, seen, want)
+                assert all(map(close, seen, want)), (stage, name, column, seen, want)
         assert got["grad"] == pytest.approx(got["rows"]["0"][-1][COLUMNS.index("grad_norm")], rel=1e-5)  # DeepSpeed's
 
 
