@@ -99,6 +99,7 @@ class ZeroReads(OptimizerReads):
             for flat, group in zip(flats, zero.bit16_groups, strict=True)
         }
         self.partitioned = {id(p) for group in zero.bit16_groups for p in group}
+        self.names = {id(p): n for site in self.modules for n, p in self.named(site)}
 
     def ends_step(self, optimizer: Optimizer) -> bool:
         """Whether ``optimizer``'s step now is the last group's (DeepSpeed steps its groups one at a time)."""
@@ -127,7 +128,8 @@ class ZeroReads(OptimizerReads):
     def grads(self, optimizer: Optimizer | None, gathered: dict[str, Gathered], ranks: Ranks, *,
               scale: Tensor | None = None, keep: bool = False) -> None:  # fmt: skip
         """Add the squared norms of this rank's fragments of the gradients ``optimizer`` steps with (None: the
-        parameters DeepSpeed does not partition, as ``OptimizerReads``); ``scale`` and ``keep`` do not apply."""
+        parameters DeepSpeed does not partition, as ``OptimizerReads``); ``scale`` does not apply (DeepSpeed
+        unscales them); ``keep``: clones of the fragments, for histograms."""
         if optimizer is None:
             super().grads(None, gathered, ranks)
             return
@@ -139,6 +141,8 @@ class ZeroReads(OptimizerReads):
             pieces = by_site.setdefault(site, [])
             if address is not None and flat is not None and flat.grad is not None:
                 pieces.append(flat.grad.narrow(0, address.start, address.numel))
+                if keep:  # TensorBoard's histogram: this rank's fragment, as a DTensor's local piece
+                    gathered[site].grads[self.names[id(p)]] = pieces[-1].clone()
         for site, pieces in by_site.items():
             gathered[site].grad_sq = _added(gathered[site].grad_sq, pieces)
 
