@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 import hookscope
+from hookscope.core.select import select_sites
 
 
 @pytest.fixture
@@ -47,6 +48,8 @@ def test_the_names_a_wrapper_shows_find_every_site(net: nn.Module, tmp_path: Pat
     torch.testing.assert_close(run.batch(run.batches[0])["module.3"].output, cap["3"].output)
     with pytest.raises(hookscope.NotCapturedError, match=r"'module\.9' is not a site"):
         run["module.9"]
+    assert select_sites(run.site_types(), ["module.3", "module.*"], source="a store") == ["3"]
+    assert select_sites({"module.3": "Linear", "3": "Linear"}, "module.3", source="a store") == ["module.3"]
 
 
 def test_ddp_names_find_watched_modules_and_nan_guard_findings(tmp_path: Path) -> None:
@@ -61,8 +64,10 @@ def test_ddp_names_find_watched_modules_and_nan_guard_findings(tmp_path: Path) -
             ddp(torch.randn(3, 4)).sum().backward()
             opt.step()
         assert w.history("module.0").rows.tolist() == w.history("0").rows.tolist()
+        assert w.histories()["module.0"].name == "0"
         run = hookscope.load(tmp_path / "w.hookscope")
         assert run.history("module.2").rows.tolist() == w.history("2").rows.tolist()
+        assert run.histories()["module.2"].name == "2"
         with torch.no_grad():
             ddp.module[2].weight[0, 0] = math.nan
         with pytest.raises(hookscope.NonFiniteError) as found, hookscope.nan_guard(ddp, opt, select="module.2"):

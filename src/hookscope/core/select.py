@@ -60,7 +60,7 @@ from ..base.deprecation import renamed
 from ..base.words import closest
 from ..errors import SelectionError
 from .blocks import blocks, unique
-from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, unwrap
+from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, plain_name, unwrap
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -285,7 +285,10 @@ def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: s
 def _site_matcher(selector: Selector, sites: Mapping[str, str], source: str) -> Callable[[str, str], bool]:
     """One selector as a ``(site, class name) -> bool`` test; what needs the model is refused here."""
     if isinstance(selector, str) and selector != BLOCKS:
-        test = _name_matcher(eager_selector(selector))
+        text = eager_selector(selector)
+        if not text.startswith("re:") and not any(n == "module" or n.startswith("module.") for n in sites):
+            text = plain_name(text)  # the "module." of a DataParallel / DDP / DeepSpeed model's names, left out
+        test = _name_matcher(text)
         return lambda name, _: test(name)
     if isinstance(selector, type) and issubclass(selector, nn.Module):
         names = {cls.__name__ for cls in _subclasses(selector)}

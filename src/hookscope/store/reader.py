@@ -233,7 +233,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         Returns:
             Module name -> its ``History``.
         """
-        return series.read_histories(self.path, self.manifest, self._mapped)
+        return EagerNames(series.read_histories(self.path, self.manifest, self._mapped))  # "module.0" finds "0"
 
     def rank_histories(self) -> list[dict[str, History]]:
         """Each rank's own histories of a watch under torchrun, in rank order (empty for one process).
@@ -241,7 +241,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         Returns:
             Per rank, module name -> its ``History``.
         """
-        return series.read_rank_histories(self.path, self.manifest, self._mapped)
+        return [EagerNames(h) for h in series.read_rank_histories(self.path, self.manifest, self._mapped)]
 
     def scalars(self) -> dict[str, list[tuple[int, float]]]:
         """The scalars ``w.log`` logged in a watch store, ``{name: [(step, value), ...]}`` (empty if none).

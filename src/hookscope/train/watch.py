@@ -44,7 +44,7 @@ from ..base import display
 from ..base.deprecation import warn_renamed
 from ..base.words import closest
 from ..core.block import Block
-from ..core.compiled import known_name
+from ..core.compiled import EagerNames, known_name
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
@@ -292,7 +292,7 @@ class Watch(Block, display.Shows):
         Returns:
             Module name -> its ``History``.
         """
-        return {name: self.history(name) for name in self._rows}
+        return EagerNames({name: self.history(name) for name in self._rows})  # "module.0" of a DDP model finds "0"
 
     def table(self) -> str:
         """A row per watched module: its type, steps logged and its last logged row (text).
