@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -19,7 +20,10 @@ from hookscope.train.deepspeed_reads import refuse, zero_of
 from tests.test_distributed import ROOT, TORCHRUN, job_env
 from tests.train.ranks_jobs import STEPS, batch, mlp
 
-deepspeed = pytest.importorskip("deepspeed", reason="DeepSpeed is not installed")
+# DeepSpeed and torchrun: the jobs import DeepSpeed, this process does not (seconds of import, a process group)
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None or not TORCHRUN.exists(), reason="DeepSpeed or torchrun is missing"
+)
 # what each rank's half of the batch changes: its mean loss is over half the batch, units die per rank
 PER_RANK = ("grad_output_norm", "dead")
 
@@ -52,7 +56,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
+@needs_deepspeed
 def test_zero_1_and_2_on_two_ranks_log_the_numbers_of_one_process(ran: Path) -> None:
     alone = reference()
     for stage in (1, 2):
@@ -70,7 +74,7 @@ def test_zero_1_and_2_on_two_ranks_log_the_numbers_of_one_process(ran: Path) -> 
         assert got["grad"] == pytest.approx(got["rows"]["0"][-1][COLUMNS.index("grad_norm")], rel=1e-5)  # DeepSpeed's
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
+@needs_deepspeed
 def test_deepspeed_optimizers_watch_cannot_read_are_refused_at_entry(ran: Path) -> None:
     said = json.loads((ran / "refused-rank0.json").read_text())
     assert said["zero3"].startswith("watch cannot read DeepSpeed ZeRO-3 parameters: 'module.0.weight' is partitioned")
