@@ -3,7 +3,7 @@
 ``python -m tests.train.deepspeed_jobs OUT`` under ``torchrun --nproc-per-node 2``: the MLP of ``ranks_jobs``
 trained by a DeepSpeed engine at ZeRO stages 1 and 2, each rank on its half of the batch, with two
 parameter groups (DeepSpeed steps its torch optimizer once per group). Stage 1 is watched as
-``watch(model_engine.module, opt)``, stage 2 as ``watch(model_engine)``. Each rank writes
+``watch(model_engine.module, opt)``, stage 2 as ``watch(model_engine, out=OUT/zero2.hookscope)``. Each rank writes
 OUT/zero<stage>-rank<r>.json: the merged rows, the steps counted, ``history("module.0")`` beside
 ``history("0")``, and DeepSpeed's own norm of layer 0's full gradient after the last backward
 (``safe_get_full_grad``); then OUT/refused-rank<r>.json: what watch says of a ZeRO-3 engine and of a
@@ -53,7 +53,10 @@ def run(stage: int, out: Path) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     model_engine, opt = engine(stage)
     half = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
-    w = hookscope.watch(model_engine.module, opt, every=1) if stage == 1 else hookscope.watch(model_engine, every=1)
+    if stage == 1:
+        w = hookscope.watch(model_engine.module, opt, every=1)
+    else:  # rank 0 writes the store
+        w = hookscope.watch(model_engine, every=1, out=out / "zero2.hookscope")
     with w:
         for step in range(STEPS):
             loss = model_engine(batch(step)[half]).square().mean()

@@ -72,6 +72,9 @@ def test_zero_1_and_2_on_two_ranks_log_the_numbers_of_one_process(ran: Path) -> 
                 want, seen = [r[c] for r in rows], [r[c] for r in got["rows"][name]]
                 assert len(seen) == len(want) and all(map(close, seen, want)), (stage, name, column, seen, want)
         assert got["grad"] == pytest.approx(got["rows"]["0"][-1][COLUMNS.index("grad_norm")], rel=1e-5)  # DeepSpeed's
+    run = hookscope.load(ran / "zero2.hookscope")  # rank 0 wrote it: the merged rows, the engine's names found too
+    assert run.config["world_size"] == 2 and len(run.rank_histories()) == 2
+    assert run.history("module.0").rows.tolist() == got["rows"]["0"]
 
 
 @needs_deepspeed
