@@ -23,7 +23,9 @@ steps run the bare model, with nothing but the optimizers' step hooks and one pr
 logged step computes its statistics where the tensors are and brings them to the host once, when
 it ends. Forward passes under ``torch.no_grad()`` (evaluation) are ignored. Watching changes
 nothing of the training: no value, no flag, no random number. A ``torch.compile``d model runs its
-compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``).
+compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``);
+so does a ``torch.compile``d train-step function, whose graphs Dynamo splits at the watch's hooks
+without tracing into them (``core.compiled.out_of_trace``: no recompilation per step).
 
 Under torchrun (DDP, FSDP2, tensor parallelism: ``train.ranks``) every rank must open the watch:
 DTensors are measured on their local pieces, a logged step gathers every rank's sums in one
@@ -45,6 +47,7 @@ from ..base import display
 from ..base.deprecation import warn_renamed
 from ..base.words import closest
 from ..core.block import Block
+from ..core.compiled import out_of_trace
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
@@ -198,7 +201,7 @@ class Watch(Block, display.Shows):
             self._store.check()  # before anything is touched, on every rank
             self._ranks.barrier()  # then rank 0 creates it: no rank sees it half made
         self._clock.install(handles)
-        handles.on_forward_pre(self.model, self._look)
+        handles.on_forward_pre(self.model, out_of_trace(self._look))  # kept out of a compiled step's trace
         # under torchrun rank 0 alone writes to the sinks: every rank logs the same merged rows
         self._sinks = open_sinks(self._sink_specs, name=type(self.model).__name__) if not self._ranks.rank else []
         self._boards = [s for s in self._sinks if isinstance(s, Board)]
