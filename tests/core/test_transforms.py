@@ -61,3 +61,26 @@ def test_calls_outside_the_transform_are_still_recorded() -> None:
         net(X)
     torch.testing.assert_close(cap["0"].calls[1].output, net[0](X))
     assert [c.index for c in cap["0"].calls] == [0, 1]
+
+
+def test_functional_call_with_other_tensors_says_where_the_gradients_went() -> None:
+    net = model()
+    params = {k: v.detach().clone().requires_grad_() for k, v in net.named_parameters()}
+    said = "it ran under torch.func.functional_call, which puts the tensors passed in place"
+    block = hookscope.capture(net, "0", kinds=("output", "param_grad"))
+    with pytest.warns(hookscope.CaptureWarning, match=said) as found, block as cap:  # not "no backward pass ran"
+        functional_call(net, params, (X,)).sum().backward()
+    assert not any("no backward pass ran" in str(w.message) for w in found)
+    (oracle,) = torch.autograd.grad(functional_call(net, params, (X,)).sum(), params["0.weight"])
+    torch.testing.assert_close(params["0.weight"].grad, oracle)  # the passed tensors got the gradients
+    assert net[0].weight.grad is None
+    assert "functional_call" in cap["0"].missing["param_grad"]
+
+
+def test_functional_call_with_the_modules_own_parameters_captures_param_grad() -> None:
+    net = model()
+    params = dict(net.named_parameters())
+    with hookscope.capture(net, "0", kinds=("param_grad",)) as cap:
+        functional_call(net, params, (X,)).sum().backward()
+    (oracle,) = torch.autograd.grad(net(X).sum(), net[0].weight)
+    torch.testing.assert_close(cap["0"].param_grad["weight"], oracle)

@@ -93,3 +93,37 @@ def test_trainer_callback_watches_optimizer_steps(tmp_path: Path, accumulate: in
     assert [s for s, _ in run.scalars()["lr"]] == list(range(STEPS))
     report = hookscope.build_training_report(run)
     assert report.charts[0].title == "Loss"
+
+
+class Recorder(transformers.TrainerCallback):  # type: ignore[misc]
+    """A tracker after the hookscope callback: keeps the logs it is given."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict[str, Any]] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        self.logs.append(dict(logs))
+
+
+def test_trainer_callback_writes_alerts_into_the_trainers_logs(tmp_path: Path) -> None:
+    from hookscope.integrations import HookscopeCallback
+
+    model = _bert()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=BATCH, max_steps=STEPS, logging_steps=1,
+        max_grad_norm=0.0, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    # every gradient norm over 1e-3 is "exploding": alerts fire at step 0
+    callback = HookscopeCallback(every=1, thresholds={"exploding": 1e-3, "patience": 1})
+    recorder = Recorder()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Same(BATCH * STEPS),
+                                   optimizers=(opt, None), callbacks=[callback, recorder])  # fmt: skip
+    trainer.train()
+    alerts = callback.watch.alerts if callback.watch is not None else []
+    assert alerts and {a.step for a in alerts} == {0}
+    by_step = {h["step"]: h for h in trainer.state.log_history if "loss" in h}
+    for alert in alerts:  # the Trainer's step of the watch's step 0 is 1
+        assert by_step[alert.step + 1][f"hookscope/{alert.kind}/{alert.module}"] == alert.value
+    assert [by_step[s]["hookscope/alerts"] for s in (1, 2, 3)] == [len(alerts)] * 3
+    assert recorder.logs[0][f"hookscope/exploding/{alerts[0].module}"] == alerts[0].value

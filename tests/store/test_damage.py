@@ -178,3 +178,38 @@ def test_a_manifest_row_that_names_another_batch_costs_its_shard_never_gives_a_n
     assert len(caught) == 1 and "batches 2..3 left out" in str(caught[0].message)
     assert len(data) == 4 * (BATCHES - 2) and data.batches == [0, 1, 4, 5, 6, 7, 8, 9]
     assert torch.equal(torch.cat(list(DataLoader(data, batch_size=6))), torch.cat(kept(good, lost=(2, LOST))))
+
+
+def break_sites(root: Path, how: str) -> None:
+    """The manifest's list of sites damaged: its key ("sites" -> "rites", one byte: the list is gone), a site's
+    name ("2" -> "3", one byte), or the list emptied."""
+    manifest = root / "manifest.json"
+    data = manifest.read_bytes()
+    if how == "dropped":
+        flip(manifest, data.index(b'"sites"') + 1, 1)
+    elif how == "renamed":
+        flip(manifest, data.index(b'"name": "2"') + 9, 1)
+    else:
+        manifest.write_text(json.dumps({**json.loads(data), "sites": []}))
+
+
+@pytest.mark.parametrize("how", ["dropped", "renamed", "emptied"])
+def test_a_killed_stores_list_of_sites_is_checked_as_a_complete_ones(good: Path, tmp_path: Path, how: str) -> None:
+    """Every shard holds both sites: a site the list lacks costs every shard, listed in run.damaged, as for
+    the complete store with the same damage; never a site silently missing with its batches read as whole."""
+    runs = {}
+    for state in STATES:
+        root = tmp_path / state
+        shutil.copytree(good, root)
+        if state == "interrupted":
+            as_if_killed(root)
+        break_sites(root, how)
+        with pytest.warns(StoreWarning, match="must be a site the manifest lists"):
+            runs[state] = hookscope.load(root)
+    killed, complete = runs["interrupted"], runs["complete"]
+    assert not killed.complete and complete.complete
+    assert list(killed) == list(complete) == {"dropped": [], "renamed": ["0", "3"], "emptied": []}[how]
+    assert set(killed.damaged) == set(complete.damaged) == {f"shards/{shard_of(good, b).name}" for b in range(BATCHES)}
+    assert killed.lost == complete.lost and sorted(killed.lost) == list(range(BATCHES))
+    with pytest.raises(DamagedShardError, match=rf"must be a site the manifest lists.*batch {LOST} was in it"):
+        killed.batch(LOST)

@@ -37,9 +37,9 @@ from .backward import GradientHooks
 from .block import Block
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
-from .diagnosis import IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
+from .diagnosis import FUNCTIONAL_CALL, IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
 from .hooks import HandleGroup
-from .inference import transform
+from .inference import swapped, transform
 from .kinds import Kind, at, choose, misspelled, names
 from .phase import CallPhase, Regions, call_phase, stopped
 from .placement import shard_notes, this_rank
@@ -162,6 +162,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._order = itertools.count()
         self._grads_seen = False
         self._params_reached: set[str] = set()
+        self._hooked: dict[str, dict[str, Tensor]] = {}  # site -> the parameters its param_grad hooks are on
         self._cleared: set[str] = set()  # sites that had calls before a clear()
         self._raised: dict[int, tuple[str, int]] = {}  # id(exception) -> the call it escaped from first
         self._regions: Regions[Call] = Regions()  # checkpointed calls, for their recomputation (core.phase)
@@ -286,6 +287,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._handles.on_forward(module, partial(self._after, record))
         if self._param_grads:
             trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+            self._hooked[record.name] = dict(trainable)
             for pname, param in trainable:
                 record.param_grads[pname] = []
                 self._handles.on_param_grad(param, partial(self._on_param_grad, record, pname))
@@ -339,6 +341,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             record.calls.append(call)
             self._regions.note(phase, record.name, call)
         assert call is not None  # only a recomputation finds no call
+        if self._param_grads and swapped(module, self._hooked.get(record.name, {})):
+            call.missing["param_grad"] = FUNCTIONAL_CALL  # torch.func.functional_call: other tensors got the grads
         self._returned(record, call, phase, output)
 
     def _returned(self, record: Record, call: Call, phase: CallPhase, output: Any) -> None:

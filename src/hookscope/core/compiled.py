@@ -19,6 +19,13 @@ name looked up with it, or with ``_orig_mod.``, in a capture, a watch, a store (
 
 The stance is process-wide: while a capture of a compiled model is open, every compiled model
 and function of the process runs eagerly, in every thread.
+
+A compiled train-step function (``torch.compile(step)``, the model called inside it) compiles the
+optimizer's step and the model's call with whatever hooks they hold, so Dynamo would trace
+hookscope's hooks too: graph breaks, guards on hookscope's own state and a recompilation per
+step ("hit config.recompile_limit"). Hooks that stay through compiled steps are therefore marked
+``out_of_trace`` (``torch.compiler.disable``: Dynamo calls them, it does not trace them), and
+``dynamo_loaded`` tells a block that a compiled function may be running its model.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar, cast
 
@@ -39,6 +46,7 @@ WRAPPED = "_orig_mod"  # the attribute (and name segment) of the module an Optim
 PARALLEL = (nn.DataParallel, nn.parallel.DistributedDataParallel)  # wrap their model as .module
 ENGINE = "deepspeed.runtime.engine"  # the module of DeepSpeedEngine, which wraps its model as .module too
 V = TypeVar("V")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def wrapper_type() -> type[nn.Module] | None:
@@ -228,6 +236,20 @@ def run_eagerly() -> Iterator[None]:
         yield
     finally:
         _STANCE.exit()
+
+
+def dynamo_loaded() -> bool:
+    """True once ``torch.compile`` was imported in this process (before, nothing can be compiled)."""
+    return "torch._dynamo" in sys.modules
+
+
+def out_of_trace(hook: F) -> F:
+    """``hook`` as Dynamo's to call, never to trace (``torch.compiler.disable``), once torch.compile is
+    in use; ``hook`` itself before (importing Dynamo for it would cost seconds)."""
+    if not dynamo_loaded():
+        return hook
+    disabled: F = torch.compiler.disable(hook, recursive=True)  # type: ignore[no-untyped-call]
+    return disabled
 
 
 def compiled_frames() -> bool:

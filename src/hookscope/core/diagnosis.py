@@ -39,6 +39,13 @@ IN_TRANSFORM = (
     IN_TRANSFORM_START + " ({transform}), whose wrapped tensors a hook cannot copy out; "
     "call the model outside the transform to capture it (the call itself ran as usual)"
 )
+FUNCTIONAL_CALL = (
+    "it ran under torch.func.functional_call, which puts the tensors passed in place of the module's own "
+    "parameters for the call, so the backward pass gives those tensors the gradients and the parameters get "
+    "none; read the gradients of the tensors you passed (their .grad after .backward(), or "
+    "torch.autograd.grad(loss, list(params.values()))), or pass the module's own parameters "
+    "(dict(model.named_parameters())) to capture param_grad"
+)
 NOT_REACHED = "the backward pass did not reach it (the loss does not depend on it)"
 IN_TORCHSCRIPT = (
     "it is part of a torch.jit.trace'd (or scripted) module, which runs as one TorchScript graph and never "

@@ -11,12 +11,18 @@ Inside a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``...) a hook see
 with no storage of their own (one per batch element, or one per level of differentiation): they
 cannot be copied out as ordinary tensors. ``transform()`` names the transform running, so a hook
 can step aside, say so, and leave the user's call as it is.
+
+``torch.func.functional_call(model, params, x)`` runs the model with the tensors of ``params`` in
+place of its parameters: the backward pass gives those tensors the gradients, and the module's own
+parameters (where ``param_grad`` hooks sit) get none. ``swapped`` tells a hook that this is so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 INFERENCE = -2  # the version of an inference tensor, which has none (a counter is never negative)
 
@@ -35,3 +41,9 @@ def transform() -> str | None:
     """The innermost ``torch.func`` transform running now (``"vmap"``, ``"grad"``, ``"jvp"``...), or None."""
     interpreter = torch._C._functorch.peek_interpreter_stack()
     return None if interpreter is None else interpreter.key().name.lower()
+
+
+def swapped(module: nn.Module, hooked: Mapping[str, Tensor]) -> bool:
+    """True when ``module`` runs with other tensors than the parameters ``hooked`` (name -> parameter)
+    in their places: a ``torch.func.functional_call`` (``torch.nn.utils.stateless``) is running it."""
+    return bool(hooked) and any(hooked.get(name, p) is not p for name, p in module.named_parameters())

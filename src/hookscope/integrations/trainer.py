@@ -12,10 +12,16 @@ When training begins it opens ``watch`` (and ``nan_guard``) on the Trainer's mod
 optimizer inside Accelerate's wrapper and the Trainer's ``GradScaler`` if it has one; the watch
 counts optimizer steps (one per ``gradient_accumulation_steps`` micro-batches, as
 ``state.global_step``). Each time the Trainer logs (``logging_steps``), its ``loss`` and
-``learning_rate`` go to ``w.log`` at the step they were logged for, and the watch's alert count
-goes back into the Trainer's logs as ``hookscope/alerts`` (so it reaches the trackers of
-``report_to`` that run after this callback). When training ends the blocks close; a forward pass
-that raises closes them too.
+``learning_rate`` go to ``w.log`` at the step they were logged for, and the watch's alerts go
+back into the Trainer's logs: ``hookscope/alerts`` (their count) and, for each alert raised since
+the last log, ``hookscope/{kind}/{module}`` (the value that crossed its bound), in the logs the
+callbacks after this one get and in the entry just added to ``trainer.state.log_history`` (its
+``step`` is the Trainer's: the watch's step + 1), which ``trainer_state.json`` keeps. The Trainer
+puts the trackers of ``report_to`` before the callbacks it is given, so they run before this one
+sees the logs: to send the alerts to a tracker, give the callback ``sinks=`` (``"wandb:online"``,
+``"tensorboard:DIR"``: ``hookscope.train.sinks``) or move it first
+(``trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(callback))``). When training
+ends the blocks close; a forward pass that raises closes them too.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class HookscopeCallback(TrainerCallback):  # type: ignore[misc]
                  sinks: Sequence[str] | None = None, thresholds: Any = None, force: bool = False,
                  nan_guard: bool = False) -> None:  # fmt: skip
         self.session = Session(Options(every, select, out, sinks, thresholds, force, nan_guard))
+        self._reported = 0  # the watch's alerts already written into the Trainer's logs
 
     @property
     def watch(self) -> Watch | None:
@@ -59,6 +66,7 @@ class HookscopeCallback(TrainerCallback):  # type: ignore[misc]
                        **kwargs: Any) -> None:  # fmt: skip
         scaler = getattr(getattr(optimizer, "scaler", None), "get_scale", None)
         self.session.open(model, optimizer, scaler=optimizer.scaler if scaler is not None else None)
+        self._reported = 0
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         w = self.session.watch
@@ -67,7 +75,12 @@ class HookscopeCallback(TrainerCallback):  # type: ignore[misc]
         values = {ours: logs[theirs] for theirs, ours in LOGGED.items() if isinstance(logs.get(theirs), (int, float))}
         if values:
             w.log(step=max(state.global_step - 1, 0), **values)
-        logs["hookscope/alerts"] = len(w.alerts)
+        new, self._reported = w.alerts[self._reported :], len(w.alerts)
+        entries = {"hookscope/alerts": len(w.alerts), **{f"hookscope/{a.kind}/{a.module}": a.value for a in new}}
+        logs.update(entries)
+        history = state.log_history
+        if history and history[-1].get("step") == state.global_step:  # the entry Trainer.log added for these logs
+            history[-1].update(entries)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.session.close()

@@ -53,6 +53,7 @@ class Run(Protocol):
     @property
     def lost(self) -> dict[int, str]: ...
     def histories(self) -> Mapping[str, History]: ...
+    def scalars(self) -> Mapping[str, list[tuple[int, float]]]: ...
     def statistics(self) -> Mapping[Label, RunningStats]: ...
     def contents(self) -> list[Contents]: ...
 
@@ -60,7 +61,7 @@ class Run(Protocol):
 def describe(run: Run) -> str:
     """The text of ``hookscope info``: see the module docstring."""
     if series.is_watch(run.manifest):
-        return series.describe_watch(run.path, run.manifest, run.histories())
+        return series.describe_watch(run.path, run.manifest, run.histories(), run.scalars())
     prov, config = run.provenance, run.config
     shards = run.manifest.get("shards", [])
     rows = f" ({run.rows:,} rows)" if run.rows is not None else ""

@@ -55,12 +55,14 @@ class Index:
 
     def lost(self) -> dict[int, str]:
         """The batches with a tensor in a damaged shard, and that shard; for a shard no row names (its
-        header unreadable, in an interrupted store), the batches its damaged header still names."""
+        header unreadable in an interrupted store, or every row of it dropped as damaged: the manifest
+        lists none of its sites), the batches its header still names."""
         if self._lost is None:
-            rows = (Entry(*row) for row in self.manifest.get("tensors", [])) if self.damaged else iter(())
+            rows = [Entry(*row) for row in self.manifest.get("tensors", [])] if self.damaged else []
             self._lost = {e.batch: self.files[e.shard] for e in rows if self.files[e.shard] in self.damaged}
-            held = {b["index"] for b in self.manifest.get("batches", [])} - set(self._lost)
-            for file in (f for f in self.damaged if f not in self.files):
+            held = {e.batch for e in rows if self.files[e.shard] not in self.damaged}  # in intact shards
+            named = {self.files[e.shard] for e in rows}
+            for file in (f for f in self.damaged if f not in named):
                 self._lost.update({b: file for b in named_batches(self.root, file) if b not in held | set(self._lost)})
         return self._lost
 

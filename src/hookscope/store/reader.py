@@ -74,8 +74,8 @@ def load(path: str | os.PathLike[str], *, verify: bool = True) -> Run:
         what = "does not exist" if not root.exists() else "is not a hookscope store (no manifest.json)"
         raise StoreError(f"{root} {what}; make one with hookscope.save(cap, path) or hookscope.extract(...)")
     manifest = read_manifest(root)
-    if manifest.get("status") != "complete":
-        return Run(root, {**manifest, **index_parts(root)}, verify=verify)
+    if manifest.get("status") != "complete":  # interrupted: the index from the shards' headers, checked the same
+        manifest = {**manifest, **index_parts(root)}
     bad = check_index(manifest, str(manifest_path))
     return Run(root, {**manifest, "damaged": {**manifest.get("damaged", {}), **bad}}, verify=verify)
 

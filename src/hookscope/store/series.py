@@ -299,8 +299,13 @@ def read_non_finite(manifest: Mapping[str, Any]) -> NonFiniteError | None:
     return NonFiniteError(row["message"], **{**fields, "input_absmax": None if absmax is None else float(absmax)})
 
 
-def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[str, History]) -> str:
-    """What ``hookscope info`` prints of a watch store: the run, its alerts, the last row of every site."""
+def describe_watch(
+    path: Path,
+    manifest: Mapping[str, Any],
+    histories: Mapping[str, History],
+    scalars: Mapping[str, Sequence[tuple[int, float]]] | None = None,
+) -> str:
+    """What ``hookscope info`` prints of a watch store: the run, its scalars, its alerts, the last row of every site."""
     prov, config = manifest.get("provenance", {}), manifest.get("config", {})
     alerts = read_alerts(manifest)
     steps = sorted({s for h in histories.values() for s in h.steps})
@@ -319,6 +324,7 @@ def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[s
         f"({_span(steps)}), select {config.get('select') or 'every leaf with parameters, and activations'}",
         *_ranks_line(config, manifest.get("series") or {}),
         *_stopped_line(read_non_finite(manifest)),
+        *scalar_lines(scalars or {}),
         f"alerts    {len(alerts)}" + "".join(f"\n          {a}" for a in alerts[:10]),
         f"size      {size}",
         "",
@@ -327,6 +333,19 @@ def describe_watch(path: Path, manifest: Mapping[str, Any], histories: Mapping[s
     rows = [["site", "type", "steps", *(f"last {c}" for c in shown)]]
     rows += [[n, h.type, str(len(h)), *(_cell(h.last().get(c)) for c in shown)] for n, h in histories.items()]
     return "\n".join(head + columns(rows, right={2, 3, 4, 5, 6}))
+
+
+def scalar_lines(scalars: Mapping[str, Sequence[tuple[int, float]]]) -> list[str]:
+    """The scalars of ``w.log`` a watch store keeps: one line each, its values, first and last step, last value."""
+    if not scalars:
+        return ["scalars   none (w.log(loss=...) keeps them beside the statistics)"]
+    width = max(len(name) for name in scalars)
+    lines = [f"scalars   {len(scalars)} logged with w.log (run.scalars())"]
+    for name, pairs in scalars.items():
+        steps = sorted(step for step, _ in pairs)
+        last = f", last {_cell(pairs[-1][1])}" if pairs else ""
+        lines.append(f"          {name:<{width}}  {len(pairs):,} value{'s' * (len(pairs) != 1)}, {_span(steps)}{last}")
+    return lines
 
 
 def _ranks_line(config: Mapping[str, Any], series: Mapping[str, Any]) -> list[str]:

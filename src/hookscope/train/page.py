@@ -10,6 +10,7 @@
 ``hookscope report --from runs/exp1.hookscope`` writes it for a watch store. The page, from the
 top: the first non-finite value (the ``NonFiniteError`` of ``nan_guard`` that ended the run, with its step,
 phase, module, call, key and rank; else the watch's first ``non_finite`` alert), the alerts; the
+scalars the run logged with ``w.log`` (name, values, first and last step, last value); the
 loss curve (the scalar ``loss`` of ``w.log``, when the run logged it); per-layer curves over the
 logged steps of the parameter-gradient norm (log), the update ratio |Δw| / |w|
 (log, the healthy band of the thresholds shaded) and the dead-unit fraction; a heatmap of layers x
@@ -62,6 +63,15 @@ class LayerRow:
 
 
 @dataclass(frozen=True)
+class ScalarRow:
+    name: str
+    values: int
+    first: int  # the first and last step it was logged at
+    last: int
+    last_value: float  # the value logged last
+
+
+@dataclass(frozen=True)
 class TrainingReport(Shows):
     """What the training page shows (see the module docstring); ``render_html`` draws it."""
 
@@ -82,6 +92,7 @@ class TrainingReport(Shows):
     ranks: int = 1  # a watch under torchrun: the ranks its rows are merged over
     graph: Graph | None = None  # the module graph, coloured by the alerts (or the last gradient norms)
     ended_on: NonFiniteError | None = None  # the error (nan_guard) that ended the run, if one did (run.non_finite)
+    scalars: tuple[ScalarRow, ...] = ()  # what w.log logged (loss, lr...), by name
 
     def __repr__(self) -> str:
         return (
@@ -123,6 +134,7 @@ def build_training_report(
     first = next((a for a in run.alerts if a.kind == "non_finite"), None)
     band = tuple(config.get("thresholds", {}).get("update_ratio", (3e-5, 1e-1)))
     steps = sorted({s for h in histories.values() for s in h.steps})
+    scalars = run.scalars()
     return TrainingReport(
         title=title or f"{prov.get('model', 'model')}: training from {run.path.name}",
         model=str(prov.get("model", "?")),
@@ -135,13 +147,19 @@ def build_training_report(
         ended=str(config.get("ended", "")) or "while running",
         alerts=tuple(run.alerts),
         first_non_finite=first,
-        charts=_loss_chart(run.scalars()) + _charts(shown, (band[0], band[1]), first),
+        charts=_loss_chart(scalars) + _charts(shown, (band[0], band[1]), first),
         layers=tuple(_row(h) for h in histories.values()),
         left_out=len(histories) - len(shown),
         ranks=int(config.get("world_size", 1)),
         graph=_alert_graph(graph or _kept_graph(run), run.alerts, histories),
         ended_on=run.non_finite,
+        scalars=tuple(_scalar_row(name, pairs) for name, pairs in scalars.items() if pairs),
     )
+
+
+def _scalar_row(name: str, pairs: Sequence[tuple[int, float]]) -> ScalarRow:
+    steps = [step for step, _ in pairs]
+    return ScalarRow(name, len(pairs), min(steps), max(steps), pairs[-1][1])
 
 
 def _kept_graph(run: Run) -> Graph | None:
@@ -202,6 +220,9 @@ def training_html(report: TrainingReport) -> str:
         body += note(str(alert))
     body += note("no alert") if not report.alerts else ""
     body += more(min(len(report.alerts), 10), len(report.alerts), "alerts")
+    for row in report.scalars:
+        span = f"steps {row.first}..{row.last}, last {_number(row.last_value)}"
+        body += note(f"scalar {row.name}: {row.values} values, {span}")
     for chart in report.charts:
         body += figure(chart.png, f"{chart.title}: {chart.caption}", width=560)
     return view(body, title=report.title)

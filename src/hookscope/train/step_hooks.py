@@ -3,8 +3,10 @@
 ``arm()`` puts a forward hook on every watched site (and a tensor hook on each output that needs a
 gradient) for the step about to run; ``gathered`` then holds a ``collect.Gathered`` per site;
 ``disarm()`` removes every hook and hands the sums over when the step ends. Between logged steps
-nothing is registered, so the model runs bare. A ``torch.compile``d model runs eagerly while the
-hooks are on (hooks added after compiling fire only in eager code: ``core.compiled.run_eagerly``).
+nothing is registered, so the model runs bare. A ``torch.compile``d model, or any once torch.compile
+is in use (a compiled train-step function calls the model), runs eagerly while the hooks are on
+(hooks added after compiling fire only in eager code: ``core.compiled.run_eagerly``), and the hooks
+are out of Dynamo's trace (``core.compiled.out_of_trace``).
 Evaluation passes (no grad) and checkpointing's rerun of a call (``core.phase``) are not counted.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..core.compiled import is_compiled, run_eagerly
+from ..core.compiled import dynamo_loaded, is_compiled, out_of_trace, run_eagerly
 from ..core.hooks import HandleGroup
 from ..core.phase import call_phase
 from ..core.placement import local, shard_note
@@ -43,10 +45,10 @@ class StepHooks:
         """Hooks on every site; ``keep``: the last output and gradient too (TensorBoard's histograms)."""
         self._keep, self._rank = keep, rank
         self.restart()
-        if is_compiled(self.model):
+        if is_compiled(self.model) or dynamo_loaded():
             self._eager.enter_context(run_eagerly())
         for name, module in self.sites:
-            self._hooks.on_forward(module, self._forward_hook(name))
+            self._hooks.on_forward(module, out_of_trace(self._forward_hook(name)))
 
     def restart(self) -> None:
         """Drop what was gathered so far (the scaler skipped the step: it is run again)."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from torch.optim import Optimizer
 
+from ..core.compiled import out_of_trace
 from ..core.hooks import HandleGroup
 from ..errors import OptionError
 
@@ -100,9 +101,9 @@ class StepClock:
 
     def install(self, handles: HandleGroup) -> None:
         """A step pre- and post-hook on each optimizer, in ``handles`` (the block removes them)."""
-        for optimizer in self.optimizers:
-            handles.on_optimizer_step_pre(optimizer, self._pre)
-            handles.on_optimizer_step_post(optimizer, self._post)
+        for optimizer in self.optimizers:  # a compiled train step calls them, Dynamo does not trace them
+            handles.on_optimizer_step_pre(optimizer, out_of_trace(self._pre))
+            handles.on_optimizer_step_post(optimizer, out_of_trace(self._post))
 
     def touch(self) -> None:
         """Work happened in the current step (a forward or backward pass)."""

@@ -18,11 +18,14 @@ update ratio |Δw| / |w| of the optimizer step (its pre- and post-step hooks).
 
 Cost: only steps ``0, every, 2 * every, ...`` are logged, and the module hooks exist only while a
 logged step runs (registered when the step before it ends, removed when it ends), so the other
-steps run the bare model, with nothing but the optimizers' step hooks, which return at once. A
+steps run the bare model, with nothing but the optimizers' step hooks and one pre-hook on the model
+(the step its last training forward pass ran in, for ``w.log``), which return at once. A
 logged step computes its statistics where the tensors are and brings them to the host once, when
 it ends. Forward passes under ``torch.no_grad()`` (evaluation) are ignored. Watching changes
 nothing of the training: no value, no flag, no random number. A ``torch.compile``d model runs its
-compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``).
+compiled code on the steps not logged and eagerly on logged steps (``core.compiled.run_eagerly``);
+so does a ``torch.compile``d train-step function, whose graphs Dynamo splits at the watch's hooks
+without tracing into them (``core.compiled.out_of_trace``: no recompilation per step).
 
 Under torchrun (DDP, FSDP2, tensor parallelism: ``train.ranks``) every rank must open the watch:
 DTensors are measured on their local pieces, a logged step gathers every rank's sums in one
@@ -44,7 +47,7 @@ from ..base import display
 from ..base.deprecation import warn_renamed
 from ..base.words import closest
 from ..core.block import Block
-from ..core.compiled import EagerNames, known_name
+from ..core.compiled import EagerNames, known_name, out_of_trace
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
@@ -184,6 +187,7 @@ class Watch(Block, display.Shows):
         self._select, self._flush_every, self._sink_specs, self._scale = select, flush_every, sinks, scaler
         self.skipped: list[int] = []  # the step index at each step the GradScaler skipped (train.scaler)
         self._scalars = Scalars()
+        self._forward_step: int | None = None  # the step of the last forward pass with grad (w.log's default)
         self._sinks: list[Sink] = []
         self._unwritten = False  # rows logged since the store was last written
         self._params = {name: list(m.parameters()) for name, m in self.sites}
@@ -212,8 +216,7 @@ class Watch(Block, display.Shows):
             self._store.check()  # before anything is touched, on every rank
             self._ranks.barrier()  # then rank 0 creates it: no rank sees it half made
         self._clock.install(handles)
-        if self._scale.scaler is not None:
-            handles.on_forward_pre(self.model, self._look)
+        handles.on_forward_pre(self.model, out_of_trace(self._look))  # kept out of a compiled step's trace
         # under torchrun rank 0 alone writes to the sinks: every rank logs the same merged rows
         self._sinks = open_sinks(self._sink_specs, name=type(self.model).__name__) if not self._ranks.rank else []
         self._boards = [s for s in self._sinks if isinstance(s, Board)]
@@ -249,16 +252,21 @@ class Watch(Block, display.Shows):
         return self._clock.step()
 
     def log(self, *, step: int | None = None, **scalars: object) -> None:
-        """Record ``scalars`` (numbers, or tensors of one element, read later) for ``step`` (default: ``w.steps``).
+        """Record ``scalars`` (numbers, or tensors of one element, read later) for ``step``.
 
         They are kept beside the statistics (the store's ``scalars``, ``run.scalars()``, the report's
-        loss curve) and sent to the sinks; call it before ``opt.step()`` or pass ``step=``.
+        loss curve) and sent to the sinks. By default they belong to the step of the model's last
+        training forward pass: a loss logged after ``opt.step()`` (which ends the step) lands on the
+        step that computed it, as does anything logged before the next step's forward pass.
 
         Args:
-            step: the step the scalars belong to; None is the current ``w.steps``.
+            step: the step the scalars belong to; None is the step of the last forward pass with
+                grad (``w.steps`` before the first one).
             **scalars: name -> a number or a one-element tensor (``loss=loss``, ``lr=lr``).
         """
-        self._scalars.add(self._clock.step_index if step is None else step, **scalars)
+        if step is None:
+            step = self._clock.step_index if self._forward_step is None else self._forward_step
+        self._scalars.add(step, **scalars)
 
     @property
     def steps(self) -> int:
@@ -329,8 +337,9 @@ class Watch(Block, display.Shows):
             self._step.arm(keep=bool(self._boards), rank=self._ranks.rank)
 
     def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled():  # a training forward pass (evaluation runs without grad)
             self._look_skipped()
+            self._forward_step = self._clock.step_index
 
     def _look_skipped(self) -> bool:
         """The scaler skipped the last step: count it and drop what a logged step gathered of it."""
