@@ -143,6 +143,8 @@ OPTIONS = {
     "select_b", "measure", "autocast",
     # probes: who shares a split, the share of groups tested, the L2 strength, the split's seed
     "groups", "holdout", "penalty",
+    # evidence: the class a wrong prediction should have been (explain_prediction)
+    "expected",
     # faithfulness: which metrics, whose numbers, the random and edge controls; build_report(faithfulness=) adds it
     "metrics", "convention", "controls", "faithfulness",
     # the edit ops: what an op changes (units of a token output, the value, factor, vector, bounds, direction, fn)
@@ -173,6 +175,7 @@ POSITIONAL = {
     "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
     "faithfulness": {"maps"},  # faithfulness(model, x, maps): the maps are what is measured
     "steer_sweep": {"vector"},  # steer_sweep(model, inputs, vector): the vector is what is swept
+    "explain_prediction": {"out"},  # explain_prediction(model, x, out): the bundle it writes
     # an edit op's own value is its subject: add(vector), clamp(min, max), scale(factor), ...
     "edits.add": {"vector"}, "edits.clamp": {"min", "max"}, "edits.function": {"fn"},
     "edits.project_out": {"direction"}, "edits.replace": {"value"}, "edits.scale": {"factor"},

@@ -59,6 +59,8 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .edits.edit import Edit, edit
     from .edits.effects import PatchSweep
     from .edits.patching import patch_sweep
+    from .evidence.prediction import explain_prediction
+    from .evidence.result import Evidence
     from .explain.attribute import attribute
     from .explain.cam import cam
     from .explain.layers import pick_layer
@@ -110,6 +112,8 @@ _HOMES = {
     ".edits.edit": "Edit edit",
     ".edits.effects": "PatchSweep",
     ".edits.patching": "patch_sweep",
+    ".evidence.prediction": "explain_prediction",
+    ".evidence.result": "Evidence",
     ".explain.attribute": "attribute",
     ".explain.cam": "cam",
     ".explain.layers": "pick_layer",
@@ -163,6 +167,7 @@ __all__ = [
     "Edit",
     "EditError",
     "EditWarning",
+    "Evidence",
     "Faithfulness",
     "ForwardError",
     "GradientFlow",
@@ -219,6 +224,7 @@ __all__ = [
     "compare",
     "edit",
     "edits",
+    "explain_prediction",
     "export",
     "extract",
     "faithfulness",
