@@ -45,6 +45,7 @@ from ..store.save import save
 from ..train.page import build_training_report
 from ..viz.images import overlay, panel
 from .ablate import ablation_sections
+from .bundles import describe_bundle
 from .captions import chosen_layer, in_flag_words, panel_labels, report_choices
 from .datasets import input_dataset
 from .inputs import LoadedInput, load_input
@@ -218,6 +219,10 @@ def _reduction(specs: Sequence[str], dtype: str | None) -> Any:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    bundle = describe_bundle(args.store)
+    if bundle is not None:  # an evidence bundle: what it found
+        print(bundle)
+        return 0
     run = load(args.store)
     run.check(verify=args.verify)
     print(run.describe())

@@ -32,6 +32,7 @@ EXAMPLES = """examples:
   hookscope extract efficientnet-lite0 photos/ --select :blocks --batch-size 32 --out acts.hookscope
   torchrun --nproc-per-node 2 -m hookscope extract lenet random:512x1x32x32 --out acts.hookscope
   hookscope info acts.hookscope                         layers, kinds, shapes, sizes, batches, provenance
+  hookscope explain lenet digit.png --expected 9 --out why-not-9/   the evidence of one wrong prediction
   hookscope report --from acts.hookscope --out report/  the report of a store, without the model
   hookscope tool explain path=acts.hookscope            a store read for an assistant, within a token budget
 """
@@ -178,6 +179,23 @@ def _add_cam(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run_cam)
 
 
+def _add_explain(p: argparse.ArgumentParser) -> None:
+    from ..explain.cam import GRAD_METHODS
+    from .bundles import run_explain
+
+    _shared(p, "model")
+    p.add_argument("image", metavar="IMAGE", help="one image file (or a .pt/.npy of one)")
+    p.add_argument("--expected", type=int, required=True, help="the class the image should have been given")
+    p.add_argument("--layer", help="module name (default: the layer cam picks, the last spatial map)")
+    p.add_argument("--method", default="gradcam", choices=list(GRAD_METHODS), help="CAM method (default: gradcam)")
+    p.add_argument("--top-k", type=int, default=5, help="top classes listed (default: 5)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the faithfulness controls (default: 0)")
+    p.add_argument("--out", required=True, help="the bundle's folder (manifest.json, arrays, a store)")
+    p.add_argument("--force", action="store_true", help="replace the bundle there if hookscope wrote it")
+    _shared(p, "preprocess")
+    p.set_defaults(run=run_explain)
+
+
 def _add_demo(p: argparse.ArgumentParser) -> None:
     from .demo import DEMO_MODELS, run_demo
 
@@ -239,7 +257,8 @@ def _add_extract(p: argparse.ArgumentParser) -> None:
 def _add_info(p: argparse.ArgumentParser) -> None:
     from .commands import run_info
 
-    p.add_argument("store", metavar="STORE", help="a folder written by hookscope capture or extract")
+    p.add_argument("store", metavar="STORE", help="a folder written by hookscope capture or extract, or an "
+                   "evidence bundle (hookscope explain, watch(evidence=), nan_guard(evidence=))")  # fmt: skip
     p.add_argument("--verify", action="store_true", help="read every tensor's bytes through its CRC-32 "
                    "(default: the manifest and the shards' headers only, fast)")  # fmt: skip
     p.set_defaults(run=run_info)
@@ -265,6 +284,8 @@ COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] 
                "  hookscope report --from acts.hookscope --out report/", _add_report),
     "cam": ("draw a CAM heatmap over an image",
             "hookscope cam efficientnet-lite0 photo.jpg --method gradcam++ --target 285 --out cam.png", _add_cam),
+    "explain": ("write the evidence bundle of one (wrong) prediction: maps, faithfulness, a verified ablation",
+                "hookscope explain lenet digit.png --expected 9 --out why-not-9/", _add_explain),
     "demo": ("the full report of a pretrained network on a bundled photo",
              "hookscope demo --model lenet --out lenet-demo/", _add_demo),
     "capture": ("capture the layers of one run of a model and save them as a store",
