@@ -143,8 +143,9 @@ OPTIONS = {
     "select_b", "measure", "autocast",
     # probes: who shares a split, the share of groups tested, the L2 strength, the split's seed
     "groups", "holdout", "penalty",
-    # evidence: the class a wrong prediction should have been (explain_prediction)
-    "expected",
+    # evidence: the class a wrong prediction should have been (explain_prediction); the folder of an alert's bundle
+    # (watch, nan_guard) and the "module:function" its reproducer rebuilds the model with (nan_guard)
+    "expected", "evidence", "factory",
     # faithfulness: which metrics, whose numbers, the random and edge controls; build_report(faithfulness=) adds it
     "metrics", "convention", "controls", "faithfulness",
     # the edit ops: what an op changes (units of a token output, the value, factor, vector, bounds, direction, fn)

@@ -34,7 +34,7 @@ reads this table; the README's vocabulary table says the same):
 | ``compare.cka`` | None | every leaf module of a model, every site of a store; ``select_b=None``: as ``select`` |
 | ``patch_sweep``, ``build_text_report`` | ``":blocks"`` | every leaf module |
 | ``logit_lens`` | ``":blocks"`` | the blocks, as ``":blocks"``: a lens reads what whole blocks return |
-| ``cam`` ``explain_prediction`` | None | the one layer ``cam`` chooses (``explain.layers``: the last spatial map or token grid) |
+| ``cam`` ``explain_prediction`` | None | the one layer ``cam`` chooses (``explain.layers``: the last spatial map) |
 | ``attention`` | None | every module that returns attention weights |
 | ``attention_rollout`` | None | every ``nn.MultiheadAttention`` |
 | ``watch`` | None | every leaf with parameters and every activation module (``train.sites``) |

@@ -50,6 +50,7 @@ are checked on their local pieces, with no collective (``finite``).
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Iterable
@@ -69,6 +70,7 @@ from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
 from ..errors import NonFiniteError, NonFiniteWarning, OptionError
 from . import finite, params
+from .alert_bundle import AlertEvidence, evidence_of, ranges_of
 from .gradients import Gradients
 from .lockstep import Lockstep
 from .producer import Check, Finding, Judge, Site, error, hint, worst
@@ -88,6 +90,8 @@ def nan_guard(
     select: Selector | None = None,
     scaler: Any = None,
     sync: Sync | None = None,
+    evidence: str | os.PathLike[str] | None = None,
+    factory: str | None = None,
 ) -> Guard:
     """Find the first NaN or infinity where it is born, inside a ``with`` block (see the module docstring).
 
@@ -104,17 +108,23 @@ def nan_guard(
         scaler: the loop's ``torch.amp.GradScaler``: a step it skips is counted, not reported.
         sync: when the numbers are read: ``call`` (in each hook), ``pass`` (once per pass), or None
             (``call`` on the CPU, ``pass`` on an accelerator).
+        evidence: a folder for the evidence bundle of the first finding (``hookscope.train.alert_bundle``); None
+            writes none.
+        factory: ``"module:function"`` returning the model, untrained: the bundle's ``reproduce.py`` rebuilds it.
 
     Returns:
         The guard block; ``guard.findings`` lists what it found.
 
     Raises:
-        OptionError: an unknown ``mode`` or ``sync``, a ``scaler`` that is not a GradScaler, or a model
-            sharded by DeepSpeed ZeRO-3.
+        OptionError: an unknown ``mode`` or ``sync``, a ``scaler`` that is not a GradScaler, a ``factory`` not
+            spelled ``module:function``, or a model sharded by DeepSpeed ZeRO-3.
+        OutputExistsError: ``evidence`` names a folder that exists.
         SelectionError: ``select`` or ``allow`` matches no module.
         NonFiniteError: in the block, with ``mode="raise"``: a NaN or an infinity, named where it was produced.
     """
-    return Guard(model, optimizer, mode=mode, allow=allow, select=select, scaler=scaler, sync=sync)
+    guard = Guard(model, optimizer, mode=mode, allow=allow, select=select, scaler=scaler, sync=sync)
+    guard.evidence = evidence_of(evidence, factory, "nan_guard", replay={"select": select, "allow": allow})
+    return guard
 
 
 def _every(name: str, module: nn.Module) -> bool:
@@ -173,6 +183,7 @@ class Guard(Block):
         self.findings: list[NonFiniteError] = []
         self.skipped_steps = 0
         self._lockstep = Lockstep(stepped=bool(optimizers))  # under torchrun: every rank raises at one check point
+        self.evidence: AlertEvidence | None = None  # nan_guard(evidence=DIR): the bundle of the first finding
 
     def __repr__(self) -> str:
         return f"<Guard of {type(self.model).__name__}: {len(self._modules)} modules, {self.mode}, {self._state}>"
@@ -217,6 +228,8 @@ class Guard(Block):
         outer = not self._open
         if outer:
             self._new_pass()
+        if self.evidence is not None and module is self.model:  # the pass's inputs, for the bundle's reproducer
+            self.evidence.keep_batch(module, args, kwargs)
         parent = self._open[-1][1] if self._open else None
         site = Site(name, self._next_call(name), len(self._open), outer, allowed, parent)
         self._open.append((id(module), site))
@@ -303,6 +316,8 @@ class Guard(Block):
     def _found(self, finding: Finding) -> None:
         scaled = self._scaler is not None
         err = error(finding, self.step_index, hint=hint(finding, self._by_name[finding.site.name], scaled=scaled))
+        if self.evidence is not None:
+            self.evidence.ranges[id(err)] = ranges_of(finding)
         if finding.phase == "backward" and self._scaler is not None:
             self._held.append(err)  # the scaler may skip this step: then it is no error
             return
@@ -313,11 +328,13 @@ class Guard(Block):
             if self._lockstep.hold(err):
                 return  # under torchrun: raised by every rank at the step's check point (``_agree``)
             self.findings.append(err)
+            self._bundle(err)
             raise err
         where = (err.phase, err.module, err.kind)
         if where not in self._warned:
             self._warned.add(where)
             self.findings.append(err)
+            self._bundle(err)
             warnings.warn(str(err), NonFiniteWarning, stacklevel=3)
 
     def _settle_held(self) -> None:
@@ -353,7 +370,13 @@ class Guard(Block):
         err = self._lockstep.agree()
         if err is not None:
             self.findings.append(err)
+            self._bundle(err)
             raise err
+
+    def _bundle(self, err: NonFiniteError) -> None:
+        """With ``evidence=``: the bundle of the first finding (``train.alert_bundle``)."""
+        if self.evidence is not None:
+            self.evidence.write_finding(err, self.model, self._clock.optimizers)
 
 
 def _default_sync(model: nn.Module) -> Sync:

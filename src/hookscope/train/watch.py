@@ -55,6 +55,7 @@ from ..core.select import Selector, select_modules, selector_text
 from ..errors import NonFiniteError, NotCapturedError, OptionError
 from ..store.format import FLUSH_EVERY, check_flush_every
 from ..store.series import COLUMNS, SOURCE, Alert, History
+from .alert_bundle import AlertEvidence, evidence_of
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured
@@ -88,6 +89,7 @@ def watch(
     flush_every: float | None = FLUSH_EVERY,
     sinks: Sequence[Any] | None = None,
     scaler: Any = None,
+    evidence: str | os.PathLike[str] | None = None,
 ) -> Watch:
     """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
 
@@ -117,6 +119,8 @@ def watch(
         sinks: trackers as ``"KIND:WHERE"`` (``"tensorboard:runs/tb"``, ``"wandb:offline"``) or objects with
             ``scalars``, ``alert`` and ``close``; None sends nowhere.
         scaler: the loop's ``torch.amp.GradScaler``; None when there is none.
+        evidence: a folder for the evidence bundle of the first alert (``hookscope.train.alert_bundle``); None
+            writes none.
 
     Returns:
         A ``Watch`` block; its hooks are in place inside ``with`` and gone after it.
@@ -125,7 +129,8 @@ def watch(
         OptionError: ``every`` below 1, unknown ``thresholds`` fields or bad bounds, an unknown sink, a
             bad ``flush_every``, a model sharded by DeepSpeed ZeRO-3, or a DeepSpeed optimizer other than
             ZeRO stage 1 and 2's (``train.deepspeed_reads``).
-        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write.
+        OutputExistsError: ``out`` exists and ``force`` is False, or it holds files hookscope did not write;
+            ``evidence`` exists.
         SelectionError: ``select`` matches no module.
     """
     if not isinstance(every, int) or every < 1:
@@ -139,9 +144,11 @@ def watch(
     if optimizer is None and is_engine(model):  # a DeepSpeed engine steps its own optimizer (train.deepspeed_reads)
         optimizer = getattr(model, "optimizer", None)
     zero = zero_of(model, optimizer)  # before the optimizers are unwrapped: DeepSpeed's own, or refused by name
-    return Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
-                 thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
-                 scaler=LossScale(scaler), zero=zero)  # fmt: skip
+    found = Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
+                  thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
+                  scaler=LossScale(scaler), zero=zero)  # fmt: skip
+    found.evidence = evidence_of(evidence, None, "watch")
+    return found
 
 
 class Watch(Block, display.Shows):
@@ -207,6 +214,7 @@ class Watch(Block, display.Shows):
         self._boards: list[Board] = []  # the TensorBoard sinks, which draw histograms too
         self._ranks = Ranks()  # the world, known when the block is entered (train.ranks)
         self._rank_rows = RankRows({}, 1)  # each rank's own rows, under torchrun
+        self.evidence: AlertEvidence | None = None  # watch(evidence=DIR): the bundle of the first alert
 
     # -- the block (core.block: entered once; a failed entry leaves no hook, no store) -----------
     def _install(self, handles: HandleGroup) -> None:
@@ -400,6 +408,8 @@ class Watch(Block, display.Shows):
             for board in self._boards:
                 board.histograms(step, name, g, dict(self._reads.named(name)))
         self.alerts.extend(alerts)
+        if alerts and self.evidence is not None and not self._ranks.rank:  # rank 0 has every rank's merged rows
+            self.evidence.write_alert(alerts[0], self, self._clock.optimizers)
         if self._scale.scaler is not None:
             self._scalars.add(step, loss_scale=self._scale.scale)
         send(self._sinks, merged(self._scalars.settle(), {step: logged}), alerts)
