@@ -199,3 +199,35 @@ def test_the_report_page_and_the_text_show_the_bundle(written: hookscope.Evidenc
     assert "Why this prediction" in page and "contrastive@pool2" in page
     text = written.table()
     assert "predicted 5, expected 9 (wrong)" in text and "ablation of the top 3 positions at `pool2`" in text
+
+
+class _Unused(nn.Module):
+    """A CNN with a layer its forward never calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.spare = nn.Linear(4, 4)  # never called
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.relu(self.conv(x)).mean(dim=(2, 3)))
+
+
+def test_a_right_prediction_says_what_cannot_be_said(tmp_path: Path) -> None:
+    """Predicted == expected: the contrastive score is 0, its map blank, its ablation refused; the unused layer is
+    named as never run. The bundle is still sound."""
+    torch.manual_seed(0)
+    model, x = _Unused().eval(), torch.randn(1, 1, 8, 8)
+    with torch.no_grad():
+        right = int(model(x).argmax())
+    found = hookscope.explain_prediction(model, x, tmp_path / "b", expected=right)
+    honesty = found.manifest["honesty"]
+    assert honesty["blank_maps"] == ["contrastive@relu"] and honesty["never_ran"] == ["spare"]
+    assert found.manifest["ablation"] == {"status": "refused", "why": "the contrastive map at `relu` is blank: it "
+                                          "points at no region"}  # fmt: skip
+    assert any("ablation at `relu`" in r for r in honesty["refused"])
+    [contrastive] = [m for m in found.manifest["maps"] if m["target"] == "contrastive"]
+    assert contrastive["blank"] and contrastive["faithfulness"] == {"status": "not computed", "why": "the map is blank"}
+    assert bundle.validate_bundle(found.path) == []

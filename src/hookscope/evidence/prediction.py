@@ -247,6 +247,8 @@ def _ablation(
     calls = cap[layer].calls if layer in cap else []
     if heat is None or not calls:
         return {"status": "refused", "why": f"no contrastive map at `{layer}` (see honesty.refused)"}
+    if float(heat.max() - heat.min()) == 0.0:
+        return {"status": "refused", "why": f"the contrastive map at `{layer}` is blank: it points at no region"}
     index = len(calls) - 1 if call is None else call
     output = calls[index].tensors.get("output", {})
     shapes = [tuple(t.shape) for t in output.values()]
