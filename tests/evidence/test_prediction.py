@@ -231,3 +231,21 @@ def test_a_right_prediction_says_what_cannot_be_said(tmp_path: Path) -> None:
     [contrastive] = [m for m in found.manifest["maps"] if m["target"] == "contrastive"]
     assert contrastive["blank"] and contrastive["faithfulness"] == {"status": "not computed", "why": "the map is blank"}
     assert bundle.validate_bundle(found.path) == []
+
+
+def test_maps_at_the_layer_and_at_its_block(tmp_path: Path) -> None:
+    """A layer inside a block: each target's map at both; select= is said as asked and as resolved."""
+    torch.manual_seed(1)
+    block = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1))
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), block, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+    model.eval()
+    x = torch.randn(1, 1, 8, 8)
+    found = hookscope.explain_prediction(model, x, tmp_path / "b", expected=0, select="1.2", top_k=2)
+    names = [m["name"] for m in found.manifest["maps"]]
+    assert names == [f"{t}@{site}" for t in ("predicted", "expected", "contrastive") for site in ("1.2", "1")]
+    assert found.manifest["layers"]["block"] == "1"
+    assert found.manifest["provenance"]["selectors"] == [{"asked": "'1.2'", "resolved": ["1.2"],
+                                                          "how": "select='1.2' matched `1.2`"}]  # fmt: skip
+    for target in ("predicted", "expected", "contrastive"):  # the block returns its last layer's output
+        assert np.array_equal(found.array(f"maps/{target}@1.2.npy"), found.array(f"maps/{target}@1.npy"))
+    assert len(found.manifest["prediction"]["top_k"]) == 2 and bundle.validate_bundle(found.path) == []
