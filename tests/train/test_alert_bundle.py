@@ -136,3 +136,19 @@ def test_the_dead_units_alert_bundle_has_the_dead_fraction(tmp_path: Path, capsy
     assert sorted(state) == sorted(model.state_dict())
     assert main(["info", str(out)]) == 0
     assert "watch: dead at `1`, step 10, logged" in capsys.readouterr().out
+
+
+def test_a_bundle_that_cannot_be_written_warns_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while the bundle is written: the NonFiniteError is still what the loop sees."""
+    from hookscope.train import alert_bundle
+
+    def full(folder: Path, kind: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(alert_bundle, "mark", full)
+    with pytest.warns(hookscope.HookscopeWarning, match=r"cannot write the evidence bundle .*No space left"):
+        err = _nan_run(tmp_path, monkeypatch, evidence=tmp_path / "b", factory="nan_model:build")
+    assert err.module == "2"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["nan_model.py"]

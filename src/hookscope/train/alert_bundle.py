@@ -29,6 +29,7 @@ import io
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from torch.optim import Optimizer
 
 from .._version import __version__
 from ..base.files import mark, new_output, staged_folder, write_atomically
-from ..errors import NonFiniteError, OptionError, StoreError
+from ..errors import HookscopeWarning, NonFiniteError, OptionError, StoreError
 from ..store.save import weights_hash
 from ..store.series import COLUMNS, Alert
 from .producer import Check, Finding
@@ -158,15 +159,24 @@ class AlertEvidence:
             "finding": finding, "last_rows": rows, "ranges": ranges, "reproducer": reproducer, "files": files,
         }  # fmt: skip
         cannot = lambda err, folder: StoreError(f"cannot write the evidence bundle in {folder}: {err}")  # noqa: E731
-        with staged_folder(self.out, cannot, parents=True) as staging:
-            torch.save(state, staging / "state.pt")
-            if reproducer["batch"]:
-                torch.save(self.batch, staging / "batch.pt")
-            if reproducer["script"]:
-                (staging / "reproduce.py").write_text(self._script(finding), encoding="utf-8")
-            text = json.dumps(manifest, indent=1) + "\n"
-            write_atomically(staging / "manifest.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
-            mark(staging, "evidence")
+        try:
+            with staged_folder(self.out, cannot, parents=True) as staging:
+                self._fill(staging, manifest, state)
+        except StoreError as err:  # the finding itself is what the user must see: the bundle's failure warns
+            warnings.warn(f"{err}; nothing was written there, the {self.source} goes on as without evidence=",
+                          HookscopeWarning, stacklevel=2)  # fmt: skip
+
+    def _fill(self, staging: Path, manifest: dict[str, Any], state: dict[str, Tensor]) -> None:
+        """The files, then the manifest, then the marker."""
+        torch.save(state, staging / "state.pt")
+        reproducer = manifest["reproducer"]
+        if reproducer["batch"]:
+            torch.save(self.batch, staging / "batch.pt")
+        if reproducer["script"]:
+            (staging / "reproduce.py").write_text(self._script(manifest["finding"]), encoding="utf-8")
+        text = json.dumps(manifest, indent=1) + "\n"
+        write_atomically(staging / "manifest.json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        mark(staging, "evidence")
 
     def _reproducer(self, finding: dict[str, Any], model: nn.Module, optimizers: Sequence[Optimizer]) -> dict[str, Any]:
         why = ""
