@@ -152,3 +152,52 @@ def test_a_bundle_that_cannot_be_written_warns_and_leaves_nothing(
         err = _nan_run(tmp_path, monkeypatch, evidence=tmp_path / "b", factory="nan_model:build")
     assert err.module == "2"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["nan_model.py"]
+
+
+ROOT_MODEL = """\
+import torch
+from torch import nn
+
+
+class Root(nn.Module):  # x + sqrt(0): forward x, backward inf - inf = nan
+    def forward(self, x):
+        return x + (x - x).sqrt()
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), Root(), nn.Linear(8, 1))
+"""
+
+
+def test_a_backward_finding_is_replayed_with_the_gradient_at_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "root_model.py").write_text(ROOT_MODEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "root_model", raising=False)
+    from root_model import build
+
+    model, out = build(), tmp_path / "b"
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 4)
+
+    def train() -> None:
+        with hookscope.nan_guard(model, opt, evidence=out, factory="root_model:build"):
+            loss = model(x).square().mean()
+            loss.backward()
+
+    with pytest.raises(hookscope.NonFiniteError) as raised:
+        train()
+    err = raised.value
+    assert (err.phase, err.module, err.kind) == ("backward", "1", "grad_input")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert validate_bundle(out) == [] and manifest["reproducer"]["grad"] == "grad.pt"
+    with torch.no_grad():
+        y = model(x)
+    grad = torch.load(out / "grad.pt", weights_only=True)
+    assert torch.allclose(grad, 2 * y / y.numel())  # d mean(y^2) / dy, by hand
+    env = {**os.environ, "PYTHONPATH": str(Path(hookscope.__file__).parents[1])}
+    done = subprocess.run([sys.executable, str(out / "reproduce.py")], capture_output=True, text=True, cwd="/",
+                          env=env, timeout=120, check=False)  # fmt: skip
+    assert done.stderr.strip().splitlines()[-1] == f"hookscope.errors.NonFiniteError: {err}"

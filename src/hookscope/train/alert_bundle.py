@@ -6,11 +6,13 @@ The bundle (``hookscope.evidence.alert.v1``; its schema ships in ``hookscope/evi
 - ``state.pt``: the model's ``state_dict`` when it went wrong (for a forward or backward finding of ``nan_guard``:
   the weights the failing pass ran with; ``torch.load(..., weights_only=True)`` reads it);
 - ``batch.pt`` (``nan_guard``): the failing pass's inputs ``(args, kwargs)``, tensors only, on the CPU;
-- ``reproduce.py`` (``nan_guard``, a forward finding, with ``factory="module:function"``): rebuilds the model with
-  the user's own code (``function()`` must return it, untrained), loads ``state.pt``, and runs ``batch.pt`` through it
-  inside ``nan_guard`` at the same step: ``python reproduce.py`` raises the same ``NonFiniteError``. Without a
-  factory, or for a backward or optimizer finding (the loss and the optimizer are the user's code, which a bundle
-  cannot hold), the manifest's ``reproducer.why`` says so.
+- ``grad.pt`` (``nan_guard``, a backward finding): the gradient the loss sent back into the model's output (when
+  the model returns one tensor);
+- ``reproduce.py`` (``nan_guard``, a forward or backward finding, with ``factory="module:function"``): rebuilds the
+  model with the user's own code (``function()`` must return it, untrained), loads ``state.pt``, runs ``batch.pt``
+  through it inside ``nan_guard`` at the same step (and ``grad.pt`` back through it): ``python reproduce.py`` raises
+  the same ``NonFiniteError``. Without a factory, or for an optimizer finding (the optimizer is the user's code,
+  which a bundle cannot hold), the manifest's ``reproducer.why`` says so.
 
 With ``nan_guard(evidence=)`` the inputs of each pass of the model are copied to the CPU when the pass starts (one
 copy of the batch per step: the price of ``batch.pt``). Only the first alert or finding is written (the first thing
@@ -66,8 +68,10 @@ args, kwargs = torch.load(HERE / "batch.pt", weights_only=True)
 with hookscope.nan_guard(model, select={select}, allow={allow}) as guard:
     for _ in range({step}):
         guard.step()  # the step the finding was made at
-    model(*args, **kwargs)
-'''
+    out = model(*args, **kwargs)
+{backward}'''
+
+BACKWARD = '    out.backward(torch.load(HERE / "grad.pt", weights_only=True))  # what the loss sent back\n'
 
 
 def check_factory(factory: str | None) -> tuple[str, str] | None:
@@ -108,13 +112,18 @@ class AlertEvidence:
         self.ranges: dict[int, dict[str, Any]] = {}  # id(NonFiniteError) -> its producer's ranges
         self.batch: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self.training = True
+        self.grad: Tensor | None = None  # the gradient at the model's output of the pass (grad.pt)
         self.written: str | None = None  # what was written: "step 3, output at '2'"
         self.later = 0  # alerts or findings after it, not written
 
     def keep_batch(self, model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """The inputs of the outermost pass starting now (detached copies of its tensors)."""
         self.batch = (tuple(_copied(a) for a in args), {k: _copied(v) for k, v in kwargs.items()})
-        self.training = model.training
+        self.training, self.grad = model.training, None
+
+    def keep_grad(self, grad: Tensor) -> None:
+        """The gradient the loss sent back into the model's output in this pass (a backward finding replays it)."""
+        self.grad = grad.detach().cpu().clone()
 
     def write_finding(self, err: NonFiniteError, model: nn.Module, optimizers: Sequence[Optimizer]) -> None:
         """The bundle of ``nan_guard``'s finding ``err`` (the first one only)."""
@@ -149,11 +158,7 @@ class AlertEvidence:
         self.written = f"step {finding['step']}, {finding['kind']} at {finding['module']!r}"
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         reproducer = self._reproducer(finding, model, optimizers)
-        files = [
-            "state.pt",
-            *(["batch.pt"] if reproducer["batch"] else []),
-            *(["reproduce.py"] * bool(reproducer["script"])),
-        ]
+        files = [f for f in ("state.pt", reproducer["batch"], reproducer["grad"], reproducer["script"]) if f]
         manifest = {
             "schema": ALERT, "schema_version": 1, "hookscope": __version__, "created": _now(), "source": self.source,
             "finding": finding, "last_rows": rows, "ranges": ranges, "reproducer": reproducer, "files": files,
@@ -172,6 +177,8 @@ class AlertEvidence:
         reproducer = manifest["reproducer"]
         if reproducer["batch"]:
             torch.save(self.batch, staging / "batch.pt")
+        if reproducer["grad"]:
+            torch.save(self.grad, staging / "grad.pt")
         if reproducer["script"]:
             (staging / "reproduce.py").write_text(self._script(manifest["finding"]), encoding="utf-8")
         text = json.dumps(manifest, indent=1) + "\n"
@@ -182,9 +189,11 @@ class AlertEvidence:
         why = ""
         if self.source == "watch":
             why = "a watch alert is a trend over logged steps, not one pass: state.pt is the model when it fired"
-        elif finding["phase"] != "forward":
-            why = (f"a {finding['phase']} finding needs the loop's loss and optimizer, which are the user's code: "
-                   "state.pt and batch.pt are the pass that made it")  # fmt: skip
+        elif finding["phase"] == "optimizer" or (finding["phase"] == "backward" and self.grad is None):
+            why = (
+                f"a {finding['phase']} finding needs the loop's optimizer or a gradient at the model's one "
+                "output tensor, which the bundle does not hold: state.pt and batch.pt are the pass that made it"
+            )
         elif self.factory is None:
             why = "no factory= was given: pass factory='module:function' (a function returning the model) for a script"
         elif None in self.replay.values():
@@ -194,6 +203,7 @@ class AlertEvidence:
             "seed": torch.initial_seed(), "batch_index": finding["step"], "weights_sha256": weights_hash(model),
             "optimizer_sha256": _optimizer_hash(optimizers), "state": "state.pt",
             "batch": "batch.pt" if batch else None,
+            "grad": "grad.pt" if batch and finding["phase"] == "backward" and self.grad is not None else None,
             "factory": None if self.factory is None else ":".join(self.factory),
             "script": "reproduce.py" if batch and not why else None, "why": why,
         }  # fmt: skip
@@ -203,9 +213,10 @@ class AlertEvidence:
         module, function = self.factory
         imported = importlib.import_module(module)
         root = Path(str(imported.__file__)).resolve().parents[module.count(".")]
+        backward = BACKWARD if finding["phase"] == "backward" else ""
         return SCRIPT.format(version=__version__, root=str(root), module=module, function=function,
                              training=self.training, step=finding["step"], select=self.replay["select"],
-                             allow=self.replay["allow"])  # fmt: skip
+                             allow=self.replay["allow"], backward=backward)  # fmt: skip
 
 
 def finding_of(err: NonFiniteError) -> dict[str, Any]:

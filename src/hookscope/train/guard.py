@@ -250,6 +250,8 @@ class Guard(Block):
         site = self._pop(id(module))
         if site is None or (output is None and sys.exc_info()[1] is not None):
             return  # the forward raised: nothing to judge
+        if self.evidence is not None and module is self.model and type(output) is Tensor and output.requires_grad:
+            self._handles.on_grad(output, self.evidence.keep_grad)  # what the loss sends back, for a reproducer
         leaves: Leaves = [("out", output)] if type(output) is Tensor else flatten(output)
         kept = id(module) in self._keeps and self.sync == "call" and bool(site.inputs)
         kept = kept and worst(site.inputs) == finite.FINITE
