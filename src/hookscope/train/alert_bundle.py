@@ -14,12 +14,13 @@ The bundle (``hookscope.evidence.alert.v1``; its schema ships in ``hookscope/evi
   the same ``NonFiniteError``. Without a factory, or for an optimizer finding (the optimizer is the user's code,
   which a bundle cannot hold), the manifest's ``reproducer.why`` says so.
 
-With ``nan_guard(evidence=)`` the inputs of each pass of the model are copied to the CPU when the pass starts (one
-copy of the batch per step: the price of ``batch.pt``). Only the first alert or finding is written (the first thing
-that went wrong; what follows is often its consequence); the later ones are in ``w.alerts`` / ``guard.findings`` and
-the watch's store. ``DIR`` is checked when the block is made (``base.files.new_output``: an existing folder is
-refused) and written whole or absent (``base.files.staged_folder``). This module sits in ``train`` (floor 6), below
-``evidence`` (floor 7), so it writes the manifest without reading the schema; the tests validate what it writes.
+With ``nan_guard(evidence=)`` the inputs of each pass of the model, and the gradient at its output, are copied to
+the CPU (one copy of the batch and of the output per step: the price of ``batch.pt`` and ``grad.pt``). Only the first
+alert or finding is written (the first thing that went wrong; what follows is often its consequence); the later
+ones are in ``w.alerts`` / ``guard.findings`` and the watch's store. ``DIR`` is checked when the block is made
+(``base.files.new_output``: an existing folder is refused) and written whole or absent (``base.files.staged_folder``).
+This module sits in ``train`` (floor 6), below ``evidence`` (floor 7), so it writes the manifest without reading
+the schema; the tests validate what it writes.
 """
 
 from __future__ import annotations
