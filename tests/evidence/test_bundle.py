@@ -28,7 +28,8 @@ def _alert(folder: Path, **changed: object) -> Path:
                     "message": "nan", "numbers": {"value": "nan", "count": 128}, "thresholds": None},
         "last_rows": [], "ranges": {"inputs": [], "outputs": [], "why": "not read"},
         "reproducer": {"seed": 0, "batch_index": 3, "weights_sha256": "0" * 64, "optimizer_sha256": None,
-                       "state": "state.pt", "batch": None, "factory": None, "script": None, "why": "no factory"},
+                       "state": "state.pt", "batch": None, "grad": None, "factory": None, "script": None,
+                       "why": "no factory"},
     }  # fmt: skip
     manifest.update(changed)
     (folder / "manifest.json").write_text(json.dumps(manifest))
