@@ -14,6 +14,7 @@ from ..base.words import closest
 from ..errors import OptionError
 from .api_map import api
 from .budget import Answer
+from .evidence_reading import bundle
 from .overview import explain
 from .registry import Param, Tool
 from .stores import alerts, info, sites, statistics
@@ -25,7 +26,8 @@ SITE = "A glob over site names, e.g. 'layer4.*'; leave out for every site."
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
-        Tool("info", "What a store is: status, damage, provenance, how it was made, and what it holds.",
+        Tool("info", "What a store is: status, damage, provenance, how it was made, and what it holds (an evidence "
+             "bundle: as the bundle tool reads it).",
              (PATH,), info),
         Tool("sites", "The sites (modules) a store holds, with kinds, keys, shapes, dtypes and counts.",
              (PATH, Param("select", "string", SITE)), sites),
@@ -41,6 +43,10 @@ TOOLS: dict[str, Tool] = {
               Param("path_b", "string", "The second store's folder (B).", required=True),
               Param("similarity", "boolean", "Compute the CKA of each shared site (tensor stores).", default=True)),
              compare),
+        Tool("bundle", "Validate an evidence bundle against its shipped schema and read it: a wrong prediction's "
+             "maps, faithfulness, ablation and layers, or a training alert's finding, ranges and reproducer.",
+             (Param("path", "string", "An evidence bundle's folder (explain_prediction, watch or nan_guard "
+                    "evidence=).", required=True),), bundle),
         Tool("api", "hookscope's public API: every public name with its module and first line, or one name's "
              "signature and docstring.",
              (Param("name", "string", "A public name (e.g. 'capture'); leave out for the whole map."),), api),

@@ -13,24 +13,28 @@ import math
 from typing import Any
 
 from ..core.records import Label
+from ..evidence.bundle import is_bundle
 from ..stats.streaming import RunningStats
 from ..store import series
 from ..store.reader import Run
 from .budget import Section, compact, table_sections
+from .evidence_reading import bundle
 from .reading import facts, kind_of, opened, value_stats
 
 WATCHED = ("grad_norm", "update_ratio", "weight_norm", "dead", "act_std", "grad_output_norm")
 
 
 def info(path: str) -> list[Section]:
-    """What a store is: status, provenance, how it was made, and a table of what it holds.
+    """What a store is: status, provenance, how it was made, and a table of what it holds (a bundle: ``bundle``).
 
     Args:
-        path: the store's folder.
+        path: the store's (or evidence bundle's) folder.
 
     Returns:
         The sections of the answer.
     """
+    if is_bundle(path):
+        return bundle(path)
     run, warned = opened(path)
     parts = [
         facts(run, warned),
