@@ -41,6 +41,8 @@ from .errors import (
     OptionError,
     OutputExistsError,
     SelectionError,
+    ServingError,
+    ServingWarning,
     ShapeError,
     StoreError,
     StoreWarning,
@@ -74,6 +76,8 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .report.content import Report
     from .report.html import render_html, write_report
     from .report.inline import show
+    from .serving.engine import LLMCapture, LLMEdit, capture_llm, edit_llm
+    from .serving.result import RequestEdits
     from .stats.streaming import RunningStats
     from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
     from .steer.result import SteerSweep
@@ -125,6 +129,8 @@ _HOMES = {
     ".report.content": "Report",
     ".report.html": "render_html write_report",
     ".report.inline": "show",
+    ".serving.engine": "LLMCapture LLMEdit capture_llm edit_llm",
+    ".serving.result": "RequestEdits",
     ".stats.streaming": "RunningStats",
     ".steer.result": "SteerSweep",
     ".steer.sweep": "steer_sweep",
@@ -173,6 +179,8 @@ __all__ = [
     "HookscopeWarning",
     "InputError",
     "Kind",
+    "LLMCapture",
+    "LLMEdit",
     "LogitLens",
     "MapScores",
     "MismatchError",
@@ -189,11 +197,14 @@ __all__ = [
     "Probes",
     "Record",
     "Report",
+    "RequestEdits",
     "Rollout",
     "Run",
     "RunningStats",
     "SelectionError",
     "Selector",
+    "ServingError",
+    "ServingWarning",
     "ShapeError",
     "SteerSweep",
     "StoreDataset",
@@ -216,8 +227,10 @@ __all__ = [
     "build_training_report",
     "cam",
     "capture",
+    "capture_llm",
     "compare",
     "edit",
+    "edit_llm",
     "edits",
     "export",
     "extract",
