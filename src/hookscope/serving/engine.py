@@ -182,10 +182,11 @@ class _EngineBlock(Block):
             more = f" ({len(failed) - 1} more request(s) failed too)" if len(failed) > 1 else ""
             raise ServingError(f"request {request!r} failed: {why}{more}; the engine went on serving the other "
                                "requests and no hook is left in it")  # fmt: skip
-        dead = [f"{site!r} ({self._why_silent(site)})" for site, n in self.found["fired"].items() if n == 0]
-        if dead:
-            self._fail(f"{len(dead)} selected site(s) never fired inside the block: {', '.join(dead[:4])}"
-                       f"{' ...' if len(dead) > 4 else ''}")  # fmt: skip
+        self._check()
+
+    def _check(self) -> None:
+        """What the block raises (or warns) about, once no request failed."""
+        raise NotImplementedError
 
     def _why_silent(self, site: str) -> str:
         if not self.info.get("eager", True):
@@ -231,6 +232,12 @@ class LLMCapture(_EngineBlock, Mapping[str, Mapping[str, Record]]):
 
     def __len__(self) -> int:
         return len(self.found.get("records", {}))
+
+    def _check(self) -> None:
+        dead = [f"{site!r} ({self._why_silent(site)})" for site, n in self.found["fired"].items() if n == 0]
+        if dead:
+            self._fail(f"{len(dead)} selected site(s) never fired inside the block: {', '.join(dead[:4])}"
+                       f"{' ...' if len(dead) > 4 else ''}")  # fmt: skip
 
     def sequence(self, request: str, site: str, *, key: str = "residual") -> Tensor:
         """Request ``request``'s ``key`` at ``site`` over every call, one row per token: ``(tokens, ...)``.
@@ -311,11 +318,11 @@ class LLMEdit(_EngineBlock):
         """
         return RequestEdits(self.found.get("edits", []))
 
-    def _finish(self, exc: BaseException | None) -> None:
-        super()._finish(exc)
-        if exc is None and self.found:
-            for why in self.report().failures(self.spec.requests, self.found["fired"], self._why_silent):
-                self._fail(why, EditError)
+    def _check(self) -> None:
+        failures = self.report().failures(self.spec.requests, self.found["fired"], self._why_silent)
+        if failures:
+            more = f" (and {len(failures) - 1} more; see .report())" if len(failures) > 1 else ""
+            self._fail(f"{failures[0]}{more}", EditError)
 
 
 def _check_engine(llm: Any) -> None:
