@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hookscope
+
 from .tiny import in_process_llm, needs_vllm, save_tiny
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +25,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def llm(tiny: Path) -> Iterator[Any]:
+def llm(tiny: Path, engines: dict[str, subprocess.Popen[str]]) -> Iterator[Any]:
     engine = in_process_llm(tiny)
     yield engine
     del engine
@@ -33,3 +40,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning"))
             item.add_marker(pytest.mark.filterwarnings("ignore::FutureWarning"))
+
+
+@pytest.fixture(scope="session")
+def engines(tiny: Path) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """The compiled and the multiprocess engine (``tests/serving/engines.py``), started once, side by side
+    with the in-process tests; a test reads one with ``result(engines["compiled"])``."""
+    src = str(Path(hookscope.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(ROOT)])}
+    started = {which: subprocess.Popen([sys.executable, "-m", "tests.serving.engines", which, str(tiny)], cwd=ROOT,
+                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for which in ("compiled", "multiprocess")}  # fmt: skip
+    yield started
+    for process in started.values():
+        if process.poll() is None:
+            process.kill()
+        process.wait()

@@ -57,3 +57,14 @@ def in_process_llm(folder: Path, **options: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # vLLM's own start-up warnings (deprecated torch names)
         return LLM(model=str(folder), **{**ENGINE, **options})
+
+
+def result(process: Any, timeout: float = 300) -> dict[str, Any]:
+    """The JSON object an engine of ``tests/serving/engines.py`` printed (its stderr when it failed)."""
+    import json
+
+    out, err = process.communicate(timeout=timeout)
+    lines = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("hookscope-result ")]
+    assert process.returncode == 0 and lines, err[-3000:]
+    found: dict[str, Any] = json.loads(lines[0])
+    return found

@@ -26,6 +26,7 @@ request, or changed nothing raises ``EditError``. ``strict=False`` warns instead
 from __future__ import annotations
 
 import os
+import pickle
 import secrets
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -158,6 +159,7 @@ class _EngineBlock(Block):
         self.llm, self.spec, self.strict = llm, spec, strict
         self.info: dict[str, Any] = {}
         self.found: dict[str, Any] = {}
+        self._packed = False  # the workers run in another process: what crosses is pickled
         self._ok = False  # the block ended without an exception: a store is finished, not just let go
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -165,13 +167,14 @@ class _EngineBlock(Block):
         super().__exit__(exc_type, exc, tb)
 
     def _install(self, handles: HandleGroup) -> None:
-        _check_engine(self.llm)
-        infos = self.llm.collective_rpc(worker.install, args=(self.spec,))
-        self.info = infos[0]
+        self._packed = _check_engine(self.llm)
+        spec = _pickled(self.spec) if self._packed else self.spec
+        self.info = self.llm.collective_rpc(worker.install, args=(spec,))[0]
 
     def _release(self) -> None:
         if self.info:
-            self.found = self.llm.collective_rpc(worker.finish, args=(self.spec.token, self._ok))[0]
+            found = self.llm.collective_rpc(worker.finish, args=(self.spec.token, self._ok, self._packed))[0]
+            self.found = pickle.loads(found) if isinstance(found, bytes) else found  # noqa: S301 (our worker's)
 
     def _finish(self, exc: BaseException | None) -> None:
         if exc is not None or not self.found:
@@ -325,7 +328,8 @@ class LLMEdit(_EngineBlock):
             self._fail(f"{failures[0]}{more}", EditError)
 
 
-def _check_engine(llm: Any) -> None:
+def _check_engine(llm: Any) -> bool:
+    """Refuse an engine hookscope cannot hook as asked; True when its workers run in another process."""
     engine = getattr(llm, "llm_engine", None)
     if engine is None or not hasattr(llm, "collective_rpc"):
         raise ServingError(f"expected a vllm.LLM, got {type(llm).__name__}")
@@ -343,6 +347,14 @@ def _check_engine(llm: Any) -> None:
             "VLLM_ALLOW_INSECURE_SERIALIZATION=1 set before the LLM is built (or build it in process: "
             "VLLM_ENABLE_V1_MULTIPROCESSING=0)"
         )
+    return multiprocess
+
+
+def _pickled(spec: worker.Spec) -> bytes:
+    """``spec`` as bytes for a worker process: cloudpickle (vLLM's dependency) carries the edits' functions."""
+    import cloudpickle
+
+    return bytes(cloudpickle.dumps(spec))
 
 
 def _token() -> str:

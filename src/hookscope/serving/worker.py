@@ -19,6 +19,7 @@ against the request it was running for, that request is neither captured nor edi
 
 from __future__ import annotations
 
+import pickle
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -182,17 +183,21 @@ class Session:
         return edited
 
 
-def install(worker: Any, spec: Spec) -> dict[str, Any]:
+def install(worker: Any, spec: Spec | bytes) -> dict[str, Any]:
     """Open ``spec``'s session in this worker: its hooks go on the runner's model (``collective_rpc`` target).
 
     Args:
         worker: the vLLM worker (what ``collective_rpc`` passes first).
-        spec: what the block asks.
+        spec: what the block asks; pickled (bytes) from a driver in another process, whose messages
+            would turn a dataclass into a dict.
 
     Returns:
         What the driver checks before ``generate``: ``eager`` (False for a compiled worker), the sites
         hooked, and ``unreadable``: parameters of those sites that the engine repacked (empty tensors).
     """
+    if isinstance(spec, bytes):
+        spec = pickle.loads(spec)  # noqa: S301 (the driver's own pickle, through vLLM's RPC)
+    assert isinstance(spec, Spec)
     runner = worker.model_runner
     model = runner.model
     session = Session(model, runner, spec)
@@ -208,22 +213,22 @@ def install(worker: Any, spec: Spec) -> dict[str, Any]:
             "unreadable": _repacked(model, hooked), "compilation": str(config.compilation_config.mode)}  # fmt: skip
 
 
-def finish(worker: Any, token: str, ok: bool = True) -> dict[str, Any]:
+def finish(worker: Any, token: str, ok: bool = True, packed: bool = False) -> dict[str, Any] | bytes:
     """Close the session ``token``: its hooks removed, its store finished, what it kept handed back.
 
     Args:
         worker: the vLLM worker.
         token: the session's name (``Spec.token``).
         ok: False when the block ended by an exception: a store is released, not finished.
+        packed: return it pickled (for a driver in another process: records are objects, not messages).
 
     Returns:
         ``fired`` (site -> steps), ``errors`` (request -> what a hook raised), ``records`` (request ->
         site -> ``Record``; empty when they went to a store), ``tokens``, ``written`` and ``edits`` rows.
     """
     session = _SESSIONS.pop(token, None)
-    if session is None:
-        return {"fired": {}, "errors": {}, "written": {}, "records": {}, "tokens": {}, "edits": []}
-    return session.close(ok)
+    found = session.close(ok) if session is not None else {}
+    return pickle.dumps(found) if packed else found
 
 
 # -- small parts ----------------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+"""The engines that need a process of their own, run as ``python -m tests.serving.engines WHICH FOLDER``.
+
+``compiled``: ``enforce_eager=False`` (torch.compile with the eager backend: Dynamo's graph, no
+Inductor build), where no module hook fires: the capture must raise ``ServingError``.
+``multiprocess``: the default engine, its worker in another process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``,
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` so hookscope's worker functions travel by module and name).
+The line ``hookscope-result {...}`` holds the JSON object the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+PROMPTS = ([1, 5, 6, 7, 8], [1, 9, 10])
+
+
+def main(which: str, folder: str) -> dict[str, object]:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if which == "multiprocess" else "0"
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    warnings.simplefilter("ignore")
+    from vllm import LLM, SamplingParams
+
+    import hookscope
+
+    options = {"dtype": "float32", "max_model_len": 64, "seed": 0, "kv_cache_memory_bytes": 64 << 20}
+    if which == "compiled":
+        options |= {"enforce_eager": False, "compilation_config": {"backend": "eager"}}
+    else:
+        options |= {"enforce_eager": True}
+    llm = LLM(model=folder, **options)
+    params = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
+    prompts = [{"prompt_token_ids": list(p)} for p in PROMPTS]
+    try:
+        with hookscope.capture_llm(llm, ["model.layers.0", "model.layers.1"]) as cap:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+    except hookscope.ServingError as err:
+        return {"error": str(err)}
+    found: dict[str, object] = {"tokens": {o.request_id: list(o.outputs[0].token_ids) for o in outputs}}
+    found["residual"] = {r: cap.sequence(r, "model.layers.1").tolist() for r in cap}
+    found["calls"] = {r: len(cap[r]["model.layers.0"].calls) for r in cap}
+    return found
+
+
+if __name__ == "__main__":
+    print("hookscope-result", json.dumps(main(sys.argv[1], sys.argv[2])), flush=True)
