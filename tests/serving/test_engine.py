@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from .tiny import PROMPTS, needs_vllm
 
 vllm = needs_vllm()
@@ -58,8 +56,8 @@ def test_per_request_records_equal_hf_hidden_states(llm: Any, tiny: Path) -> Non
         torch.testing.assert_close(cap.sequence(request, "model.layers.0"), layer0, atol=1e-5, rtol=0)
         torch.testing.assert_close(cap.sequence(request, "model.layers.1"), layer1, atol=1e-5, rtol=0)
         torch.testing.assert_close(cap.sequence(request, "model.norm", key="out[0]"), normed, atol=1e-5, rtol=0)
-        parts = cap.sequence(request, "model.layers.0", key="out[0]") + cap.sequence(request, "model.layers.0", key="out[1]")
-        torch.testing.assert_close(parts, layer0, atol=1e-5, rtol=0)  # residual is the sum of the fused pair
+        hidden, residual = (cap.sequence(request, "model.layers.0", key=f"out[{i}]") for i in (0, 1))
+        torch.testing.assert_close(hidden + residual, layer0, atol=1e-5, rtol=0)  # the fused pair's sum
 
 
 def test_the_packed_step_held_both_requests(llm: Any) -> None:

@@ -43,6 +43,6 @@ def test_tensor_parallel_is_refused_naming_the_limit() -> None:
     parallel = SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1)
     engine = SimpleNamespace(vllm_config=SimpleNamespace(parallel_config=parallel))
     fake = SimpleNamespace(llm_engine=engine, collective_rpc=None)
-    with pytest.raises(hookscope.ServingError, match=r"tensor_parallel_size=2.*one whole model per worker"):
-        with hookscope.capture_llm(fake, "model.layers.0"):
-            pass
+    refused = pytest.raises(hookscope.ServingError, match=r"tensor_parallel_size=2.*one whole model per worker")
+    with refused, hookscope.capture_llm(fake, "model.layers.0"):
+        pass

@@ -60,9 +60,9 @@ def test_edits_limited_to_a_request_and_new_tokens(llm: Any) -> None:
 
 
 def test_an_edit_that_never_ran_is_an_error(llm: Any) -> None:
-    with pytest.raises(hookscope.EditError, match=r"'model.layers.1'.*never ran"):
-        with hookscope.edit_llm(llm, {"model.layers.1": edits.scale(2.0)}):
-            pass  # no generate inside the block
+    never = pytest.raises(hookscope.EditError, match=r"'model.layers.1'.*never ran")
+    with never, hookscope.edit_llm(llm, {"model.layers.1": edits.scale(2.0)}):
+        pass  # no generate inside the block
 
 
 def test_a_hook_that_raises_fails_its_request_and_the_engine_serves_on(llm: Any) -> None:
@@ -71,9 +71,9 @@ def test_a_hook_that_raises_fails_its_request_and_the_engine_serves_on(llm: Any)
     def broken(tensor: torch.Tensor, call: int) -> torch.Tensor:
         raise ValueError("a broken steering function")
 
-    with pytest.raises(hookscope.ServingError, match=r"request '\d+' failed: the edit at 'model.layers.0' raised "
-                                                     r"ValueError: a broken steering function"):  # fmt: skip
-        with hookscope.edit_llm(llm, {"model.layers.0": broken}):
-            generate(llm)
+    failed = pytest.raises(hookscope.ServingError, match=r"request '\d+' failed: the edit at 'model.layers.0' "
+                                                         r"raised ValueError: a broken steering function")  # fmt: skip
+    with failed, hookscope.edit_llm(llm, {"model.layers.0": broken}):
+        generate(llm)
     assert tokens(generate(llm)) == tokens(baseline)  # the engine serves the next request, no hook left
     assert llm.apply_model(lambda m: sum(len(x._forward_hooks) + len(x._forward_pre_hooks) for x in m.modules())) == [0]

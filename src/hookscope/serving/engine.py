@@ -25,6 +25,7 @@ request, or changed nothing raises ``EditError``. ``strict=False`` warns instead
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import secrets
@@ -43,12 +44,16 @@ from ..core.select import Selector
 from ..edits.edit import EditSpec
 from ..edits.ops import as_op
 from ..errors import EditError, EditWarning, NotCapturedError, OptionError, ServingError, ServingWarning
+from ..store.format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE
 from ..store.reader import Run, load
-from . import worker
+from . import (
+    views,  # noqa: F401  (registers the edit report's table and notebook view)
+    worker,
+)
 from .packing import WHICH
 from .result import RequestEdits
+from .result import failures as failed_edits
 from .steering import check_kinds
-from . import views  # noqa: F401  (registers the edit report's table and notebook view)
 
 COMPILED = "the worker is compiled (enforce_eager=False): its graph never calls a module's hooks; " \
            "build the LLM with enforce_eager=True"  # fmt: skip
@@ -62,9 +67,9 @@ def capture_llm(
     kinds: Kind | Iterable[Kind] = ("output",),
     out: str | os.PathLike[str] | None = None,
     force: bool = False,
-    max_memory: int | str | None = None,
-    shard_size: int | str | None = None,
-    flush_every: float | None = 5.0,
+    max_memory: int | str = MAX_MEMORY,
+    shard_size: int | str = SHARD_SIZE,
+    flush_every: float | None = FLUSH_EVERY,
     strict: bool = True,
 ) -> LLMCapture:
     """Capture ``kinds`` at the modules ``select`` picks inside a vLLM ``LLM``, per request (module doc).
@@ -76,13 +81,14 @@ def capture_llm(
     Args:
         llm: a ``vllm.LLM`` built with ``enforce_eager=True`` and ``tensor_parallel_size=1``.
         select: which modules of the worker's model (``llm.apply_model(hookscope.list_modules)``
-            lists them): a name, a glob, a type, a predicate or a list; None picks every leaf module.
+            lists them): a name, a glob, a type, a predicate or a list; None picks the decoder layers
+            (each child of the model's layer list), whose ``residual`` is the residual stream.
         kinds: ``output`` (the default), ``input``, or both.
         out: a store each finished request streams to, as one batch (``hookscope.load(out)``); None keeps
             the records in memory (``cap[request]``).
         force: replace an existing ``out`` that hookscope wrote.
-        max_memory: the bytes of finished requests held before they are written (default 1GB).
-        shard_size: the most bytes per shard file (default 256MB).
+        max_memory: the bytes of finished requests held before they are written, in bytes or as text.
+        shard_size: the most bytes per shard file, in bytes or as text.
         flush_every: seconds a finished request may wait in memory before it is written.
         strict: raise at the end of the block when a site never fired; False warns instead.
 
@@ -96,7 +102,7 @@ def capture_llm(
         SelectionError: ``select`` matches no module of the worker's model.
         OutputExistsError: ``out`` exists and ``force`` is False.
     """
-    chosen = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    chosen: tuple[Kind, ...] = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     if not chosen or any(k not in ("input", "output") for k in chosen):
         raise OptionError(f"capture_llm keeps kinds 'input' and 'output' (no gradient flows in vLLM), got {chosen}")
     store = None if out is None else {"out": os.fspath(out), "force": force, "max_memory": max_memory,
@@ -140,7 +146,8 @@ def edit_llm(
         raise EditError("edit_llm needs a dict {selector: edit}, e.g. {'model.layers.0': edits.add(v)}")
     pairs = []
     for selector, value in edits.items():
-        ops = [as_op(one) for one in (value if isinstance(value, (list, tuple)) else [value])]
+        listed: Sequence[Any] = value if isinstance(value, (list, tuple)) else [value]
+        ops = [as_op(one) for one in listed]
         check_kinds(ops)
         pairs.append((selector, ops))
     if isinstance(positions, str) and positions not in WHICH:
@@ -174,7 +181,7 @@ class _EngineBlock(Block):
     def _release(self) -> None:
         if self.info:
             found = self.llm.collective_rpc(worker.finish, args=(self.spec.token, self._ok, self._packed))[0]
-            self.found = pickle.loads(found) if isinstance(found, bytes) else found  # noqa: S301 (our worker's)
+            self.found = pickle.loads(found) if isinstance(found, bytes) else found
 
     def _finish(self, exc: BaseException | None) -> None:
         if exc is not None or not self.found:
@@ -322,7 +329,7 @@ class LLMEdit(_EngineBlock):
         return RequestEdits(self.found.get("edits", []))
 
     def _check(self) -> None:
-        failures = self.report().failures(self.spec.requests, self.found["fired"], self._why_silent)
+        failures = failed_edits(self.report(), self.spec.requests, self.found["fired"], self._why_silent)
         if failures:
             more = f" (and {len(failures) - 1} more; see .report())" if len(failures) > 1 else ""
             self._fail(f"{failures[0]}{more}", EditError)
@@ -352,9 +359,7 @@ def _check_engine(llm: Any) -> bool:
 
 def _pickled(spec: worker.Spec) -> bytes:
     """``spec`` as bytes for a worker process: cloudpickle (vLLM's dependency) carries the edits' functions."""
-    import cloudpickle
-
-    return bytes(cloudpickle.dumps(spec))
+    return bytes(importlib.import_module("cloudpickle").dumps(spec))
 
 
 def _token() -> str:

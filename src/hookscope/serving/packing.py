@@ -70,5 +70,5 @@ def chosen_rows(piece: Slice, which: str | Sequence[int] | None) -> Tensor | Non
         return at < piece.prompt
     if which == "new":
         return at >= piece.prompt
-    wanted = torch.tensor(sorted({int(p) for p in which}), dtype=at.dtype)  # type: ignore[union-attr]
+    wanted = torch.tensor(sorted({int(p) for p in which}), dtype=at.dtype)
     return torch.isin(at, wanted)

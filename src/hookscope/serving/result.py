@@ -45,7 +45,7 @@ class RequestEdits(Shows):
     def __init__(self, counted: Sequence[dict[str, Any]]) -> None:
         self.rows = [_row(c) for c in counted if "note" not in c]
         self.problems = [(c["site"], c["note"]) for c in counted if "note" in c]
-        self._zeroes = {(c["site"], c["edit"]) for c in counted if c.get("zeroes")}
+        self.zeroes = {(c["site"], c["edit"]) for c in counted if c.get("zeroes")}  # zero-ablations
 
     def __iter__(self) -> Iterator[RequestEditRow]:
         return iter(self.rows)
@@ -79,31 +79,33 @@ class RequestEdits(Shows):
         """
         return sorted({r.call for r in self.rows if r.request == request and site in (None, r.site)})
 
-    def failures(
-        self, requests: Sequence[str] | None, fired: dict[str, int], silent: Callable[[str], str]
-    ) -> list[str]:
-        """Why edits did not take effect: a site that never ran (``silent(site)`` says why), a chosen
-        request never edited, a problem a worker noted, an edit that changed nothing.
 
-        Args:
-            requests: the requests the block was limited to; None: any.
-            fired: site -> the steps it ran in.
-            silent: site -> why it never ran.
+def failures(
+    report: RequestEdits, requests: Sequence[str] | None, fired: dict[str, int], silent: Callable[[str], str]
+) -> list[str]:
+    """Why edits did not take effect: a site that never ran (``silent(site)`` says why), a chosen
+    request never edited, a problem a worker noted, an edit that changed nothing.
 
-        Returns:
-            One line per failure.
-        """
-        found = [f"the edit at {site!r} never ran: {silent(site)}" for site, n in fired.items() if n == 0]
-        found += [f"{site!r}: {why}" for site, why in self.problems]
-        edited = {r.request for r in self.rows}
-        found += [f"request {r!r} was never edited: it did not run inside the block" for r in requests or ()
-                  if r not in edited and not found]  # fmt: skip
-        totals: dict[tuple[str, str], int] = {}
-        for row in self.rows:
-            totals[(row.site, row.edit)] = totals.get((row.site, row.edit), 0) + row.changed
-        found += [f"{edit} at {site!r} changed nothing in any call" for (site, edit), n in totals.items()
-                  if n == 0 and (site, edit) not in self._zeroes]  # fmt: skip
-        return found
+    Args:
+        report: the block's report.
+        requests: the requests the block was limited to; None: any.
+        fired: site -> the steps it ran in.
+        silent: site -> why it never ran.
+
+    Returns:
+        One line per failure.
+    """
+    found = [f"the edit at {site!r} never ran: {silent(site)}" for site, n in fired.items() if n == 0]
+    found += [f"{site!r}: {why}" for site, why in report.problems]
+    edited = {r.request for r in report.rows}
+    found += [f"request {r!r} was never edited: it did not run inside the block" for r in requests or ()
+              if r not in edited and not found]  # fmt: skip
+    totals: dict[tuple[str, str], int] = {}
+    for row in report.rows:
+        totals[(row.site, row.edit)] = totals.get((row.site, row.edit), 0) + row.changed
+    found += [f"{edit} at {site!r} changed nothing in any call" for (site, edit), n in totals.items()
+              if n == 0 and (site, edit) not in report.zeroes]  # fmt: skip
+    return found
 
 
 def _row(counted: dict[str, Any]) -> RequestEditRow:

@@ -36,8 +36,10 @@ class RequestSink:
         options: Mapping[str, Any],
     ) -> None:  # fmt: skip
         self.root = Path(os.path.abspath(options["out"]))
-        listed = [{"name": n, "type": type(m).__name__, "kinds": list(kinds), "params": [], "missing": {},
-                   "channels": None} for n, m in sites]  # fmt: skip
+        listed: list[dict[str, Any]] = [
+            {"name": n, "type": type(m).__name__, "kinds": list(kinds), "params": [], "missing": {}, "channels": None}
+            for n, m in sites
+        ]
         config = {"source": "vllm", "select": selector_text(select), "kinds": list(kinds), "reduce": None,
                   "stats_only": False, "per_channel": None, "world_size": 1, "target": None}  # fmt: skip
         header = store_format.new_manifest(provenance(model), config, listed)

@@ -53,7 +53,8 @@ def edited_output(
     """``output`` with ``site``'s edits applied to the rows of each chosen request (None: as it was), and
     the requests whose edit raised (their rows are left as they were)."""
     leaves, layout = flatten_layout(output)
-    held, failed, touched = dict(leaves), {}, False
+    held, touched = dict(leaves), False
+    failed: dict[str, BaseException] = {}
     calls = {p.request: site.calls.get(p.request, 0) for p in pieces}
     for piece in pieces:
         site.calls[piece.request] = calls[piece.request] + 1

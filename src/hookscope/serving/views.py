@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..base.display import shows_as
 from ..base.words import columns
 from ..viz.fragments import note, table, view
-from .result import RequestEdits, RequestEditRow
+from .result import RequestEditRow, RequestEdits
 
 HEADER = ("request", "site", "edit", "key", "call", "step", "changed", "relative")
 

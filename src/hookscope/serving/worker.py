@@ -19,6 +19,7 @@ against the request it was running for, that request is neither captured nor edi
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import traceback
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.hooks import HandleGroup
+from ..core.kinds import Kind
 from ..core.records import Call, Record
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten_call_layout, flatten_layout
@@ -46,7 +48,7 @@ class Spec:
 
     Attributes:
         token: the block's name among the worker's sessions.
-        select: the modules captured (a ``Selector``); None for an edit block.
+        select: the modules captured (a ``Selector``); None: the decoder layers (children of a ``ModuleList``).
         kinds: ``input`` and/or ``output``, what a capture keeps.
         edits: ``(selector, [EditOp, ...])`` pairs of an edit block.
         requests: the request ids an edit is limited to; None: every request.
@@ -56,7 +58,7 @@ class Spec:
 
     token: str
     select: Selector | None = None
-    kinds: tuple[str, ...] = ()
+    kinds: tuple[Kind, ...] = ()
     edits: list[tuple[Selector, list[Any]]] = field(default_factory=list)
     requests: tuple[str, ...] | None = None
     positions: str | tuple[int, ...] | None = None
@@ -77,10 +79,22 @@ class Session:
         self.errors: dict[str, str] = {}  # request -> the error a hook raised for it
         self.live: set[str] = set()  # requests of the last step
         names = dict(model.named_modules())
-        layered = {f"{p}.{c}" if p else c for p, m in names.items() if isinstance(m, nn.ModuleList) for c, _ in m.named_children()}
-        self.sites = [(n, m) for n, m in select_modules(model, spec.select)] if spec.select is not None else []
+        layered = {
+            f"{p}.{c}" if p else c
+            for p, m in names.items()
+            if isinstance(m, nn.ModuleList)
+            for c, _ in m.named_children()
+        }
+        if not spec.kinds:  # an edit block
+            self.sites: list[tuple[str, nn.Module]] = []
+        elif spec.select is None:  # the decoder layers: the residual stream
+            self.sites = [(n, m) for n, m in names.items() if n in layered]
+        else:
+            self.sites = select_modules(model, spec.select)
         self.layers = {n for n, _ in self.sites} & layered
-        self.edits = [EditSite(n, m, ops, n in layered) for sel, ops in spec.edits for n, m in select_modules(model, sel)]
+        self.edits = [
+            EditSite(n, m, ops, n in layered) for sel, ops in spec.edits for n, m in select_modules(model, sel)
+        ]
         self.sink = RequestSink(model, self.sites, spec.kinds, spec.select, spec.store) if spec.store else None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -161,14 +175,16 @@ class Session:
             try:
                 record = self._record(piece.request, name, type_name)
                 call = _call_for(record, kind, piece)
-                call.tensors[kind] = {key: t[piece.start : piece.end].detach().to("cpu", copy=True) for key, t in packed}
+                call.tensors[kind] = {
+                    key: t[piece.start : piece.end].detach().to("cpu", copy=True) for key, t in packed
+                }
             except Exception as err:
                 self.errors[piece.request] = _described(err, f"capturing {name!r}")
 
     def _record(self, request: str, name: str, type_name: str) -> Record:
         sites = self.records.setdefault(request, {})
         if name not in sites:
-            sites[name] = Record(name, type_name, tuple(self.spec.kinds))
+            sites[name] = Record(name, type_name, self.spec.kinds)
         return sites[name]
 
     def _edit(self, site: EditSite, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
@@ -196,7 +212,7 @@ def install(worker: Any, spec: Spec | bytes) -> dict[str, Any]:
         hooked, and ``unreadable``: parameters of those sites that the engine repacked (empty tensors).
     """
     if isinstance(spec, bytes):
-        spec = pickle.loads(spec)  # noqa: S301 (the driver's own pickle, through vLLM's RPC)
+        spec = pickle.loads(spec)
     assert isinstance(spec, Spec)
     runner = worker.model_runner
     model = runner.model
@@ -235,11 +251,10 @@ def finish(worker: Any, token: str, ok: bool = True, packed: bool = False) -> di
 def _packing(runner: Any, positions: Tensor | None) -> tuple[list[Slice], int]:
     """This step's requests and the rows of its packed batch, from the forward context (read now: vLLM
     reuses the buffers next step)."""
-    from vllm.forward_context import get_forward_context, is_forward_context_available
-
-    if not is_forward_context_available():
+    context = importlib.import_module("vllm.forward_context")  # vLLM's venv only: no import at module level
+    if not context.is_forward_context_available():
         return [], 0
-    meta = get_forward_context().attn_metadata
+    meta = context.get_forward_context().attn_metadata
     meta = meta[0] if isinstance(meta, list) else meta
     if not meta:
         return [], 0
@@ -273,9 +288,7 @@ def _repacked(model: nn.Module, names: Iterable[str]) -> list[str]:
 
 def _rank() -> int:
     try:
-        from vllm.distributed import get_tensor_model_parallel_rank
-
-        return int(get_tensor_model_parallel_rank())
+        return int(importlib.import_module("vllm.distributed").get_tensor_model_parallel_rank())
     except Exception:  # no tensor-parallel group (a bare worker): rank 0
         return 0
 
