@@ -43,14 +43,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def engines(tiny: Path) -> Iterator[dict[str, subprocess.Popen[str]]]:
-    """The compiled and the multiprocess engine (``tests/serving/engines.py``), started once, side by side
-    with the in-process tests; a test reads one with ``result(engines["compiled"])``."""
+def engines(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """The compiled engine, the multiprocess one and README's example (``tests/serving/engines.py``), started
+    once, side by side with the in-process tests; a test reads one with ``result(engines["compiled"])``."""
     src = str(Path(hookscope.__file__).parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(ROOT)])}
-    started = {which: subprocess.Popen([sys.executable, "-m", "tests.serving.engines", which, str(tiny)], cwd=ROOT,
+    folders = {"compiled": tiny, "multiprocess": tiny, "readme": tmp_path_factory.mktemp("readme")}
+    started = {which: subprocess.Popen([sys.executable, "-m", "tests.serving.engines", which, str(folder)], cwd=ROOT,
                                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for which in ("compiled", "multiprocess")}  # fmt: skip
+               for which, folder in folders.items()}  # fmt: skip
     yield started
     for process in started.values():
         if process.poll() is None:

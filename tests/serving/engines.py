@@ -2,6 +2,7 @@
 
 ``compiled``: ``enforce_eager=False`` (torch.compile with the eager backend: Dynamo's graph, no
 Inductor build), where no module hook fires: the capture must raise ``ServingError``.
+``readme``: README's ``python vllm`` block, run in the folder given, what it printed handed back.
 ``multiprocess``: the default engine, its worker in another process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``,
 ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` so hookscope's worker functions travel by module and name).
 The line ``hookscope-result {...}`` holds the JSON object the test reads.
@@ -9,15 +10,33 @@ The line ``hookscope-result {...}`` holds the JSON object the test reads.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import re
 import sys
 import warnings
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 PROMPTS = ([1, 5, 6, 7, 8], [1, 9, 10])
 
 
+def readme(folder: str) -> dict[str, object]:
+    """Run README.md's vLLM example in ``folder``; what it printed, line by line."""
+    block = re.findall(r"```python vllm\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)[0]
+    os.chdir(folder)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
+    return {"printed": printed.getvalue().splitlines()}
+
+
 def main(which: str, folder: str) -> dict[str, object]:
+    if which == "readme":
+        return readme(folder)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if which == "multiprocess" else "0"
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     warnings.simplefilter("ignore")
@@ -45,4 +64,5 @@ def main(which: str, folder: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
+    warnings.simplefilter("ignore")  # vLLM's own start-up warnings (deprecated torch names)
     print("hookscope-result", json.dumps(main(sys.argv[1], sys.argv[2])), flush=True)
