@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .tiny import PROMPTS, needs_vllm
 
 vllm = needs_vllm()
@@ -46,6 +48,9 @@ def test_per_request_records_equal_hf_hidden_states(llm: Any, tiny: Path) -> Non
     with hookscope.capture_llm(llm, SITES) as cap:
         generated = interleaved(llm, steps=4)
     assert sorted(cap) == ["a", "b"]
+    # vLLM's CPU backend repacks every Linear weight into an empty tensor: named, never read as statistics
+    assert "model.layers.0.mlp.down_proj.weight" in cap.unreadable
+    assert "model.layers.0.input_layernorm.weight" not in cap.unreadable
     for request, prompt in zip("ab", PROMPTS, strict=True):
         record = cap[request]["model.layers.0"]
         assert len(record.calls) == 4  # the prefill, then 3 decode steps (the 4th token is never fed)
@@ -82,3 +87,13 @@ def test_records_stream_to_a_store(llm: Any, tmp_path: Path) -> None:
         for site in SITES[:2]:
             on_disk = [call.tensors["output"]["residual"] for call in batch[site].calls]
             torch.testing.assert_close(torch.cat(on_disk), kept.sequence(request, site), atol=0, rtol=0)
+
+
+def test_a_module_vllm_never_calls_is_an_error_naming_why(llm: Any) -> None:
+    never = pytest.raises(hookscope.ServingError, match=r"'lm_head' \(vLLM's logits processor reads lm_head's weight")
+    with never, hookscope.capture_llm(llm, ["model.layers.0", "lm_head"]):
+        interleaved(llm, steps=2)
+    warned = pytest.warns(hookscope.ServingWarning, match=r"1 selected site\(s\) never fired.*'lm_head'")
+    with warned, hookscope.capture_llm(llm, ["model.layers.0", "lm_head"], strict=False) as cap:
+        interleaved(llm, steps=2)
+    assert len(cap["a"]["model.layers.0"].calls) == 2  # what did fire is kept

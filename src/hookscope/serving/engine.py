@@ -207,7 +207,7 @@ class _EngineBlock(Block):
     def _fail(self, message: str, error: type[Exception] = ServingError) -> None:
         if self.strict:
             raise error(f"{message}; pass strict=False to warn instead")
-        warnings.warn(message, EditWarning if error is EditError else ServingWarning, stacklevel=4)
+        warnings.warn(message, EditWarning if error is EditError else ServingWarning, stacklevel=5)  # the user's with
 
     @property
     def unreadable(self) -> list[str]:
