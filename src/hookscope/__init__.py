@@ -76,7 +76,8 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .report.content import Report
     from .report.html import render_html, write_report
     from .report.inline import show
-    from .serving.engine import LLMCapture, LLMEdit, capture_llm, edit_llm
+    from .serving.engine import LLMCapture, capture_llm
+    from .serving.intervene import LLMEdit, edit_llm
     from .serving.result import RequestEdits
     from .stats.streaming import RunningStats
     from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
@@ -129,7 +130,8 @@ _HOMES = {
     ".report.content": "Report",
     ".report.html": "render_html write_report",
     ".report.inline": "show",
-    ".serving.engine": "LLMCapture LLMEdit capture_llm edit_llm",
+    ".serving.engine": "LLMCapture capture_llm",
+    ".serving.intervene": "LLMEdit edit_llm",
     ".serving.result": "RequestEdits",
     ".stats.streaming": "RunningStats",
     ".steer.result": "SteerSweep",

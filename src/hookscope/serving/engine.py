@@ -1,15 +1,12 @@
-"""``hookscope.capture_llm`` and ``hookscope.edit_llm``: hook blocks around a vLLM ``LLM``, per request.
+"""``hookscope.capture_llm``: a capture around a vLLM ``LLM``, per request; the blocks' engine side.
 
 ::
 
-    with hookscope.capture_llm(llm, "model.layers.*", out="acts.hookscope") as cap:
+    with hookscope.capture_llm(llm, ["model.layers.0", "model.layers.1"], out="acts.hookscope") as cap:
         outputs = llm.generate(prompts, params)
-    cap.sequence("0", "model.layers.1")          # request 0's residual stream, (tokens, D)
+    cap.store().batch(cap.batches["0"])           # request 0's records, read from the store
 
-    with hookscope.edit_llm(llm, {"model.layers.0": edits.add(v)}, positions="new") as ed:
-        steered = llm.generate(prompts, params)
-    print(ed.report())                            # per request and call: elements changed, |y' - y| / |y|
-
+``EngineBlock`` is what ``LLMCapture`` and ``LLMEdit`` (``hookscope.serving.intervene``) share.
 The blocks reach every worker through ``LLM.collective_rpc`` with the functions of
 ``hookscope.serving.worker``: in process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) they run on this
 thread; in the multiprocess engine they travel by module and name, which vLLM allows with
@@ -30,7 +27,7 @@ import os
 import pickle
 import secrets
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -41,19 +38,10 @@ from ..core.hooks import HandleGroup
 from ..core.kinds import Kind
 from ..core.records import Record
 from ..core.select import Selector
-from ..edits.edit import EditSpec
-from ..edits.ops import as_op
 from ..errors import EditError, EditWarning, NotCapturedError, OptionError, ServingError, ServingWarning
 from ..store.format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE
 from ..store.reader import Run, load
-from . import (
-    views,  # noqa: F401  (registers the edit report's table and notebook view)
-    worker,
-)
-from .packing import WHICH
-from .result import RequestEdits
-from .result import failures as failed_edits
-from .steering import check_kinds
+from . import worker
 
 COMPILED = "the worker is compiled (enforce_eager=False): its graph never calls a module's hooks; " \
            "build the LLM with enforce_eager=True"  # fmt: skip
@@ -107,59 +95,13 @@ def capture_llm(
         raise OptionError(f"capture_llm keeps kinds 'input' and 'output' (no gradient flows in vLLM), got {chosen}")
     store = None if out is None else {"out": os.fspath(out), "force": force, "max_memory": max_memory,
                                       "shard_size": shard_size, "flush_every": flush_every}  # fmt: skip
-    spec = worker.Spec(_token(), select=select, kinds=chosen, store=store)
+    spec = worker.Spec(token(), select=select, kinds=chosen, store=store)
     return LLMCapture(llm, spec, strict=strict)
 
 
-def edit_llm(
-    llm: Any,
-    edits: Mapping[Selector, EditSpec],
-    *,
-    requests: Iterable[str | int] | None = None,
-    positions: str | Sequence[int] | None = None,
-    strict: bool = True,
-) -> LLMEdit:
-    """Edit the outputs of the modules each selector picks inside a vLLM ``LLM``, per request (module doc).
-
-    Args:
-        llm: a ``vllm.LLM`` built with ``enforce_eager=True`` and ``tensor_parallel_size=1``.
-        edits: selector -> an edit of ``hookscope.edits`` (kind ``output``) or a function ``(tensor,
-            call) -> tensor``, or a list of them applied in order. A decoder layer's edit acts on its
-            residual stream (key ``residual``) unless ``key=`` says otherwise.
-        requests: the request ids (``RequestOutput.request_id``) edited; None edits every request.
-        positions: ``"prompt"``, ``"new"`` (the generated tokens) or positions in each request's sequence;
-            None edits every token.
-        strict: raise ``EditError`` when an edit never took effect; False warns ``EditWarning``.
-
-    Returns:
-        An ``LLMEdit`` to open with ``with`` around ``llm.generate``; ``report()`` after it.
-
-    Raises:
-        EditError: ``edits`` is empty, an edit is not of kind ``output``, or (at the block's end) an edit
-            never took effect.
-        OptionError: ``positions`` is neither ``"prompt"``, ``"new"``, positions nor None.
-        ServingError: (at ``with``) a tensor-parallel or unreachable engine; (at its end) a request whose
-            edit raised.
-        SelectionError: a selector matches no module of the worker's model.
-    """
-    if not isinstance(edits, Mapping) or not edits:
-        raise EditError("edit_llm needs a dict {selector: edit}, e.g. {'model.layers.0': edits.add(v)}")
-    pairs = []
-    for selector, value in edits.items():
-        listed: Sequence[Any] = value if isinstance(value, (list, tuple)) else [value]
-        ops = [as_op(one) for one in listed]
-        check_kinds(ops)
-        pairs.append((selector, ops))
-    if isinstance(positions, str) and positions not in WHICH:
-        raise OptionError(f"positions must be 'prompt', 'new', positions or None, got {positions!r}")
-    which = positions if positions is None or isinstance(positions, str) else tuple(int(p) for p in positions)
-    chosen = None if requests is None else tuple(str(r) for r in requests)
-    spec = worker.Spec(_token(), edits=pairs, requests=chosen, positions=which)
-    return LLMEdit(llm, spec, strict=strict)
-
-
-class _EngineBlock(Block):
-    """A block whose hooks live in vLLM's workers: installed and collected through ``collective_rpc``."""
+class EngineBlock(Block):
+    """A block whose hooks live in vLLM's workers: installed and collected through ``collective_rpc``
+    (``LLMCapture`` here, ``LLMEdit`` in ``hookscope.serving.intervene``)."""
 
     def __init__(self, llm: Any, spec: worker.Spec, *, strict: bool) -> None:
         super().__init__()
@@ -174,7 +116,7 @@ class _EngineBlock(Block):
         super().__exit__(exc_type, exc, tb)
 
     def _install(self, handles: HandleGroup) -> None:
-        self._packed = _check_engine(self.llm)
+        self._packed = check_engine(self.llm)
         spec = _pickled(self.spec) if self._packed else self.spec
         self.info = self.llm.collective_rpc(worker.install, args=(spec,))[0]
 
@@ -216,7 +158,7 @@ class _EngineBlock(Block):
         return list(self.info.get("unreadable", []))
 
 
-class LLMCapture(_EngineBlock, Mapping[str, Mapping[str, Record]]):
+class LLMCapture(EngineBlock, Mapping[str, Mapping[str, Record]]):
     """The records of a vLLM capture, by request id: ``cap["0"]["model.layers.0"].calls[k]``.
 
     Built by ``hookscope.capture_llm``.
@@ -309,33 +251,7 @@ class LLMCapture(_EngineBlock, Mapping[str, Mapping[str, Record]]):
         return load(self.spec.store["out"])
 
 
-class LLMEdit(_EngineBlock):
-    """A vLLM edit block; ``report()`` after it. Built by ``hookscope.edit_llm``.
-
-    Args:
-        llm: the ``vllm.LLM``.
-        spec: what every worker edits.
-        strict: raise ``EditError`` when an edit never took effect; False warns.
-    """
-
-    noun, remake = "vLLM edit block", "hookscope.edit_llm(...)"
-
-    def report(self) -> RequestEdits:
-        """Every edit at every module, per request and call: elements changed, relative change.
-
-        Returns:
-            A ``RequestEdits`` (``table()``, ``calls(request)``, ``rows``).
-        """
-        return RequestEdits(self.found.get("edits", []))
-
-    def _check(self) -> None:
-        failures = failed_edits(self.report(), self.spec.requests, self.found["fired"], self._why_silent)
-        if failures:
-            more = f" (and {len(failures) - 1} more; see .report())" if len(failures) > 1 else ""
-            self._fail(f"{failures[0]}{more}", EditError)
-
-
-def _check_engine(llm: Any) -> bool:
+def check_engine(llm: Any) -> bool:
     """Refuse an engine hookscope cannot hook as asked; True when its workers run in another process."""
     engine = getattr(llm, "llm_engine", None)
     if engine is None or not hasattr(llm, "collective_rpc"):
@@ -362,5 +278,6 @@ def _pickled(spec: worker.Spec) -> bytes:
     return bytes(importlib.import_module("cloudpickle").dumps(spec))
 
 
-def _token() -> str:
+def token() -> str:
+    """A new block's name among its workers' sessions."""
     return f"hookscope-{secrets.token_hex(6)}"

@@ -152,18 +152,29 @@ class Session:
 
     # -- the hooks ------------------------------------------------------------------------------
     def _before(self, name: str, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self._keep(name, type(module).__name__, "input", flatten_call_layout(args, kwargs)[0])
-        if "output" not in self.spec.kinds and self.step:
-            self.fired[name] += 1
+        try:
+            self._keep(name, type(module).__name__, "input", flatten_call_layout(args, kwargs)[0])
+            if "output" not in self.spec.kinds and self.step:
+                self.fired[name] += 1
+        except Exception as err:  # never into the engine
+            self._fail_step(err, f"capturing {name!r}")
 
     def _after(self, name: str, type_name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        leaves = flatten_layout(output)[0]
-        residual = fused(output) if name in self.layers else None
-        if residual is not None:
-            leaves = [("residual", residual), *leaves]
-        self._keep(name, type_name, "output", leaves)
-        if self.step:
-            self.fired[name] += 1
+        try:
+            leaves = flatten_layout(output)[0]
+            residual = fused(output) if name in self.layers else None
+            if residual is not None:
+                leaves = [("residual", residual), *leaves]
+            self._keep(name, type_name, "output", leaves)
+            if self.step:
+                self.fired[name] += 1
+        except Exception as err:  # never into the engine
+            self._fail_step(err, f"capturing {name!r}")
+
+    def _fail_step(self, err: Exception, where: str) -> None:
+        """Every request of this step fails with ``err`` (it was raised for the step, not one request)."""
+        for piece in self.step:
+            self.errors.setdefault(piece.request, _described(err, where))
 
     def _keep(self, name: str, type_name: str, kind: str, leaves: Leaves) -> None:
         if not self.step:
@@ -193,9 +204,13 @@ class Session:
         self.fired[site.name] += 1
         pieces = [p for p in self.step if p.request not in self.errors]
         chosen = set(self.spec.requests) if self.spec.requests is not None else None
-        edited, failed = edited_output(site, output, pieces, chosen, self.rows, self.spec.positions)
-        for request, err in failed.items():
-            self.errors[request] = _described(err, f"the edit at {site.name!r}")
+        try:
+            edited, failed = edited_output(site, output, pieces, chosen, self.rows, self.spec.positions)
+        except Exception as err:  # never into the engine: the output goes on unedited
+            self._fail_step(err, f"the edit at {site.name!r}")
+            return None
+        for request, raised in failed.items():
+            self.errors[request] = _described(raised, f"the edit at {site.name!r}")
         return edited
 
 
