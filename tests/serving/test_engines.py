@@ -46,3 +46,14 @@ def test_tensor_parallel_is_refused_naming_the_limit() -> None:
     refused = pytest.raises(hookscope.ServingError, match=r"tensor_parallel_size=2.*one whole model per worker")
     with refused, hookscope.capture_llm(fake, "model.layers.0"):
         pass
+
+
+def test_the_multiprocess_engine_needs_its_serialization_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    parallel = SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1)
+    fake = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(parallel_config=parallel)),
+                           collective_rpc=None)  # fmt: skip
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    monkeypatch.delenv("VLLM_ALLOW_INSECURE_SERIALIZATION", raising=False)
+    refused = pytest.raises(hookscope.ServingError, match=r"VLLM_ALLOW_INSECURE_SERIALIZATION=1 set before the LLM")
+    with refused, hookscope.capture_llm(fake, "model.layers.0"):
+        pass
