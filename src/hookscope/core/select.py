@@ -37,6 +37,7 @@ reads this table; the README's vocabulary table says the same):
 | ``cam`` ``explain_prediction`` | None | the one layer ``cam`` chooses (``explain.layers``: the last spatial map) |
 | ``attention`` | None | every module that returns attention weights |
 | ``attention_rollout`` | None | every ``nn.MultiheadAttention`` |
+| ``capture_llm`` | None | the decoder layers (each child of the model's layer list): their residual streams |
 | ``watch`` | None | every leaf with parameters and every activation module (``train.sites``) |
 | ``nan_guard`` | None | every module, containers too: a NaN made by a container's own code is found there |
 | ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` | None | every site of the store (``select_sites``) |

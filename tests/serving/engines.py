@@ -1,0 +1,68 @@
+"""The engines that need a process of their own, run as ``python -m tests.serving.engines WHICH FOLDER``.
+
+``compiled``: ``enforce_eager=False`` (torch.compile with the eager backend: Dynamo's graph, no
+Inductor build), where no module hook fires: the capture must raise ``ServingError``.
+``readme``: README's ``python vllm`` block, run in the folder given, what it printed handed back.
+``multiprocess``: the default engine, its worker in another process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``,
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` so hookscope's worker functions travel by module and name).
+The line ``hookscope-result {...}`` holds the JSON object the test reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+PROMPTS = ([1, 5, 6, 7, 8], [1, 9, 10])
+
+
+def readme(folder: str) -> dict[str, object]:
+    """Run README.md's vLLM example in ``folder``; what it printed, line by line."""
+    block = re.findall(r"```python vllm\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)[0]
+    os.chdir(folder)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
+    return {"printed": printed.getvalue().splitlines()}
+
+
+def main(which: str, folder: str) -> dict[str, object]:
+    if which == "readme":
+        return readme(folder)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if which == "multiprocess" else "0"
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    warnings.simplefilter("ignore")
+    from vllm import LLM, SamplingParams
+
+    import hookscope
+
+    options = {"dtype": "float32", "max_model_len": 64, "seed": 0, "kv_cache_memory_bytes": 64 << 20}
+    if which == "compiled":
+        options |= {"enforce_eager": False, "compilation_config": {"backend": "eager"}}
+    else:
+        options |= {"enforce_eager": True}
+    llm = LLM(model=folder, **options)
+    params = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
+    prompts = [{"prompt_token_ids": list(p)} for p in PROMPTS]
+    try:
+        with hookscope.capture_llm(llm, ["model.layers.0", "model.layers.1"]) as cap:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+    except hookscope.ServingError as err:
+        return {"error": str(err)}
+    found: dict[str, object] = {"tokens": {o.request_id: list(o.outputs[0].token_ids) for o in outputs}}
+    found["residual"] = {r: cap.sequence(r, "model.layers.1").tolist() for r in cap}
+    found["calls"] = {r: len(cap[r]["model.layers.0"].calls) for r in cap}
+    return found
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore")  # vLLM's own start-up warnings (deprecated torch names)
+    print("hookscope-result", json.dumps(main(sys.argv[1], sys.argv[2])), flush=True)
