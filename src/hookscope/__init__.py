@@ -75,6 +75,8 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .report.html import render_html, write_report
     from .report.inline import show
     from .stats.streaming import RunningStats
+    from .steer.direction import Direction, Directions
+    from .steer.directions import directions
     from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
     from .steer.result import SteerSweep
     from .steer.sweep import steer_sweep
@@ -128,6 +130,8 @@ _HOMES = {
     ".stats.streaming": "RunningStats",
     ".steer.result": "SteerSweep",
     ".steer.sweep": "steer_sweep",
+    ".steer.direction": "Direction Directions",
+    ".steer.directions": "directions",
     ".stats.summary": "GradientFlow Summary gradient_flow summarize",
     ".store.dataset": "StoreDataset StoreStream",
     ".store.extract": "extract",
@@ -160,6 +164,8 @@ __all__ = [
     "CaptureWarning",
     "CompiledWarning",
     "DamagedShardError",
+    "Direction",
+    "Directions",
     "Edit",
     "EditError",
     "EditWarning",
@@ -217,6 +223,7 @@ __all__ = [
     "cam",
     "capture",
     "compare",
+    "directions",
     "edit",
     "edits",
     "export",
