@@ -171,6 +171,7 @@ POSITIONAL = {
     "save": {"out"}, "write_report": {"out"}, "export": {"out"},
     "attention_grid": {"layer"}, "render_html": set(),
     "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
+    "directions": {"labels"},  # directions(source, labels): which rows the direction points toward
     "faithfulness": {"maps"},  # faithfulness(model, x, maps): the maps are what is measured
     "steer_sweep": {"vector"},  # steer_sweep(model, inputs, vector): the vector is what is swept
     # an edit op's own value is its subject: add(vector), clamp(min, max), scale(factor), ...
@@ -342,6 +343,7 @@ RESULT_PARTS = {
     "rows", "type", "probes",  # GradientFlow, History, Probes: their rows, a module's type, the fitted probes
     "root", "manifest",  # Run: load(path) opens the store at root and reads its manifest
     "policy",  # Capture: capture() turns detach=, clone=, device=, dtype= into one Policy
+    "directions", "provenance",  # Directions: a Direction per site, and what made them (store, method, seed, ...)
 }  # fmt: skip
 # A dataclass result is built by hookscope (its fields are what it holds); these are built by users.
 USER_DATACLASSES = {"Thresholds", "Policy"}

@@ -75,9 +75,9 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .report.html import render_html, write_report
     from .report.inline import show
     from .stats.streaming import RunningStats
+    from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
     from .steer.direction import Direction, Directions
     from .steer.directions import directions
-    from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
     from .steer.result import SteerSweep
     from .steer.sweep import steer_sweep
     from .store.dataset import StoreDataset, StoreStream

@@ -81,7 +81,7 @@ def test_pca_of_uncentred_pair_differences_finds_the_planted_offset(pairs) -> No
 
 
 def test_pca_is_the_uncentred_top_axis_of_the_differences_by_hand(pairs) -> None:
-    d, rows, labels, ids, run = pairs
+    _, rows, labels, ids, run = pairs
     found = hookscope.directions(run, labels, groups=ids, method="pca", seed=3)["0"]
     train, _ = fits.group_split(ids, holdout=0.25, seed=3)
     diff = (rows[0::2] - rows[1::2])[train[0::2]].float().double()
@@ -152,7 +152,7 @@ def test_a_store_larger_than_the_budget_is_read_in_chunks(pairs, monkeypatch) ->
 
 def test_bad_labels_and_groups_are_refused(pairs) -> None:
     _, _, labels, ids, run = pairs
-    with pytest.raises(OptionError, match="labels are 1 .toward. and 0"):
+    with pytest.raises(OptionError, match=r"labels are 1 \(toward\) and 0"):
         hookscope.directions(run, labels * 2)
     with pytest.raises(ShapeError, match="labels have 399 entries"):
         hookscope.directions(run, labels[:-1])

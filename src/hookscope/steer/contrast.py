@@ -77,7 +77,7 @@ def top_direction(matrix: Tensor, toward: Tensor) -> Tensor:
     """(D,) the unit eigenvector of the symmetric ``matrix``'s largest eigenvalue, signed so that ``toward`` projects
     positive on it: the first principal axis of uncentred differences, pointing from class 0 to class 1."""
     _, vectors = torch.linalg.eigh(matrix)
-    top = vectors[:, -1]
+    top: Tensor = vectors[:, -1]
     return top if float(top @ toward) >= 0 else -top
 
 

@@ -1,4 +1,4 @@
-"""What ``hookscope.directions`` returns: a ``Direction`` per site and ``Directions``, all of them with their provenance.
+"""What ``hookscope.directions`` returns: a ``Direction`` per site, and ``Directions``: all of them, with provenance.
 
 ::
 
@@ -37,7 +37,7 @@ from . import interop
 FORMAT = "hookscope.directions"  # the safetensors metadata key that marks a file of Directions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # a tensor field: compare ``unit`` with torch.equal
 class Direction:
     """One site's direction: a unit vector in the site's shape, its length and its held-out separation.
 
@@ -237,4 +237,3 @@ def _loaded(site: str, vector: Tensor, meta: list[Any] | None, source: str) -> D
         return Direction(site, source, vector / norm, norm)
     method, _, auc, train, test, groups = meta
     return Direction(site, method, vector / norm, norm, float(auc), (int(train), int(test)), int(groups))
-

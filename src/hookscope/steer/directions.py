@@ -103,7 +103,8 @@ def directions(
         NonFiniteError: a site holds NaN or infinite activations.
     """
     if method not in METHODS:
-        raise OptionError(f"directions' method is one of {', '.join(METHODS)}, got {method!r}{closest(method, METHODS)}")
+        raise OptionError(f"directions' method is one of {', '.join(METHODS)}, got {method!r}"
+                          f"{closest(method, METHODS)}")  # fmt: skip
     run = load(source) if isinstance(source, (str, os.PathLike)) else source
     y, ids = _labels(labels), _ids(groups, len(as_rows(labels)))
     split = group_split(ids, holdout=holdout, seed=seed)
@@ -118,9 +119,10 @@ def directions(
         done[column.site] = replace(fitted, groups=len(torch.unique(ids)))
         step(len(done), len(found))
     provenance = {"store": str(run.path), "store_hash": _hash(run.manifest), "sites": list(done), "method": method,
-                  "kind": kind, "key": key, "rows": len(y), "labelled_1": int(y.sum()), "labelled_0": int(len(y) - y.sum()),
-                  "pairs": pairs is not None, "holdout": holdout, "seed": seed, "penalty": penalty,
-                  "max_memory": limit, "model_type": run.provenance.get("model_type"), "hookscope": __version__}  # fmt: skip
+                  "kind": kind, "key": key, "rows": len(y), "labelled_1": int(y.sum()),
+                  "labelled_0": int(len(y) - y.sum()), "pairs": pairs is not None, "holdout": holdout, "seed": seed,
+                  "penalty": penalty, "max_memory": limit, "model_type": run.provenance.get("model_type"),
+                  "hookscope": __version__}  # fmt: skip
     return Directions(done, provenance)
 
 
