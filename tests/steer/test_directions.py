@@ -160,3 +160,17 @@ def test_bad_labels_and_groups_are_refused(pairs) -> None:
         hookscope.directions(run, labels, groups=ids // 2, method="pca")
     with pytest.raises(OptionError, match="one of mean_difference, pca, logistic"):
         hookscope.directions(run, labels, method="pca_diff")
+
+
+def test_directions_show_as_a_table_a_notebook_view_and_a_report_section(sevens_and_ones) -> None:
+    from hookscope.report.sections import as_section
+
+    run, labels = sevens_and_ones
+    found = hookscope.directions(run, labels, select="relu4")
+    lines = found.table().splitlines()
+    assert lines[0].split() == ["site", "method", "norm", "held-out", "AUC", "examples", "groups"]
+    assert lines[1].split()[:2] == ["relu4", "mean_difference"] and "179 toward, 182 away" in lines[-1]
+    assert found.provenance["store_hash"][:12] in lines[-1] and len(found.provenance["store_hash"]) == 64
+    assert "Directions at 1 sites" in (found._repr_html_() or "")
+    section = as_section(found)
+    assert (section.id, section.title) == ("directions", "Directions by site") and "relu4" in section.html

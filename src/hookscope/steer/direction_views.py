@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..base.display import shows_as
 from ..base.words import columns
@@ -22,9 +23,10 @@ def _said(found: Directions) -> str:
     p = found.provenance
     if "store" not in p:
         return f"read from {p.get('source') or p.get('file') or 'vectors given'}"
-    return (f"from {p['store']} (manifest sha256 {str(p.get('store_hash', ''))[:12]}), {p.get('rows', 0):,} rows "
-            f"({p.get('labelled_1', 0):,} toward, {p.get('labelled_0', 0):,} away{', paired' if p.get('pairs') else ''}"
-            f"), held-out share {p.get('holdout')} of the groups, seed {p.get('seed')}")  # fmt: skip
+    paired = ", paired" if p.get("pairs") else ""
+    return (f"from {Path(p['store']).name} (manifest sha256 {str(p.get('store_hash', ''))[:12]}), {p.get('rows', 0):,} "
+            f"rows: {p.get('labelled_1', 0):,} toward, {p.get('labelled_0', 0):,} away{paired}; held out: "
+            f"{p.get('holdout')} of the groups, seed {p.get('seed')}")  # fmt: skip
 
 
 def directions_table(found: Directions) -> str:
