@@ -111,6 +111,15 @@ def test_logistic_is_the_probes_fit_streamed(pairs) -> None:
     fit = fits.fit_logistic(rows[train].float().double(), labels[train], classes=2, penalty=1e-2)
     theirs = fit.weight[:, 1] - fit.weight[:, 0]
     torch.testing.assert_close(found["0"].unit, theirs / theirs.norm(), rtol=0, atol=1e-6)
+    probe = hookscope.probe(run, labels, groups=ids, penalty=1e-2)["0"].direction  # the same split, in memory
+    torch.testing.assert_close(found["0"].unit, probe / probe.norm(), rtol=0, atol=1e-6)
+
+
+def test_pair_ids_may_be_text(pairs) -> None:
+    _, _, labels, ids, run = pairs
+    named = hookscope.directions(run, labels, groups=[f"pair {i}" for i in ids.tolist()], method="pca")["0"]
+    numbered = hookscope.directions(run, labels, groups=ids, method="pca")["0"]
+    assert named.groups == numbered.groups == N and named.examples == numbered.examples
 
 
 def test_auc_equals_sklearn() -> None:

@@ -79,3 +79,25 @@ def test_conversions_refuse_what_they_cannot_name() -> None:
     zero = type("V", (), {"directions": {0: np.zeros(3)}, "model_type": "x"})()
     with pytest.raises(StoreError, match="needs a nonzero finite vector"):
         Directions.from_control_vector(zero, site="h.{}")
+
+
+def test_a_vector_steers_the_same_through_steering_vectors_and_edits_add() -> None:
+    """Block 1 of steering-vectors is hookscope's site ``transformer.h.1``: the same logits either way."""
+    import transformers
+
+    from hookscope import edit, edits
+
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=16, vocab_size=30, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    vector = torch.randn(16, generator=torch.Generator().manual_seed(1))
+    ours = Directions({"transformer.h.1": Direction("transformer.h.1", "pca", vector.double() / vector.norm(),
+                                                    float(vector.norm()))})  # fmt: skip
+    ids = torch.arange(8)[None]
+    with torch.no_grad():
+        plain = model(ids).logits
+        with ours.to_steering_vector().apply(model, multiplier=3.0):
+            theirs = model(ids).logits
+        with edit(model, {"transformer.h.1": edits.add(3.0 * ours["transformer.h.1"].vector.float())}):
+            steered = model(ids).logits
+    assert not torch.allclose(theirs, plain, atol=1e-3)
+    torch.testing.assert_close(steered, theirs, rtol=0, atol=1e-5)
