@@ -3,6 +3,7 @@ matched, LeNet's 7 against 1 separated on held-out digits, and rows streamed wit
 
 from __future__ import annotations
 
+import math
 import types
 import warnings
 from pathlib import Path
@@ -169,6 +170,16 @@ def test_bad_labels_and_groups_are_refused(pairs) -> None:
         hookscope.directions(run, labels, groups=ids // 2, method="pca")
     with pytest.raises(OptionError, match="one of mean_difference, pca, logistic"):
         hookscope.directions(run, labels, method="pca_diff")
+    with pytest.raises(OptionError, match="hold no row labelled"):  # two groups: one label each, one held out
+        hookscope.directions(run, labels, groups=labels)
+
+
+def test_a_held_out_set_of_one_label_warns_and_measures_nothing(pairs) -> None:
+    _, _, labels, _, run = pairs
+    four = (1 - labels) * 2 + torch.arange(len(labels)) % 4 // 2  # two groups of each label: one is held out
+    with pytest.warns(hookscope.HookscopeWarning, match="hold one label only") as record:
+        found = hookscope.directions(run, labels, groups=four)["0"]
+    assert math.isnan(found.auc) and found.groups == 4 and record[0].filename == __file__
 
 
 def test_directions_show_as_a_table_a_notebook_view_and_a_report_section(sevens_and_ones) -> None:

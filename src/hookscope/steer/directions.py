@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import partial
@@ -39,7 +40,7 @@ from .._version import __version__
 from ..base.words import closest, parse_size
 from ..core.kinds import Kind
 from ..core.select import Selector
-from ..errors import NonFiniteError, OptionError, ShapeError
+from ..errors import HookscopeWarning, NonFiniteError, OptionError, ShapeError
 from ..probes.fit import SMALL, group_split, one_thread
 from ..progress import Progress, callback
 from ..store.columns import Column, columns
@@ -117,6 +118,10 @@ def directions(
         with one_thread(len(y) * math.prod(_shape(column)) < SMALL):  # small reads: threads cost more than they give
             fitted = _site(column, y, split, method, pairs, limit=limit, penalty=penalty)
         done[column.site] = replace(fitted, groups=len(torch.unique(ids)))
+        if math.isnan(fitted.auc):
+            warnings.warn(f"hookscope.directions: the held-out rows of {column.site!r} hold one label only, so its AUC "
+                          "is NaN; pass groups= that mix the labels, or a larger holdout", HookscopeWarning,
+                          stacklevel=2)  # fmt: skip
         step(len(done), len(found))
     provenance = {"store": str(run.path), "store_hash": _hash(run.manifest), "sites": list(done), "method": method,
                   "kind": kind, "key": key, "rows": len(y), "labelled_1": int(y.sum()),
@@ -136,6 +141,9 @@ def _site(column: Column, y: Tensor, split: tuple[Tensor, Tensor], method: str, 
     sums = contrast.Sums(features)
     for x, labels in _chunks(column, y, train, per_read):
         sums.add(x, labels)
+    if bool((sums.counts == 0).any()):
+        raise OptionError(f"the training rows of {column.site!r} hold no row labelled {int(sums.counts.argmin())}: "
+                          "every group of that label was held out; pass more groups, or another seed")  # fmt: skip
     toward = sums.mean_difference()
     if method == "pca" and pairs is not None:
         raw = contrast.top_direction(contrast.gram(_differences(column, *pairs, per_read), features), toward)
@@ -152,7 +160,17 @@ def _site(column: Column, y: Tensor, split: tuple[Tensor, Tensor], method: str, 
 
 
 def read_rows(column: Column, batch: int, first: int, count: int) -> Tensor:
-    """Rows ``first`` to ``first + count`` of a stored batch of ``column``, flattened, as float64 (n, D).
+    """Rows ``first`` to ``first + count`` of a stored batch of ``column``, flattened, as float64: the one
+    place rows are read, so at most ``count`` rows are copied at once.
+
+    Args:
+        column: the site's column of the store (``store.columns``).
+        batch: the stored batch.
+        first: its first row read.
+        count: the rows read.
+
+    Returns:
+        ``(count, D)`` float64.
 
     Raises:
         NonFiniteError: they hold NaN or infinite values.
