@@ -87,7 +87,8 @@ def test_a_vector_steers_the_same_through_steering_vectors_and_edits_add() -> No
 
     from hookscope import edit, edits
 
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=16, vocab_size=30, bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=16, vocab_size=30,
+                                     bos_token_id=0, eos_token_id=0)  # fmt: skip
     model = transformers.GPT2LMHeadModel(config).eval()
     vector = torch.randn(16, generator=torch.Generator().manual_seed(1))
     ours = Directions({"transformer.h.1": Direction("transformer.h.1", "pca", vector.double() / vector.norm(),
