@@ -174,6 +174,19 @@ def test_bad_labels_and_groups_are_refused(pairs) -> None:
         hookscope.directions(run, labels, groups=labels)
 
 
+def test_rows_of_other_shapes_or_not_finite_are_refused(tmp_path) -> None:
+    labels = torch.tensor([1, 0] * 4)
+    uneven = hookscope.extract(nn.Sequential(nn.Identity()), [torch.ones(4, 3, 2), torch.ones(4, 5, 2)],
+                               out=tmp_path / "uneven.hookscope", select="0", progress=False)  # fmt: skip
+    with pytest.raises(ShapeError, match=r"one shape per row at '0', got \[\(3, 2\), \(5, 2\)\]"):
+        hookscope.directions(uneven, labels)
+    rows = torch.ones(8, 3)
+    rows[5, 1] = float("nan")
+    broken = stored(rows, tmp_path / "nan.hookscope", batch=4)
+    with pytest.raises(hookscope.NonFiniteError, match="holds 1 NaN or infinite values in batch 1"):
+        hookscope.directions(broken, labels)
+
+
 def test_a_held_out_set_of_one_label_warns_and_measures_nothing(pairs) -> None:
     _, _, labels, _, run = pairs
     four = (1 - labels) * 2 + torch.arange(len(labels)) % 4 // 2  # two groups of each label: one is held out

@@ -219,6 +219,11 @@ def _shape(column: Column) -> tuple[int, ...]:
 
 
 def _check_rows(column: Column, rows: int) -> None:
+    """One label per row, and one shape per row in every batch."""
+    shapes = {tuple(where[3][1:]) for where, _, _ in column.places.values()}
+    if len(shapes) > 1:
+        raise ShapeError(f"directions need one shape per row at {column.site!r}, got {sorted(shapes)} in "
+                         f"{column.run.path}; pad sequences to one length, or extract one token per row")  # fmt: skip
     held = sum(place[2] for place in column.places.values())
     if held != rows:
         raise ShapeError(f"directions' labels have {rows} entries, but {column.site!r} holds {held} rows in "
