@@ -204,6 +204,6 @@ def test_directions_show_as_a_table_a_notebook_view_and_a_report_section(sevens_
     assert lines[0].split() == ["site", "method", "norm", "held-out", "AUC", "examples", "groups"]
     assert lines[1].split()[:2] == ["relu4", "mean_difference"] and "179 toward, 182 away" in lines[-1]
     assert found.provenance["store_hash"][:12] in lines[-1] and len(found.provenance["store_hash"]) == 64
-    assert "Directions at 1 sites" in (found._repr_html_() or "")
+    assert "Directions at 1 sites" in (found._repr_html_() or "") and found.plot().size[0] > 100
     section = as_section(found)
     assert (section.id, section.title) == ("directions", "Directions by site") and "relu4" in section.html

@@ -22,17 +22,20 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from ..base.display import Shows, table_of
+from ..base.display import Shows, plot_of, table_of
 from ..base.files import new_output, write_atomically
 from ..base.optional import require
 from ..base.words import closest
 from ..errors import NotCapturedError, StoreError
 from . import interop
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 FORMAT = "hookscope.directions"  # the safetensors metadata key that marks a file of Directions
 
@@ -104,6 +107,17 @@ class Directions(Mapping[str, Direction], Shows):
             The table, as text.
         """
         return table_of(self)
+
+    def plot(self) -> Image:
+        """The held-out AUC per site, in order, 0.5 (no separation) dashed.
+
+        Returns:
+            A PIL image of the chart.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
+        return plot_of(self)
 
     def save(self, out: str | os.PathLike[str], *, force: bool = False) -> Path:
         """Write the vectors (``unit * norm``) to a plain safetensors file, one tensor per site, float64;

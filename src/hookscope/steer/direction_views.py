@@ -1,14 +1,19 @@
-"""How ``Directions`` show themselves: a text table, a notebook view and a report section."""
+"""How ``Directions`` show themselves: a text table, a picture (held-out AUC by site), a notebook view and a section."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..base.display import shows_as
-from ..base.words import columns
-from ..viz.fragments import Safe, note, table, view
+from ..base.words import columns, shorten
+from ..viz.charts import figure_image, new_figure
+from ..viz.fragments import Safe, image_tag, note, table, view
 from .direction import Direction, Directions
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 HEADER = ("site", "method", "norm", "held-out AUC", "examples", "groups")
 
@@ -35,13 +40,29 @@ def directions_table(found: Directions) -> str:
     return "\n".join([*lines, _said(found)])
 
 
+def directions_plot(found: Directions) -> Image:
+    """The held-out AUC per site, in order (0.5, no separation, dashed): where the labels part along a line."""
+    sites = list(found.values())
+    fig = new_figure(max(3.5, 0.55 * len(sites) + 1.5), 2.8)
+    ax = fig.add_subplot()
+    steps = range(len(sites))
+    ax.plot(steps, [d.auc for d in sites], marker="o", label="held-out AUC")
+    ax.axhline(0.5, linestyle="--", color="grey", label="no separation")
+    ax.set_xticks(list(steps), [shorten(d.site) for d in sites], rotation=45, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("direction's separation by site", fontsize=9)
+    ax.legend(fontsize=7)
+    return figure_image(fig)
+
+
 def _place(found: Directions) -> tuple[str, str]:
     return "directions", "Directions by site"
 
 
-@shows_as(Directions, table=directions_table, section=_place)
+@shows_as(Directions, table=directions_table, plot=directions_plot, section=_place)
 def directions_html(found: Directions) -> Safe:
-    """The table and the provenance, one self-contained block."""
-    body = table(HEADER, [_cells(d) for d in found.values()], numeric=range(2, len(HEADER)))
+    """The picture, the table and the provenance, one self-contained block."""
+    body = Safe(image_tag(found.plot(), alt="held-out AUC by site", width=None)
+                + table(HEADER, [_cells(d) for d in found.values()], numeric=range(2, len(HEADER))))  # fmt: skip
     said = "AUC: the held-out groups' projections on the direction (0.5: no separation, 1: complete)"
     return view(body + note(_said(found)) + note(said), title=f"Directions at {len(found)} sites")
