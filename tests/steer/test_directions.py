@@ -170,6 +170,8 @@ def test_bad_labels_and_groups_are_refused(pairs) -> None:
         hookscope.directions(run, labels, groups=ids // 2, method="pca")
     with pytest.raises(OptionError, match="one of mean_difference, pca, logistic"):
         hookscope.directions(run, labels, method="pca_diff")
+    with pytest.raises(OptionError, match=r"directions read a store .* got a dict"):
+        hookscope.directions(dict(run), labels)
     with pytest.raises(OptionError, match="hold no row labelled"):  # two groups: one label each, one held out
         hookscope.directions(run, labels, groups=labels)
 

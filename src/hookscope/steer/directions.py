@@ -96,8 +96,9 @@ def directions(
         ``Directions``: per site a ``Direction`` (unit vector, norm, held-out AUC), with the provenance.
 
     Raises:
-        OptionError: labels other than 0 and 1 or of one value, an unknown method, ``pca`` groups that are
-            not pairs, or a split that leaves a label out of training.
+        OptionError: ``source`` is not a store; labels other than 0 and 1 or of one value, an unknown method,
+            ``pca`` groups that are not pairs, a split that leaves a label out of training, or classes whose
+            rows do not differ.
         SelectionError: ``select`` matches no site.
         NotCapturedError: the store holds no such kind or key at a site.
         ShapeError: labels or groups do not give one entry per row.
@@ -107,6 +108,9 @@ def directions(
         raise OptionError(f"directions' method is one of {', '.join(METHODS)}, got {method!r}"
                           f"{closest(method, METHODS)}")  # fmt: skip
     run = load(source) if isinstance(source, (str, os.PathLike)) else source
+    if not isinstance(run, Run):
+        raise OptionError(f"directions read a store (a path, or hookscope.load's Run), got a {type(source).__name__}; "
+                          "write a capture first with hookscope.save(cap, out)")  # fmt: skip
     y, ids = _labels(labels), _ids(groups, len(as_rows(labels)))
     split = group_split(ids, holdout=holdout, seed=seed)
     pairs = _pairs(y, ids, split[0]) if method == "pca" else None
@@ -152,6 +156,8 @@ def _site(column: Column, y: Tensor, split: tuple[Tensor, Tensor], method: str, 
         raw = contrast.fit_logistic(fit, sums.mean, sums.scale(), rows=int(train.sum()), penalty=penalty)
     else:
         raw = toward
+    if not float(raw.norm()) > 0:
+        raise OptionError(f"the rows labelled 1 and 0 at {column.site!r} do not differ: no direction to find")
     unit = raw / raw.norm()
     scores = [(x @ unit, labels) for x, labels in _chunks(column, y, test, per_read)]
     held = contrast.auc(torch.cat([s for s, _ in scores]), torch.cat([lab for _, lab in scores]))
