@@ -142,8 +142,9 @@ def sevens_and_ones(tmp_path_factory) -> tuple[hookscope.Run, Tensor]:
 
 def test_seven_against_one_separates_held_out_digits(sevens_and_ones) -> None:
     run, labels = sevens_and_ones
-    found = hookscope.directions(run, labels, method="mean_difference")
-    assert list(found) == ["relu3", "relu4"]
+    heard: list[tuple[str, int, int]] = []
+    found = hookscope.directions(run, labels, method="mean_difference", progress=lambda *a: heard.append(a))
+    assert list(found) == ["relu3", "relu4"] and heard == [("directions", n, 2) for n in range(3)]
     assert all(found[site].auc > 0.95 for site in found), found.table()
     assert sum(found["relu4"].examples) == len(labels) == found.provenance["rows"]
 
