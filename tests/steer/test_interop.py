@@ -102,3 +102,27 @@ def test_a_vector_steers_the_same_through_steering_vectors_and_edits_add() -> No
             steered = model(ids).logits
     assert not torch.allclose(theirs, plain, atol=1e-3)
     torch.testing.assert_close(steered, theirs, rtol=0, atol=1e-5)
+
+
+def test_steer_sweep_takes_directions_by_site() -> None:
+    """``steer_sweep`` reads ``Directions.vector(site)``: the same propensities as the plain tensor."""
+    import transformers
+
+    import hookscope
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=16, vocab_size=30,
+                                     bos_token_id=0, eos_token_id=0)  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config).eval()
+    w = model.lm_head.weight.detach()
+    vector = (w[7] - w[9]).double()
+    found = Directions({"transformer.h.1": Direction("transformer.h.1", "pca", vector / vector.norm(),
+                                                     float(vector.norm()))})  # fmt: skip
+    prompts = torch.randint(1, 30, (4, 5), generator=torch.Generator().manual_seed(0))
+    options = {"select": "transformer.h.1", "completions": (7, 9), "scales": (-1.0, 0.0, 1.0)}
+    ours = hookscope.steer_sweep(model, prompts, found, **options)
+    plain = hookscope.steer_sweep(model, prompts, vector.float(), **options)
+    torch.testing.assert_close(ours.propensity, plain.propensity, rtol=0, atol=1e-6)
+    assert ours.steerability > 0
+    with pytest.raises(OptionError, match=r"has none for 'transformer\.h\.0'"):
+        hookscope.steer_sweep(model, prompts, found, **{**options, "select": "transformer.h.0"})

@@ -100,6 +100,20 @@ class Directions(Mapping[str, Direction], Shows):
         method = self.provenance.get("method", "")
         return f"<Directions {method} at {len(self)} sites>" if method else f"<Directions at {len(self)} sites>"
 
+    def vector(self, site: str) -> Tensor:
+        """The vector (``unit * norm``) at ``site``, as ``steer_sweep`` and ``edits.add`` take it.
+
+        Args:
+            site: a site these directions hold.
+
+        Returns:
+            The vector, in the site's shape (float64).
+
+        Raises:
+            NotCapturedError: no direction at ``site`` (a ``KeyError``).
+        """
+        return self[site].vector
+
     def table(self) -> str:
         """A row per site: method, norm, held-out AUC, examples and groups; the provenance below.
 
