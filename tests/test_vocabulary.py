@@ -178,6 +178,7 @@ POSITIONAL = {
     "save": {"out"}, "write_report": {"out"}, "export": {"out"},
     "attention_grid": {"layer"}, "render_html": set(),
     "probe": {"labels"},  # probe(source, labels): the labels are what is probed for
+    "directions": {"labels"},  # directions(source, labels): which rows the direction points toward
     "faithfulness": {"maps"},  # faithfulness(model, x, maps): the maps are what is measured
     "steer_sweep": {"vector"},  # steer_sweep(model, inputs, vector): the vector is what is swept
     "explain_prediction": {"out"},  # explain_prediction(model, x, out): the bundle it writes
@@ -351,6 +352,7 @@ RESULT_PARTS = {
     "root", "manifest",  # Run: load(path) opens the store at root and reads its manifest
     "policy",  # Capture: capture() turns detach=, clone=, device=, dtype= into one Policy
     "spec", "counted",  # LLMCapture, LLMEdit: what their workers are asked; RequestEdits: what they counted
+    "directions", "provenance",  # Directions: a Direction per site, and what made them (store, method, seed, ...)
 }  # fmt: skip
 # A dataclass result is built by hookscope (its fields are what it holds); these are built by users.
 USER_DATACLASSES = {"Thresholds", "Policy"}

@@ -83,6 +83,8 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .serving.result import RequestEdits
     from .stats.streaming import RunningStats
     from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
+    from .steer.direction import Direction, Directions
+    from .steer.directions import directions
     from .steer.result import SteerSweep
     from .steer.sweep import steer_sweep
     from .store.dataset import StoreDataset, StoreStream
@@ -140,6 +142,8 @@ _HOMES = {
     ".stats.streaming": "RunningStats",
     ".steer.result": "SteerSweep",
     ".steer.sweep": "steer_sweep",
+    ".steer.direction": "Direction Directions",
+    ".steer.directions": "directions",
     ".stats.summary": "GradientFlow Summary gradient_flow summarize",
     ".store.dataset": "StoreDataset StoreStream",
     ".store.extract": "extract",
@@ -172,6 +176,8 @@ __all__ = [
     "CaptureWarning",
     "CompiledWarning",
     "DamagedShardError",
+    "Direction",
+    "Directions",
     "Edit",
     "EditError",
     "EditWarning",
@@ -236,6 +242,7 @@ __all__ = [
     "capture",
     "capture_llm",
     "compare",
+    "directions",
     "edit",
     "edit_llm",
     "edits",

@@ -22,7 +22,7 @@ type, a module or a predicate selects them as asked. Matches come back in the or
 
 A store holds site names, not modules: ``select_sites`` picks a store's (or a capture's) sites with the
 same names, globs, ``re:`` and lists, and module types by class name; ``":blocks"`` and predicates need
-the model. It is the one way ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` and
+the model. It is the one way ``probe``, ``directions``, ``StoreDataset``, ``StoreStream``, ``export`` and
 ``compare.cka`` read a store's sites.
 
 Each public function's default and what ``select=None`` picks there (``tests/test_vocabulary.py``
@@ -41,6 +41,7 @@ reads this table; the README's vocabulary table says the same):
 | ``watch`` | None | every leaf with parameters and every activation module (``train.sites``) |
 | ``nan_guard`` | None | every module, containers too: a NaN made by a container's own code is found there |
 | ``probe``, ``StoreDataset``, ``StoreStream``, ``export`` | None | every site of the store (``select_sites``) |
+| ``directions`` | None | every site of the store (``select_sites``), each read in chunks |
 
 A compiled model (``torch.compile(model)``) is named as the eager model: names lose their
 ``_orig_mod.`` segments (a selector may still be written with them), and the modules returned
