@@ -79,3 +79,15 @@ def test_bad_budgets_and_twin_titles_are_refused() -> None:
         fit("t", sections(), 10)
     with pytest.raises(OptionError, match="unique"):
         fit("t", [Section("a", "x"), Section("a", "y")], 100)
+
+
+def test_a_smaller_section_is_taken_back_when_a_larger_one_of_more_value_had_to_go() -> None:
+    parts = [
+        Section("Status", "ok", value=100, kept=True),
+        Section("Big", "b" * 1200, value=90),  # ~300 tokens: cannot fit a budget of 200
+        Section("Small", "s" * 200, value=80),  # ~50 tokens: fits once Big is gone
+        Section("Tiny", "t" * 40, value=10),
+    ]
+    answer = fit("t", parts, 200)
+    assert [s.title for s in answer.sections] == ["Status", "Small", "Tiny"]
+    assert answer.dropped == (("Big", tokens(parts[1].render())),) and answer.tokens <= 200

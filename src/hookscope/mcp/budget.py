@@ -136,6 +136,9 @@ class Answer:
 def fit(tool: str, sections: Sequence[Section], max_tokens: int = DEFAULT_TOKENS) -> Answer:
     """Drop whole droppable sections, lowest value first, until the answer's text fits ``max_tokens``.
 
+Then a dropped section is taken back, highest value first, wherever it still fits: a small
+section is not lost because a larger one of higher value had to go.
+
     Args:
         tool: the tool's name (kept in the answer).
         sections: the whole answer, in reading order; titles are unique.
@@ -152,19 +155,29 @@ def fit(tool: str, sections: Sequence[Section], max_tokens: int = DEFAULT_TOKENS
     titles = [s.title for s in sections]
     if len(set(titles)) != len(titles):
         raise OptionError(f"an answer's section titles must be unique, got {titles}")
-    kept = list(sections)
     order = sorted((s for s in sections if not s.kept), key=lambda s: (s.value, -titles.index(s.title)))
-    answer = Answer(tool, tuple(kept), (), max_tokens)
-    for section in order:
+    gone: set[str] = set()
+    answer = _without(tool, sections, gone, max_tokens)
+    for section in order:  # drop, lowest value first, until it fits
         if answer.tokens <= max_tokens:
             break
-        kept.remove(section)
-        gone = {s.title for s in sections} - {s.title for s in kept}
-        dropped = tuple((s.title, tokens(s.render())) for s in sections if s.title in gone)
-        answer = Answer(tool, tuple(kept), dropped, max_tokens)
+        gone.add(section.title)
+        answer = _without(tool, sections, gone, max_tokens)
+    for section in reversed(order):  # then take back, highest value first, what still fits beside the rest
+        if section.title in gone:
+            tried = _without(tool, sections, gone - {section.title}, max_tokens)
+            if tried.tokens <= max_tokens:
+                gone.discard(section.title)
+                answer = tried
     if answer.tokens > max_tokens:
         answer = Answer(tool, answer.sections, answer.dropped, max_tokens, over_budget=True)
     return answer
+
+
+def _without(tool: str, sections: Sequence[Section], gone: set[str], max_tokens: int) -> Answer:
+    kept = tuple(s for s in sections if s.title not in gone)
+    dropped = tuple((s.title, tokens(s.render())) for s in sections if s.title in gone)
+    return Answer(tool, kept, dropped, max_tokens)
 
 
 def table_sections(
