@@ -103,3 +103,5 @@ def test_a_damaged_bundle_is_reported_and_nothing_else_is_claimed(prediction: Pa
     assert [s.title for s in found.sections] == ["Status"]
     assert found.data()["sections"]["Status"]["problems"] == ["logits.npy is listed in manifest.json but missing"]
     assert "NOT sound" in found.text()
+    with pytest.raises(hookscope.InputError, match="is not a folder"):
+        answer("bundle", {"path": str(tmp_path / "nothing")})

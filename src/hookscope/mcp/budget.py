@@ -136,19 +136,19 @@ class Answer:
 def fit(tool: str, sections: Sequence[Section], max_tokens: int = DEFAULT_TOKENS) -> Answer:
     """Drop whole droppable sections, lowest value first, until the answer's text fits ``max_tokens``.
 
-Then a dropped section is taken back, highest value first, wherever it still fits: a small
-section is not lost because a larger one of higher value had to go.
+    Then a dropped section is taken back, highest value first, wherever it still fits: a small
+    section is not lost because a larger one of higher value had to go.
 
-    Args:
-        tool: the tool's name (kept in the answer).
-        sections: the whole answer, in reading order; titles are unique.
-        max_tokens: the budget in estimated tokens (``tokens``); at least 50.
+        Args:
+            tool: the tool's name (kept in the answer).
+            sections: the whole answer, in reading order; titles are unique.
+            max_tokens: the budget in estimated tokens (``tokens``); at least 50.
 
-    Returns:
-        The ``Answer``: what fits, what was dropped, and whether kept facts alone exceed the budget.
+        Returns:
+            The ``Answer``: what fits, what was dropped, and whether kept facts alone exceed the budget.
 
-    Raises:
-        OptionError: ``max_tokens`` is below 50, or two sections share a title.
+        Raises:
+            OptionError: ``max_tokens`` is below 50, or two sections share a title.
     """
     if max_tokens < 50:
         raise OptionError(f"max_tokens={max_tokens} is too small for any answer; pass at least 50")

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..evidence.bundle import PREDICTION, is_bundle, validate_bundle
 from .budget import Section, compact, table_sections
 
@@ -27,7 +28,12 @@ def bundle(path: str) -> list[Section]:
 
     Returns:
         The sections of the answer.
+
+    Raises:
+        InputError: ``path`` is not a folder.
     """
+    if not Path(path).is_dir():
+        raise InputError(f"{path} is not a folder; pass an evidence bundle's folder (explain_prediction, evidence=)")
     problems = validate_bundle(path)
     manifest = _manifest(Path(path)) if is_bundle(path) else {}
     what = {PREDICTION: "wrong-prediction"}.get(manifest.get("schema", ""), "training-alert")
