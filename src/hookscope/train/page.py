@@ -60,6 +60,7 @@ class LayerRow:
     type: str
     last: dict[str, float]
     sparkline: bytes | None  # the gradient norm (or the output-gradient norm) over the steps
+    undefined: tuple[str, ...] = ()  # the columns of ``last`` that are undefined (History.undefined), not NaN
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def training_table(report: TrainingReport) -> str:
     rows = [["layer", "type", "step", *LAST]]
     for layer in report.layers:
         step = layer.last.get("step")
-        cells = [_number(layer.last.get(c)) for c in LAST]
+        cells = ["undefined" if c in layer.undefined else _number(layer.last.get(c)) for c in LAST]
         rows.append([layer.name, layer.type, "–" if step is None else str(int(step)), *cells])
     return "\n".join(columns(rows, right=range(2, len(rows[0]))))
 
@@ -287,7 +288,9 @@ def _charts(histories: dict[str, History], band: tuple[float, float], first: Ale
 def _row(history: History) -> LayerRow:
     values = history["grad_norm"] if any(not _nan(v) for v in history["grad_norm"]) else history["grad_output_norm"]
     drawn = [v for v in values if not _nan(v)]
-    return LayerRow(history.name, history.type, history.last(), sparkline_png(values, log=True) if drawn else None)
+    last = history.last()
+    undefined = tuple(c for c, steps in history.undefined.items() if last and int(last["step"]) in steps)
+    return LayerRow(history.name, history.type, last, sparkline_png(values, log=True) if drawn else None, undefined)
 
 
 def _by_step(history: History, column: str) -> dict[int, float]:

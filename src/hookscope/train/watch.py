@@ -58,7 +58,7 @@ from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alert_bundle import AlertEvidence, evidence_of
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
-from .collect import Gathered, host_row, measured
+from .collect import Gathered, host_row, measured, undefined
 from .deepspeed_reads import ZeroReads, is_engine, zero_of
 from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
@@ -201,6 +201,7 @@ class Watch(Block, display.Shows):
         # gradients and updates around an optimizer step; DeepSpeed's in its partitions (train.deepspeed_reads)
         self._reads = OptimizerReads(self.sites) if zero is None else ZeroReads(self.sites, zero)
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
+        self._undefined: dict[str, dict[str, list[int]]] = {}  # site -> column -> steps (collect.undefined)
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
         self._clock = StepClock(
             optimizer,
@@ -234,6 +235,7 @@ class Watch(Block, display.Shows):
 
     def _release(self) -> None:
         try:
+            self._look_skipped()  # the last step was skipped by the scaler: what it gathered is dropped
             if self._step.gathered is not None and any(g.measured for g in self._step.gathered.values()):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
@@ -255,7 +257,7 @@ class Watch(Block, display.Shows):
         Returns:
             The index of the next step (the same one when the GradScaler skipped this step).
         """
-        if self._clock.manual and self._look_skipped():
+        if self._look_skipped():
             return self._clock.step_index  # the scaler skipped the step: it is run again
         return self._clock.step()
 
@@ -300,7 +302,7 @@ class Watch(Block, display.Shows):
                 "list them with w.histories()"
             )
         rows = torch.tensor(self._rows[name], dtype=torch.float64).reshape(-1, len(COLUMNS))
-        return History(name, type(dict(self.sites)[name]).__name__, rows)
+        return History(name, type(dict(self.sites)[name]).__name__, rows, self._undefined.get(name))
 
     def histories(self) -> dict[str, History]:
         """Every watched module's rows (one per logged step), in model order.
@@ -401,9 +403,11 @@ class Watch(Block, display.Shows):
         logged: dict[str, float] = {}
         alerts: list[Alert] = []
         for (name, g), slots in zip(gathered.items(), rows, strict=True):
-            row = unscaled(host_row(step, slots), self._scale.scale)
+            row, blank = unscaled(host_row(step, slots), self._scale.scale), undefined(slots)
             self._rows[name].append([row[c] for c in COLUMNS])
-            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])))
+            for column in blank:  # undefined, not faulty: no alert
+                self._undefined.setdefault(name, {}).setdefault(column, []).append(step)
+            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])) - blank)
             logged.update({f"{name}/{c}": v for c, v in row.items() if c != "step"})
             for board in self._boards:
                 board.histograms(step, name, g, dict(self._reads.named(name)))
