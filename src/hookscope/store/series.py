@@ -358,7 +358,7 @@ def describe_watch(
     ]
     shown = ("grad_norm", "update_ratio", "dead", "act_std")
     rows = [["site", "type", "steps", *(f"last {c}" for c in shown)]]
-    rows += [[n, h.type, str(len(h)), *(_last_cell(h, c) for c in shown)] for n, h in histories.items()]
+    rows += [[n or "(model)", h.type, str(len(h)), *(_last_cell(h, c) for c in shown)] for n, h in histories.items()]
     return "\n".join(head + columns(rows, right={2, 3, 4, 5, 6}))
 
 

@@ -43,6 +43,7 @@ from ..store.reader import Run
 from ..store.series import Alert, History
 from ..viz.curves import curves_png, heatmap_png, sparkline_png
 from ..viz.fragments import data_uri, figure, more, note, view
+from .sites import shown
 
 TEMPLATE = "report/templates/training.html.j2"
 
@@ -131,7 +132,7 @@ def build_training_report(
             f"{run.path} holds no time series; a training report needs a store written by hookscope.watch"
         )
     prov, config = run.provenance, run.config
-    shown = dict(list(histories.items())[:max_layers])
+    drawn = {shown(n): h for n, h in list(histories.items())[:max_layers]}
     first = next((a for a in run.alerts if a.kind == "non_finite"), None)
     band = tuple(config.get("thresholds", {}).get("update_ratio", (3e-5, 1e-1)))
     steps = sorted({s for h in histories.values() for s in h.steps})
@@ -148,9 +149,9 @@ def build_training_report(
         ended=str(config.get("ended", "")) or "while running",
         alerts=tuple(run.alerts),
         first_non_finite=first,
-        charts=_loss_chart(scalars) + _charts(shown, (band[0], band[1]), first),
+        charts=_loss_chart(scalars) + _charts(drawn, (band[0], band[1]), first),
         layers=tuple(_row(h) for h in histories.values()),
-        left_out=len(histories) - len(shown),
+        left_out=len(histories) - len(drawn),
         ranks=int(config.get("world_size", 1)),
         graph=_alert_graph(graph or _kept_graph(run), run.alerts, histories),
         ended_on=run.non_finite,
@@ -240,7 +241,7 @@ def _loss_chart(scalars: dict[str, list[tuple[int, float]]]) -> tuple[Chart, ...
 
 
 def _charts(histories: dict[str, History], band: tuple[float, float], first: Alert | None) -> tuple[Chart, ...]:
-    marks = [(first.module, first.step)] if first is not None else []
+    marks = [(shown(first.module), first.step)] if first is not None else []
     with_params = {n: h for n, h in histories.items() if any(not _nan(v) for v in h["grad_norm"])}
     with_units = {n: h for n, h in histories.items() if any(v > 0 for v in h["zeros"])}  # NaN > 0 is False
     charts = []
@@ -274,7 +275,7 @@ def _charts(histories: dict[str, History], band: tuple[float, float], first: Ale
         names = list(with_params)
         steps = sorted({s for h in with_params.values() for s in h.steps})
         grid = [[_by_step(h, "grad_norm").get(s, math.nan) for s in steps] for h in with_params.values()]
-        mark = (first.module, first.step) if first is not None else None
+        mark = (shown(first.module), first.step) if first is not None else None
         charts.append(
             Chart(
                 "Layers x steps",
@@ -290,7 +291,8 @@ def _row(history: History) -> LayerRow:
     drawn = [v for v in values if not _nan(v)]
     last = history.last()
     undefined = tuple(c for c, steps in history.undefined.items() if last and int(last["step"]) in steps)
-    return LayerRow(history.name, history.type, last, sparkline_png(values, log=True) if drawn else None, undefined)
+    spark = sparkline_png(values, log=True) if drawn else None
+    return LayerRow(shown(history.name), history.type, last, spark, undefined)
 
 
 def _by_step(history: History, column: str) -> dict[int, float]:

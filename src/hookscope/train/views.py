@@ -24,6 +24,7 @@ from ..errors import OptionError
 from ..store.series import COLUMNS, Alert, History
 from ..viz.curves import curves_png, sparkline_png
 from ..viz.fragments import MAX_ROWS, Safe, escape, image_tag, more, note, table, view
+from .sites import shown
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 SHOWN = ("grad_norm", "update_ratio", "dead", "zeros", "act_mean", "act_std", "grad_output_norm", "weight_norm")
 LOG = {"grad_norm", "update_ratio", "grad_output_norm", "weight_norm"}
 LAST = ("grad_norm", "update_ratio", "dead", "act_std")  # a watch's table: each module's last row
+FROZEN = ("grad_norm", "update_ratio")  # what a site whose parameters are all frozen has no value of
 
 
 def history_table(history: History, *, columns: Sequence[str] | None = None) -> str:
@@ -47,13 +49,15 @@ def history_table(history: History, *, columns: Sequence[str] | None = None) -> 
     return "\n".join(text_columns(rows, right=range(len(shown) + 1)))
 
 
-def histories_table(histories: Mapping[str, History]) -> str:
-    """A row per module: its type, steps logged, and its last logged row (``LAST``)."""
+def histories_table(histories: Mapping[str, History], *, frozen: Sequence[str] = ()) -> str:
+    """A row per module: its type, steps logged, and its last logged row (``LAST``); the gradient norm and
+    update ratio of the ``frozen`` sites (every parameter frozen) as ``frozen``."""
     rows = [["module", "type", "logged", "step", *LAST]]
     for name, h in histories.items():
         last = h.last()
         step = str(int(last["step"])) if last else "–"
-        rows.append([name, h.type, str(len(h)), step, *(_last_cell(h, c) for c in LAST)])
+        cells = ["frozen" if name in frozen and c in FROZEN else _last_cell(h, c) for c in LAST]
+        rows.append([shown(name), h.type, str(len(h)), step, *cells])
     return "\n".join(text_columns(rows, right=range(2, len(rows[0]))))
 
 
@@ -93,7 +97,7 @@ def watch_html(histories: Mapping[str, History], alerts: Sequence[Alert], *, ste
     listed = "".join(f"<li>{escape(str(a))}</li>" for a in alerts[:10])
     head = Safe(f'<ul class="hs-note">{listed}</ul>') if alerts else note("no alert")
     rows = [
-        (h.name, h.type, _last_cell(h, "grad_norm"), _last_cell(h, "update_ratio"),
+        (shown(h.name), h.type, _last_cell(h, "grad_norm"), _last_cell(h, "update_ratio"),
          _last_cell(h, "dead"), _spark(h["grad_norm"], log=True) if len(h) else "")
         for h in list(histories.values())[:MAX_ROWS]
     ]  # fmt: skip

@@ -66,7 +66,7 @@ from .rank_sums import RankRows, Ranks, merge
 from .scalars import Scalars, merged
 from .scaler import LossScale, fused_scale, unscaled
 from .sinks import Sink, close_all, open_sinks, parse, send
-from .sites import default_sites, model_device
+from .sites import default_sites, model_device, shown
 from .step_hooks import StepHooks
 from .steps import StepClock, optimizers_of
 from .views import histories_table, series_plot, watch_html
@@ -104,7 +104,11 @@ def watch(
     gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
     ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
     counted as skipped (``train.scaler``). A DeepSpeed engine (ZeRO stage 0, 1 or 2) is watched as the
-    model, with its own optimizer unless one is given (``train.deepspeed_reads``).
+    model, with its own optimizer unless one is given (``train.deepspeed_reads``). Every parameter is
+    watched once, at the module that holds it (``train.sites``; the model itself is the site ``""``,
+    shown as ``(model)``); ``w.frozen`` names the sites whose parameters are all frozen
+    (``requires_grad=False``: a LoRA's base layers), which have no gradient norm or update ratio and
+    show ``frozen`` in ``w.table()``.
 
     Args:
         model: the network being trained.
@@ -197,9 +201,11 @@ class Watch(Block, display.Shows):
         self._forward_step: int | None = None  # the step of the last forward pass with grad (w.log's default)
         self._sinks: list[Sink] = []
         self._unwritten = False  # rows logged since the store was last written
-        self._params = {name: list(m.parameters()) for name, m in self.sites}
         # gradients and updates around an optimizer step; DeepSpeed's in its partitions (train.deepspeed_reads)
         self._reads = OptimizerReads(self.sites) if zero is None else ZeroReads(self.sites, zero)
+        self._params = {name: [p for _, p in pairs] for name, pairs in self._reads.owned.items()}  # each once
+        # the sites whose every parameter is frozen when the watch is made (a LoRA's base layers): no gradient
+        self.frozen = [name for name, ps in self._params.items() if ps and not any(p.requires_grad for p in ps)]
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._undefined: dict[str, dict[str, list[int]]] = {}  # site -> column -> steps (collect.undefined)
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
@@ -408,9 +414,9 @@ class Watch(Block, display.Shows):
             for column in blank:  # undefined, not faulty: no alert
                 self._undefined.setdefault(name, {}).setdefault(column, []).append(step)
             alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])) - blank)
-            logged.update({f"{name}/{c}": v for c, v in row.items() if c != "step"})
+            logged.update({f"{shown(name)}/{c}": v for c, v in row.items() if c != "step"})
             for board in self._boards:
-                board.histograms(step, name, g, dict(self._reads.named(name)))
+                board.histograms(step, shown(name), g, dict(self._reads.named(name)))
         self.alerts.extend(alerts)
         if alerts and self.evidence is not None and not self._ranks.rank:  # rank 0 has every rank's merged rows
             self.evidence.write_alert(alerts[0], self, self._clock.optimizers)
@@ -444,14 +450,14 @@ class Watch(Block, display.Shows):
         if self._ranks.rank:
             return
         self._unwritten = False
-        extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
+        extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped, "frozen": self.frozen}
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
                           ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
                           non_finite=non_finite)  # fmt: skip
 
 
 def _watch_table(w: Watch) -> str:
-    return histories_table(w.histories())
+    return histories_table(w.histories(), frozen=w.frozen)
 
 
 def _watch_plot(w: Watch, *, column: str = "grad_norm", log: bool | None = None) -> Image:
