@@ -68,6 +68,7 @@ def test_a_vit_s_class_token_and_position_embedding_are_the_model_s_own() -> Non
     w, grads = _step(model, torch.randn(2, 3, 32, 32), lambda y: F.cross_entropy(y, torch.tensor([0, 2])))
     assert next(iter(w.histories())) == "" and w.table().splitlines()[1].startswith("(model) ")
     assert w.history("")["grad_norm"][0] == pytest.approx(_norm(grads, "cls_token", "pos_embed"), rel=1e-6)
+    assert w.history("(model)")["grad_norm"] == w.history("")["grad_norm"]  # the name the table shows
     _weights_once(w, model)
 
 
@@ -151,3 +152,14 @@ def test_nan_guard_blames_a_container_s_raw_parameter_on_the_container() -> None
         with pytest.raises(hookscope.NonFiniteError, match=r"parameter 'block\.gain' became") as err:
             opt.step()
     assert (err.value.module, err.value.key, err.value.phase) == ("block", "gain", "optimizer")
+
+
+def test_a_tied_weight_is_watched_once_at_its_first_module() -> None:
+    """An embedding and an output head sharing one weight (GPT-2's lm_head): counted at the embedding only."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight
+    w, grads = _step(model, torch.tensor([[1, 2, 3]]), lambda y: y.square().mean())
+    assert w.history("0")["grad_norm"][0] == pytest.approx(_norm(grads, "0.weight"), rel=1e-6)
+    assert math.isnan(w.history("1")["grad_norm"][0]) and math.isnan(w.history("1")["weight_norm"][0])
+    _weights_once(w, model)

@@ -290,9 +290,9 @@ def read_histories(
 
 
 def pick(histories: Mapping[str, History], name: str, root: Path) -> History:
-    """``histories[name]`` (``name`` with or without a wrapper's ``module.``: ``core.compiled.known_name``), or a
-    ``NotCapturedError`` naming the closest watched modules."""
-    name = known_name(name, histories)
+    """``histories[name]`` (``name`` with or without a wrapper's ``module.``: ``core.compiled.known_name``; the
+    model itself as ``""`` or ``(model)``, as tables show it), or a ``NotCapturedError`` naming the closest."""
+    name = "" if name == "(model)" and "" in histories else known_name(name, histories)
     if name not in histories:
         what = (
             "holds no time series (it was not written by hookscope.watch)"
@@ -348,7 +348,7 @@ def describe_watch(
         f"made by   hookscope {prov.get('hookscope')}, torch {prov.get('torch')}, Python {prov.get('python')}, "
         f"{prov.get('created')}",
         f"run       watch every {config.get('every')} steps: {config.get('steps', 0):,} steps, {len(steps)} logged "
-        f"({_span(steps)}), select {config.get('select') or 'every leaf with parameters, and activations'}",
+        f"({_span(steps)}), select {config.get('select') or 'every module holding parameters, and activations'}",
         *_ranks_line(config, manifest.get("series") or {}),
         *_stopped_line(read_non_finite(manifest)),
         *scalar_lines(scalars or {}),

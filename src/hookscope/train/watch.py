@@ -10,11 +10,12 @@
     w.history("conv2")["grad_norm"]        # one value per logged step
     w.alerts                               # vanishing / exploding gradients, dead units, update ratio, NaN
 
-What is watched (``hookscope.store.series.COLUMNS``): per selected module (by default every leaf
-with parameters and every activation module, ``nn.ReLU`` and its kin) the mean, std, mean |x| and
-zero fraction of its output, the fraction of dead units, the norm of the output gradient, of the
-parameter gradients (as the optimizer sees them, after accumulation), of the weights, and the
-update ratio |Δw| / |w| of the optimizer step (its pre- and post-step hooks).
+What is watched (``hookscope.store.series.COLUMNS``): per selected module (by default every
+module holding parameters and every activation module, ``nn.ReLU`` and its kin: ``train.sites``)
+the mean, std, mean |x| and zero fraction of its output, the fraction of dead units, the norm of
+the output gradient, of the parameter gradients (as the optimizer sees them, after accumulation),
+of the weights, and the update ratio |Δw| / |w| of the optimizer step (its pre- and post-step
+hooks; undefined, not an alert, when the weights' norm was zero: ``train.collect``).
 
 Cost: only steps ``0, every, 2 * every, ...`` are logged, and the module hooks exist only while a
 logged step runs (registered when the step before it ends, removed when it ends), so the other
@@ -94,8 +95,8 @@ def watch(
     """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
 
     ``optimizer``: one or several; their step hooks measure the update ratio and, until ``w.step()``
-    is first called, count the steps. ``select``: any selector (default: leaves with parameters and
-    activation modules). ``out``: a store written when the block ends and while it runs, refused if it
+    is first called, count the steps. ``select``: any selector (default: the modules holding parameters
+    and the activation modules). ``out``: a store written when the block ends and while it runs, refused if it
     exists unless ``force``. ``flush_every``: the rule of ``extract`` too (``store.format.FLUSH_EVERY``,
     5 s): a logged step is on disk within ``flush_every`` seconds, or at the end of the first step after
     them (the store is rewritten whole, at most once per ``flush_every``); None: only when the block ends.
@@ -114,7 +115,7 @@ def watch(
         model: the network being trained.
         optimizer: one optimizer or several; None counts steps only through ``w.step()`` (a DeepSpeed engine: its own).
         every: log one step in this many (1: every step).
-        select: the modules watched; None takes the leaves with parameters and the activation modules.
+        select: the modules watched; None takes the modules holding parameters and the activation modules.
         out: a store folder written while the block runs and when it ends; None writes none.
         tensorboard: deprecated: a TensorBoard log folder, as ``sinks=["tensorboard:DIR"]`` (warns).
         thresholds: the alert bounds: a ``Thresholds``, a dict of the fields to change, or None for the defaults.
@@ -293,7 +294,8 @@ class Watch(Block, display.Shows):
         """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``).
 
         Args:
-            name: a watched module's dotted name (with or without a wrapper's ``module.``).
+            name: a watched module's dotted name (with or without a wrapper's ``module.``; the model itself:
+                ``""`` or ``"(model)"``).
 
         Returns:
             Its ``History``, one row per logged step, the ``COLUMNS`` statistics.
@@ -301,7 +303,8 @@ class Watch(Block, display.Shows):
         Raises:
             NotCapturedError: ``name`` is not watched (the message names the closest ones).
         """
-        name = known_name(name, self._rows)  # "module.0" of a DDP / DataParallel / DeepSpeed model is "0"
+        # "module.0" of a DDP / DataParallel / DeepSpeed model is "0"; the model itself is "" or "(model)"
+        name = "" if name == shown("") and "" in self._rows else known_name(name, self._rows)
         if name not in self._rows:
             raise NotCapturedError(
                 f"{name!r} is not watched ({len(self._rows)} modules{closest(str(name), self._rows)}); "
