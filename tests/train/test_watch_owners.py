@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,14 +73,14 @@ def test_a_vit_s_class_token_and_position_embedding_are_the_model_s_own() -> Non
     _weights_once(w, model)
 
 
-def test_a_lora_s_adapters_are_watched_its_base_frozen_and_a_clean_run_has_no_alert() -> None:
+def test_a_lora_s_adapters_are_watched_its_base_frozen_and_a_clean_run_has_no_alert(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
     model = peft.get_peft_model(base, peft.LoraConfig(r=2, target_modules=["0", "2"]))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     g = torch.Generator().manual_seed(1)
-    with hookscope.watch(model, opt, every=1) as w:
+    with hookscope.watch(model, opt, every=1, out=tmp_path / "lora.hookscope") as w:
         for _ in range(3):
             loss = F.cross_entropy(model(torch.randn(4, 8, generator=g)), torch.randint(0, 3, (4,), generator=g))
             opt.zero_grad()
@@ -93,6 +94,11 @@ def test_a_lora_s_adapters_are_watched_its_base_frozen_and_a_clean_run_has_no_al
     assert w.frozen == ["base_model.model.0.base_layer", "base_model.model.2.base_layer"]
     assert w.table().splitlines()[1].split()[4:6] == ["frozen", "frozen"]
     _weights_once(w, model)
+    page = hookscope.build_training_report(hookscope.load(tmp_path / "lora.hookscope"))
+    assert page.first_non_finite is None and page.alerts == ()
+    rows = {line.split()[0]: line.split()[3:5] for line in page.table().splitlines()[1:]}
+    assert rows["base_model.model.2.base_layer"] == ["frozen", "frozen"]
+    assert rows["base_model.model.2.lora_B.default"][1] not in ("frozen", "undefined", "–")
 
 
 class _Gated(nn.Module):

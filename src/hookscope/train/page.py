@@ -25,7 +25,7 @@ import datetime
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -61,7 +61,7 @@ class LayerRow:
     type: str
     last: dict[str, float]
     sparkline: bytes | None  # the gradient norm (or the output-gradient norm) over the steps
-    undefined: tuple[str, ...] = ()  # the columns of ``last`` that are undefined (History.undefined), not NaN
+    marks: Mapping[str, str] = field(default_factory=dict)  # column -> "undefined" (History.undefined) or "frozen"
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def build_training_report(
         alerts=tuple(run.alerts),
         first_non_finite=first,
         charts=_loss_chart(scalars) + _charts(drawn, (band[0], band[1]), first),
-        layers=tuple(_row(h) for h in histories.values()),
+        layers=tuple(_row(h, h.name in config.get("frozen", ())) for h in histories.values()),
         left_out=len(histories) - len(drawn),
         ranks=int(config.get("world_size", 1)),
         graph=_alert_graph(graph or _kept_graph(run), run.alerts, histories),
@@ -206,7 +206,7 @@ def training_table(report: TrainingReport) -> str:
     rows = [["layer", "type", "step", *LAST]]
     for layer in report.layers:
         step = layer.last.get("step")
-        cells = ["undefined" if c in layer.undefined else _number(layer.last.get(c)) for c in LAST]
+        cells = [layer.marks.get(c) or _number(layer.last.get(c)) for c in LAST]
         rows.append([layer.name, layer.type, "–" if step is None else str(int(step)), *cells])
     return "\n".join(columns(rows, right=range(2, len(rows[0]))))
 
@@ -286,13 +286,15 @@ def _charts(histories: dict[str, History], band: tuple[float, float], first: Ale
     return tuple(charts)  # fmt: skip
 
 
-def _row(history: History) -> LayerRow:
+def _row(history: History, frozen: bool) -> LayerRow:
+    """A layer's last row; ``frozen``: every parameter of it was frozen (``Watch.frozen``), so it has no gradient."""
     values = history["grad_norm"] if any(not _nan(v) for v in history["grad_norm"]) else history["grad_output_norm"]
     drawn = [v for v in values if not _nan(v)]
     last = history.last()
-    undefined = tuple(c for c, steps in history.undefined.items() if last and int(last["step"]) in steps)
+    marks = {c: "undefined" for c, steps in history.undefined.items() if last and int(last["step"]) in steps}
+    marks.update({c: "frozen" for c in ("grad_norm", "update_ratio") if frozen})
     spark = sparkline_png(values, log=True) if drawn else None
-    return LayerRow(shown(history.name), history.type, last, spark, undefined)
+    return LayerRow(shown(history.name), history.type, last, spark, marks)
 
 
 def _by_step(history: History, column: str) -> dict[int, float]:
