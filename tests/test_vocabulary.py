@@ -349,6 +349,7 @@ def test_the_readme_vocabulary_row_of_select_lists_every_function() -> None:
 RESULT_PARTS = {
     "tensors", "missing", "watched", "reached", "order", "error", "layouts",  # Call: what a capture recorded
     "rows", "type", "probes",  # GradientFlow, History, Probes: their rows, a module's type, the fitted probes
+    "undefined",  # History: the cells of its rows that are undefined (an update ratio over zero weights)
     "root", "manifest",  # Run: load(path) opens the store at root and reads its manifest
     "policy",  # Capture: capture() turns detach=, clone=, device=, dtype= into one Policy
     "spec", "counted",  # LLMCapture, LLMEdit: what their workers are asked; RequestEdits: what they counted

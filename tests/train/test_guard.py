@@ -142,10 +142,11 @@ def test_a_learning_rate_that_blows_the_weights_up_is_found_in_the_optimizer_ste
     assert overflow == 34  # 35 steps of 1e37 pass float32's 3.4e38
     with pytest.raises(NonFiniteError, match=r"^step 34, optimizer: parameter '0\.weight' became -inf in SGD") as err:
         run(guarded=True)
-    assert (err.value.phase, err.value.module, err.value.kind, err.value.call) == (
+    assert (err.value.phase, err.value.module, err.value.kind, err.value.key, err.value.call) == (
         "optimizer",
-        "0.weight",
+        "0",  # the module that holds the parameter
         "param",
+        "weight",
         None,
     )
     assert err.value.input_absmax == pytest.approx(34e37, rel=1e-3)

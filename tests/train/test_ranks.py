@@ -101,7 +101,7 @@ def test_nan_guard_stops_every_rank_at_the_same_step(ran: Path) -> None:
     for case, (phase, module, key, rank) in {
         "batch": ("forward", "", "args[0]", 1),  # a NaN in rank 1's batch: the data, on rank 1
         "shard": ("forward", "2", "out", 0),  # a NaN in the weight piece rank 1 holds: both ranks' '2' output
-        "step": ("optimizer", "2.weight", "2.weight", 1),  # rank 1's piece overflowed in its step
+        "step": ("optimizer", "2", "weight", 1),  # rank 1's piece of 2.weight overflowed in its step
     }.items():
         raised = [json.loads((tmp_path / f"{case}-rank{r}.json").read_text()) for r in (0, 1)]
         assert raised[0] == raised[1], case  # every rank raised the same finding

@@ -104,3 +104,39 @@ def test_bf16_autocast_raises_the_alerts_of_float32() -> None:
                 opt.step()
         found.append([(a.kind, a.module, a.step) for a in w.alerts])
     assert found[0] and found[0] == found[1]
+
+
+def _fp16_start(model: nn.Module, batches: list, *, manual: bool) -> hookscope.Watch:
+    """fp16 autocast on the CPU with a scale so high that the first 3 backward passes overflow (fp16 inf)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40, backoff_factor=2.0**-8)  # 2**40, 2**32, 2**24, 2**16
+    with hookscope.watch(model, opt, every=1, scaler=scaler) as w:
+        for x, y in batches:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if manual:
+                w.step()
+    return w
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_an_fp16_start_whose_steps_all_overflow_raises_nothing(manual: bool) -> None:
+    """Three steps, all skipped by the scaler, the block ends after the last: no step, no row, no alert."""
+    w = _fp16_start(_model(), _batches()[:3], manual=manual)
+    assert (w.steps, w.skipped, w.alerts) == (0, [0, 0, 0], [])
+    assert all(len(h) == 0 for h in w.histories().values())
+
+
+def test_w_step_after_a_skipped_step_is_no_step() -> None:
+    """With w.step() called every iteration, the three skipped steps are no steps: the rows of the run
+    counted by the optimizer (whose steps the scaler skips), and no alert."""
+    batches = _batches()
+    counted = _fp16_start(_model(), batches, manual=False)
+    w = _fp16_start(_model(), batches, manual=True)
+    assert (w.steps, w.skipped, w.alerts) == (STEPS - 3, [0, 0, 0], []) and counted.steps == STEPS - 3
+    for name in ("0", "1", "2"):
+        torch.testing.assert_close(w.history(name).rows, counted.history(name).rows, rtol=0, atol=0, equal_nan=True)

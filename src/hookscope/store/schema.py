@@ -41,6 +41,7 @@ from .fields import (
     text_map,
     texts,
     whole,
+    wholes,
 )
 
 COLUMNS = ("site", "kind", "key", "batch", "call", "order", "shard", "name", "dtype", "shape", "offsets",
@@ -245,6 +246,9 @@ def _check_extras(top: Mapping[str, Any]) -> None:
     series = an_object(top.get("series", {}), "series")
     if series:
         relative(series.get("file"), "series.file")
+        for site, cells in an_object(series.get("undefined", {}), "series.undefined").items():
+            for column, steps in an_object(cells, f"series.undefined[{site!r}]").items():
+                wholes(steps, f"series.undefined[{site!r}][{column!r}]")
     each(top.get("alerts", []), "alerts", _check_alert)
     if "non_finite" in top:
         _check_non_finite(top["non_finite"], "non_finite")

@@ -15,7 +15,10 @@ CRC-32s); ``read_histories`` and ``read_alerts`` read them back for ``hookscope.
 (``run.history(name)``, ``run.alerts``), ``describe_watch`` is what ``hookscope info`` prints.
 A run that a ``NonFiniteError`` ended (``nan_guard`` inside or around the watch) keeps it as the
 manifest's ``non_finite`` (``non_finite_json``; ``read_non_finite`` gives the error back: ``run.non_finite``).
-A value that was not measured (a module without parameters has no weight norm) is NaN.
+A value that was not measured (a module without parameters has no weight norm) is NaN; so is one that is
+undefined (the update ratio |dw| / |w| of weights whose norm was zero before the step: a zero-initialised
+layer, PEFT's ``lora_B``), which ``History.undefined`` names (the manifest's ``series.undefined``: site ->
+column -> steps) and tables print as ``undefined``.
 """
 
 from __future__ import annotations
@@ -92,12 +95,32 @@ class History(display.Shows):
         rows: a float64 tensor ``(steps, len(COLUMNS))``, a row per logged step (``step``,
             ``act_mean``, ``act_std``, ``act_abs_mean``, ``zeros``, ``dead``, ``grad_output_norm``,
             ``grad_norm``, ``weight_norm``, ``update_ratio``).
+        undefined: column -> the steps at which its value (NaN in ``rows``) is undefined rather than not
+            measured (``update_ratio`` over weights of norm zero); None for none.
     """
 
-    def __init__(self, name: str, type: str, rows: Tensor) -> None:
+    def __init__(
+        self, name: str, type: str, rows: Tensor, undefined: Mapping[str, Sequence[int]] | None = None
+    ) -> None:
         self.name, self.type = name, type
         self.rows = rows  # (steps, len(COLUMNS)) float64
         self.columns = COLUMNS
+        self.undefined = {c: [int(s) for s in steps] for c, steps in (undefined or {}).items() if steps}
+
+    def cell(self, column: str, step: int, value: float) -> str:
+        """``value`` of ``column`` at ``step`` as a table shows it: ``undefined``, ``–`` (NaN) or a number.
+
+        Args:
+            column: a column of the history.
+            step: the logged step of the value.
+            value: the value (``self[column]`` at that step).
+
+        Returns:
+            The text of the cell.
+        """
+        if step in self.undefined.get(column, ()):
+            return "undefined"
+        return "–" if math.isnan(value) else f"{value:.4g}"
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -213,7 +236,10 @@ def _write_all(
     tensors.update({f"rank{r}/{n}": h.rows.contiguous() for r, hs in enumerate(ranks) for n, h in hs.items()})
     write_shard(root / SERIES, tensors, {"columns": list(COLUMNS)})
     steps = sorted({s for h in histories.values() for s in h.steps})
-    series = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps), "ranks": len(ranks)}
+    series: dict[str, Any] = {"file": SERIES, "columns": list(COLUMNS), "logged_steps": len(steps), "ranks": len(ranks)}
+    undefined = {name: h.undefined for name, h in histories.items() if h.undefined}
+    if undefined:
+        series["undefined"] = undefined
     extra = {}
     if scalars:
         write_shard(root / SCALARS, {k: v.contiguous() for k, v in scalars.items()}, {"columns": ["step", "value"]})
@@ -250,6 +276,7 @@ def read_histories(
     except DamagedShardError as err:
         raise DamagedShardError(series["file"], err.why, "; the store's time series cannot be read") from err
     types = {s["name"]: s.get("type", "?") for s in manifest.get("sites", [])}
+    undefined = series.get("undefined", {}) if not prefix else {}
     crc = index["meta"].get("crc32", {})
     out = {}
     for name in [s for s in types if prefix + s in index["tensors"]]:
@@ -258,14 +285,14 @@ def read_histories(
             raise DamagedShardError(series["file"], f"the series of {prefix + name!r} is {dtype} {shape}, not "
                                     f"float64 (steps, {len(COLUMNS)})")  # fmt: skip
         rows = mapped.tensor(series["file"], index["data_start"], dtype, shape, offsets, crc.get(prefix + name, -1))
-        out[name] = History(name, types[name], rows)
+        out[name] = History(name, types[name], rows, undefined.get(name))
     return out
 
 
 def pick(histories: Mapping[str, History], name: str, root: Path) -> History:
-    """``histories[name]`` (``name`` with or without a wrapper's ``module.``: ``core.compiled.known_name``), or a
-    ``NotCapturedError`` naming the closest watched modules."""
-    name = known_name(name, histories)
+    """``histories[name]`` (``name`` with or without a wrapper's ``module.``: ``core.compiled.known_name``; the
+    model itself as ``""`` or ``(model)``, as tables show it), or a ``NotCapturedError`` naming the closest."""
+    name = "" if name == "(model)" and "" in histories else known_name(name, histories)
     if name not in histories:
         what = (
             "holds no time series (it was not written by hookscope.watch)"
@@ -321,7 +348,7 @@ def describe_watch(
         f"made by   hookscope {prov.get('hookscope')}, torch {prov.get('torch')}, Python {prov.get('python')}, "
         f"{prov.get('created')}",
         f"run       watch every {config.get('every')} steps: {config.get('steps', 0):,} steps, {len(steps)} logged "
-        f"({_span(steps)}), select {config.get('select') or 'every leaf with parameters, and activations'}",
+        f"({_span(steps)}), select {config.get('select') or 'every module holding parameters, and activations'}",
         *_ranks_line(config, manifest.get("series") or {}),
         *_stopped_line(read_non_finite(manifest)),
         *scalar_lines(scalars or {}),
@@ -331,7 +358,7 @@ def describe_watch(
     ]
     shown = ("grad_norm", "update_ratio", "dead", "act_std")
     rows = [["site", "type", "steps", *(f"last {c}" for c in shown)]]
-    rows += [[n, h.type, str(len(h)), *(_cell(h.last().get(c)) for c in shown)] for n, h in histories.items()]
+    rows += [[n or "(model)", h.type, str(len(h)), *(_last_cell(h, c) for c in shown)] for n, h in histories.items()]
     return "\n".join(head + columns(rows, right={2, 3, 4, 5, 6}))
 
 
@@ -386,6 +413,11 @@ def _text(value: float) -> float | str:
 
 def _number(value: float | str) -> float:
     return float(value)
+
+
+def _last_cell(history: History, column: str) -> str:
+    last = history.last()
+    return "undefined" if last and int(last["step"]) in history.undefined.get(column, ()) else _cell(last.get(column))
 
 
 def _cell(value: float | None) -> str:

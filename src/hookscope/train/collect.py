@@ -4,7 +4,9 @@
 activation sums and units' alive mask, gradient hooks the squares of the output gradient, the
 optimizer hooks the parameter gradients and the update; ``values`` lays it all out as one float64
 vector (NaN where nothing was measured), so that every site of the step travels to the host in
-one transfer; there ``host_row`` turns a site's vector into its row of statistics.
+one transfer; there ``host_row`` turns a site's vector into its row of statistics, and ``undefined``
+names the statistics that have no value: the update ratio of weights whose norm was zero before the
+step (a zero-initialised layer, PEFT's ``lora_B``): NaN in the row, marked undefined, never an alert.
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ def host_row(step: int, slots: list[float]) -> dict[str, float]:
     return {"step": float(step), "act_mean": mean, "act_std": std, "act_abs_mean": abs_mean, "zeros": zeros,
             "dead": s["dead"], "grad_output_norm": math.sqrt(s["grad_output_sq"]), "grad_norm": math.sqrt(s["grad_sq"]),
             "weight_norm": math.sqrt(s["weight_sq"]), "update_ratio": ratio}  # fmt: skip
+
+
+def undefined(slots: list[float]) -> set[str]:
+    """The columns of a site's row that are undefined, not faulty: ``update_ratio`` when the weights before the
+    step had norm zero and the update is finite (|dw| / 0); an update holding NaN or inf is a fault."""
+    s = dict(zip(SLOTS, slots, strict=True))
+    return {"update_ratio"} if s["before_sq"] == 0 and math.isfinite(s["delta_sq"]) else set()
 
 
 def measured(g: Gathered, has_params: bool) -> set[str]:

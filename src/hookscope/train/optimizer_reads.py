@@ -1,11 +1,12 @@
 """What a watch reads around an optimizer step: the parameter gradients it steps with, and its update.
 
-``OptimizerReads(sites)`` knows which watched site owns each parameter. On a logged step,
-``keep_weights(optimizer)`` copies the weights an optimizer is about to change (its pre-step hook),
-``grads(...)`` adds each site's squared gradient norm (as the optimizer sees it, after accumulation;
-unscaled when given the GradScaler's scale of a fused optimizer), and ``updates(...)`` adds the
-squared norms of the update and of the weights before it, from which the update ratio |Δw| / |w|
-follows. Sums go through ``Ranks.share`` (``train.ranks``): each rank's share of a DTensor's sum.
+``OptimizerReads(sites)`` knows which watched site owns each parameter (``sites.owned_params``: each
+once). On a logged step, ``keep_weights(optimizer)`` copies the weights an optimizer is about to
+change (its pre-step hook), ``grads(...)`` adds each site's squared gradient norm (as the optimizer
+sees it, after accumulation; unscaled when given the GradScaler's scale of a fused optimizer), and
+``updates(...)`` adds the squared norms of the update and of the weights before it, from which the
+update ratio |Δw| / |w| follows. Sums go through ``Ranks.share`` (``train.ranks``): each rank's share
+of a DTensor's sum.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch.optim import Optimizer
 
 from .collect import Gathered
 from .rank_sums import Ranks
+from .sites import owned_params
 
 
 class OptimizerReads:
@@ -24,7 +26,8 @@ class OptimizerReads:
 
     def __init__(self, sites: list[tuple[str, nn.Module]]) -> None:
         self.modules = dict(sites)
-        self.owner = {id(p): name for name, m in sites for p in m.parameters()}
+        self.owned = owned_params(sites)  # site -> its (name, parameter) pairs
+        self.owner = {id(p): site for site, pairs in self.owned.items() for _, p in pairs}
         self.before: dict[int, Tensor] = {}  # parameter id -> its value before the optimizer step
 
     def keep_weights(self, optimizer: Optimizer) -> None:
@@ -72,8 +75,8 @@ class OptimizerReads:
         return ranks.share(params)
 
     def named(self, site: str) -> list[tuple[str, Tensor]]:
-        """The named parameters of the module watched as ``site``."""
-        return list(self.modules[site].named_parameters())
+        """The named parameters the site ``site`` owns (``sites.owned_params``)."""
+        return list(self.owned[site])
 
 
 def _params(optimizer: Optimizer) -> Iterator[Tensor]:

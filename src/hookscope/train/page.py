@@ -25,7 +25,7 @@ import datetime
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +43,7 @@ from ..store.reader import Run
 from ..store.series import Alert, History
 from ..viz.curves import curves_png, heatmap_png, sparkline_png
 from ..viz.fragments import data_uri, figure, more, note, view
+from .sites import shown
 
 TEMPLATE = "report/templates/training.html.j2"
 
@@ -60,6 +61,7 @@ class LayerRow:
     type: str
     last: dict[str, float]
     sparkline: bytes | None  # the gradient norm (or the output-gradient norm) over the steps
+    marks: Mapping[str, str] = field(default_factory=dict)  # column -> "undefined" (History.undefined) or "frozen"
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def build_training_report(
             f"{run.path} holds no time series; a training report needs a store written by hookscope.watch"
         )
     prov, config = run.provenance, run.config
-    shown = dict(list(histories.items())[:max_layers])
+    drawn = {shown(n): h for n, h in list(histories.items())[:max_layers]}
     first = next((a for a in run.alerts if a.kind == "non_finite"), None)
     band = tuple(config.get("thresholds", {}).get("update_ratio", (3e-5, 1e-1)))
     steps = sorted({s for h in histories.values() for s in h.steps})
@@ -147,9 +149,9 @@ def build_training_report(
         ended=str(config.get("ended", "")) or "while running",
         alerts=tuple(run.alerts),
         first_non_finite=first,
-        charts=_loss_chart(scalars) + _charts(shown, (band[0], band[1]), first),
-        layers=tuple(_row(h) for h in histories.values()),
-        left_out=len(histories) - len(shown),
+        charts=_loss_chart(scalars) + _charts(drawn, (band[0], band[1]), first),
+        layers=tuple(_row(h, h.name in config.get("frozen", ())) for h in histories.values()),
+        left_out=len(histories) - len(drawn),
         ranks=int(config.get("world_size", 1)),
         graph=_alert_graph(graph or _kept_graph(run), run.alerts, histories),
         ended_on=run.non_finite,
@@ -204,7 +206,7 @@ def training_table(report: TrainingReport) -> str:
     rows = [["layer", "type", "step", *LAST]]
     for layer in report.layers:
         step = layer.last.get("step")
-        cells = [_number(layer.last.get(c)) for c in LAST]
+        cells = [layer.marks.get(c) or _number(layer.last.get(c)) for c in LAST]
         rows.append([layer.name, layer.type, "–" if step is None else str(int(step)), *cells])
     return "\n".join(columns(rows, right=range(2, len(rows[0]))))
 
@@ -239,7 +241,7 @@ def _loss_chart(scalars: dict[str, list[tuple[int, float]]]) -> tuple[Chart, ...
 
 
 def _charts(histories: dict[str, History], band: tuple[float, float], first: Alert | None) -> tuple[Chart, ...]:
-    marks = [(first.module, first.step)] if first is not None else []
+    marks = [(shown(first.module), first.step)] if first is not None else []
     with_params = {n: h for n, h in histories.items() if any(not _nan(v) for v in h["grad_norm"])}
     with_units = {n: h for n, h in histories.items() if any(v > 0 for v in h["zeros"])}  # NaN > 0 is False
     charts = []
@@ -273,7 +275,7 @@ def _charts(histories: dict[str, History], band: tuple[float, float], first: Ale
         names = list(with_params)
         steps = sorted({s for h in with_params.values() for s in h.steps})
         grid = [[_by_step(h, "grad_norm").get(s, math.nan) for s in steps] for h in with_params.values()]
-        mark = (first.module, first.step) if first is not None else None
+        mark = (shown(first.module), first.step) if first is not None else None
         charts.append(
             Chart(
                 "Layers x steps",
@@ -284,10 +286,15 @@ def _charts(histories: dict[str, History], band: tuple[float, float], first: Ale
     return tuple(charts)  # fmt: skip
 
 
-def _row(history: History) -> LayerRow:
+def _row(history: History, frozen: bool) -> LayerRow:
+    """A layer's last row; ``frozen``: every parameter of it was frozen (``Watch.frozen``), so it has no gradient."""
     values = history["grad_norm"] if any(not _nan(v) for v in history["grad_norm"]) else history["grad_output_norm"]
     drawn = [v for v in values if not _nan(v)]
-    return LayerRow(history.name, history.type, history.last(), sparkline_png(values, log=True) if drawn else None)
+    last = history.last()
+    marks = {c: "undefined" for c, steps in history.undefined.items() if last and int(last["step"]) in steps}
+    marks.update({c: "frozen" for c in ("grad_norm", "update_ratio") if frozen})
+    spark = sparkline_png(values, log=True) if drawn else None
+    return LayerRow(shown(history.name), history.type, last, spark, marks)
 
 
 def _by_step(history: History, column: str) -> dict[int, float]:

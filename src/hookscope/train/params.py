@@ -21,8 +21,11 @@ from . import finite
 
 
 def parameter_names(model: nn.Module) -> dict[int, str]:
-    """``id(param) -> dotted name`` for the model's parameters."""
-    return {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    """``id(param) -> dotted name`` for the model's parameters (a tied one: its first name)."""
+    names: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), name)
+    return names
 
 
 def _params(optimizer: Optimizer) -> list[Tensor]:
@@ -81,6 +84,8 @@ class StepCheck:
 
     def _error(self, optimizer: Optimizer, param: Tensor, step: int, size: float, grad_size: float) -> NonFiniteError:
         name, counted = self.name(optimizer, param), finite.count(param)
+        # blamed on the module that holds it (a container's own Parameter too); one outside the model: by its place
+        module, _, key = name.rpartition(".") if id(param) in self.names else (name, "", name)
         lrs = sorted({g.get("lr") for g in optimizer.param_groups if _holds(g, param)}, key=str)
         message = (
             f"step {step}, optimizer: parameter {name!r} became {counted.words()} in "
@@ -93,9 +98,9 @@ class StepCheck:
             message,
             step=step,
             phase="optimizer",
-            module=name,
+            module=module,
             kind="param",
-            key=name,
+            key=key,
             value=counted.words(),
             count=counted.nonfinite,
             numel=counted.numel,

@@ -24,6 +24,7 @@ from ..errors import OptionError
 from ..store.series import COLUMNS, Alert, History
 from ..viz.curves import curves_png, sparkline_png
 from ..viz.fragments import MAX_ROWS, Safe, escape, image_tag, more, note, table, view
+from .sites import shown
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -31,26 +32,32 @@ if TYPE_CHECKING:
 SHOWN = ("grad_norm", "update_ratio", "dead", "zeros", "act_mean", "act_std", "grad_output_norm", "weight_norm")
 LOG = {"grad_norm", "update_ratio", "grad_output_norm", "weight_norm"}
 LAST = ("grad_norm", "update_ratio", "dead", "act_std")  # a watch's table: each module's last row
+FROZEN = ("grad_norm", "update_ratio")  # what a site whose parameters are all frozen has no value of
 
 
 def history_table(history: History, *, columns: Sequence[str] | None = None) -> str:
-    """A row per logged step: ``columns`` (default: those of ``SHOWN`` with a finite value), NaN as ``–``."""
-    shown = list(columns) if columns is not None else [c for c in SHOWN if any(map(math.isfinite, history[c]))]
+    """A row per logged step: ``columns`` (default: those of ``SHOWN`` with a finite or undefined value), NaN as
+    ``–``, an undefined value (``History.undefined``) as ``undefined``."""
+    shown = list(columns) if columns is not None else [c for c in SHOWN if any(map(math.isfinite, history[c]))
+                                                       or c in history.undefined]  # fmt: skip
     wrong = [c for c in shown if c not in COLUMNS]
     if wrong:
         raise OptionError(f"columns= takes columns of a history ({', '.join(COLUMNS)}), got {', '.join(wrong)}")
     values = [history[c] for c in shown]
-    rows = [["step", *shown]] + [[str(step), *(_number(v[i]) for v in values)] for i, step in enumerate(history.steps)]
+    rows = [["step", *shown]] + [[str(step), *(history.cell(c, step, v[i]) for c, v in zip(shown, values, strict=True))]
+                                 for i, step in enumerate(history.steps)]  # fmt: skip
     return "\n".join(text_columns(rows, right=range(len(shown) + 1)))
 
 
-def histories_table(histories: Mapping[str, History]) -> str:
-    """A row per module: its type, steps logged, and its last logged row (``LAST``)."""
+def histories_table(histories: Mapping[str, History], *, frozen: Sequence[str] = ()) -> str:
+    """A row per module: its type, steps logged, and its last logged row (``LAST``); the gradient norm and
+    update ratio of the ``frozen`` sites (every parameter frozen) as ``frozen``."""
     rows = [["module", "type", "logged", "step", *LAST]]
     for name, h in histories.items():
         last = h.last()
         step = str(int(last["step"])) if last else "–"
-        rows.append([name, h.type, str(len(h)), step, *(_number(last.get(c, math.nan)) for c in LAST)])
+        cells = ["frozen" if name in frozen and c in FROZEN else _last_cell(h, c) for c in LAST]
+        rows.append([shown(name), h.type, str(len(h)), step, *cells])
     return "\n".join(text_columns(rows, right=range(2, len(rows[0]))))
 
 
@@ -78,8 +85,8 @@ def history_html(history: History) -> str:
     rows = []
     for column in SHOWN:
         values = history[column]
-        if any(math.isfinite(v) for v in values):
-            rows.append((column, _number(values[-1]), _spark(values, log=column in LOG)))
+        if any(math.isfinite(v) for v in values) or column in history.undefined:
+            rows.append((column, _last_cell(history, column), _spark(values, log=column in LOG)))
     body = table(("statistic", "last", "over the steps"), rows, numeric=(1,)) if rows else note("nothing logged yet")
     title = f"History of {history.name!r} ({history.type}): {len(history)} logged steps"
     return view(body, title=title)
@@ -90,8 +97,8 @@ def watch_html(histories: Mapping[str, History], alerts: Sequence[Alert], *, ste
     listed = "".join(f"<li>{escape(str(a))}</li>" for a in alerts[:10])
     head = Safe(f'<ul class="hs-note">{listed}</ul>') if alerts else note("no alert")
     rows = [
-        (h.name, h.type, _number(_last(h, "grad_norm")), _number(_last(h, "update_ratio")),
-         _number(_last(h, "dead")), _spark(h["grad_norm"], log=True) if len(h) else "")
+        (shown(h.name), h.type, _last_cell(h, "grad_norm"), _last_cell(h, "update_ratio"),
+         _last_cell(h, "dead"), _spark(h["grad_norm"], log=True) if len(h) else "")
         for h in list(histories.values())[:MAX_ROWS]
     ]  # fmt: skip
     body = head + more(min(len(alerts), 10), len(alerts), "alerts")
@@ -110,5 +117,6 @@ def _last(history: History, column: str) -> float:
     return history[column][-1] if len(history) else math.nan
 
 
-def _number(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.4g}"
+def _last_cell(history: History, column: str) -> str:
+    """The last value of ``column``: ``undefined`` (``History.undefined``), ``–`` (NaN) or a number."""
+    return history.cell(column, history.steps[-1], _last(history, column)) if len(history) else "–"

@@ -10,11 +10,12 @@
     w.history("conv2")["grad_norm"]        # one value per logged step
     w.alerts                               # vanishing / exploding gradients, dead units, update ratio, NaN
 
-What is watched (``hookscope.store.series.COLUMNS``): per selected module (by default every leaf
-with parameters and every activation module, ``nn.ReLU`` and its kin) the mean, std, mean |x| and
-zero fraction of its output, the fraction of dead units, the norm of the output gradient, of the
-parameter gradients (as the optimizer sees them, after accumulation), of the weights, and the
-update ratio |Δw| / |w| of the optimizer step (its pre- and post-step hooks).
+What is watched (``hookscope.store.series.COLUMNS``): per selected module (by default every
+module holding parameters and every activation module, ``nn.ReLU`` and its kin: ``train.sites``)
+the mean, std, mean |x| and zero fraction of its output, the fraction of dead units, the norm of
+the output gradient, of the parameter gradients (as the optimizer sees them, after accumulation),
+of the weights, and the update ratio |Δw| / |w| of the optimizer step (its pre- and post-step
+hooks; undefined, not an alert, when the weights' norm was zero: ``train.collect``).
 
 Cost: only steps ``0, every, 2 * every, ...`` are logged, and the module hooks exist only while a
 logged step runs (registered when the step before it ends, removed when it ends), so the other
@@ -58,7 +59,7 @@ from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alert_bundle import AlertEvidence, evidence_of
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
-from .collect import Gathered, host_row, measured
+from .collect import Gathered, host_row, measured, undefined
 from .deepspeed_reads import ZeroReads, is_engine, zero_of
 from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
@@ -66,7 +67,7 @@ from .rank_sums import RankRows, Ranks, merge
 from .scalars import Scalars, merged
 from .scaler import LossScale, fused_scale, unscaled
 from .sinks import Sink, close_all, open_sinks, parse, send
-from .sites import default_sites, model_device
+from .sites import default_sites, model_device, shown
 from .step_hooks import StepHooks
 from .steps import StepClock, optimizers_of
 from .views import histories_table, series_plot, watch_html
@@ -94,8 +95,8 @@ def watch(
     """A ``Watch`` of ``model``'s training (see the module docstring), to use as ``with watch(...) as w``.
 
     ``optimizer``: one or several; their step hooks measure the update ratio and, until ``w.step()``
-    is first called, count the steps. ``select``: any selector (default: leaves with parameters and
-    activation modules). ``out``: a store written when the block ends and while it runs, refused if it
+    is first called, count the steps. ``select``: any selector (default: the modules holding parameters
+    and the activation modules). ``out``: a store written when the block ends and while it runs, refused if it
     exists unless ``force``. ``flush_every``: the rule of ``extract`` too (``store.format.FLUSH_EVERY``,
     5 s): a logged step is on disk within ``flush_every`` seconds, or at the end of the first step after
     them (the store is rewritten whole, at most once per ``flush_every``); None: only when the block ends.
@@ -104,13 +105,17 @@ def watch(
     gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
     ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
     counted as skipped (``train.scaler``). A DeepSpeed engine (ZeRO stage 0, 1 or 2) is watched as the
-    model, with its own optimizer unless one is given (``train.deepspeed_reads``).
+    model, with its own optimizer unless one is given (``train.deepspeed_reads``). Every parameter is
+    watched once, at the module that holds it (``train.sites``; the model itself is the site ``""``,
+    shown as ``(model)``); ``w.frozen`` names the sites whose parameters are all frozen
+    (``requires_grad=False``: a LoRA's base layers), which have no gradient norm or update ratio and
+    show ``frozen`` in ``w.table()``.
 
     Args:
         model: the network being trained.
         optimizer: one optimizer or several; None counts steps only through ``w.step()`` (a DeepSpeed engine: its own).
         every: log one step in this many (1: every step).
-        select: the modules watched; None takes the leaves with parameters and the activation modules.
+        select: the modules watched; None takes the modules holding parameters and the activation modules.
         out: a store folder written while the block runs and when it ends; None writes none.
         tensorboard: deprecated: a TensorBoard log folder, as ``sinks=["tensorboard:DIR"]`` (warns).
         thresholds: the alert bounds: a ``Thresholds``, a dict of the fields to change, or None for the defaults.
@@ -197,10 +202,13 @@ class Watch(Block, display.Shows):
         self._forward_step: int | None = None  # the step of the last forward pass with grad (w.log's default)
         self._sinks: list[Sink] = []
         self._unwritten = False  # rows logged since the store was last written
-        self._params = {name: list(m.parameters()) for name, m in self.sites}
         # gradients and updates around an optimizer step; DeepSpeed's in its partitions (train.deepspeed_reads)
         self._reads = OptimizerReads(self.sites) if zero is None else ZeroReads(self.sites, zero)
+        self._params = {name: [p for _, p in pairs] for name, pairs in self._reads.owned.items()}  # each once
+        # the sites whose every parameter is frozen when the watch is made (a LoRA's base layers): no gradient
+        self.frozen = [name for name, ps in self._params.items() if ps and not any(p.requires_grad for p in ps)]
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
+        self._undefined: dict[str, dict[str, list[int]]] = {}  # site -> column -> steps (collect.undefined)
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
         self._clock = StepClock(
             optimizer,
@@ -234,6 +242,7 @@ class Watch(Block, display.Shows):
 
     def _release(self) -> None:
         try:
+            self._look_skipped()  # the last step was skipped by the scaler: what it gathered is dropped
             if self._step.gathered is not None and any(g.measured for g in self._step.gathered.values()):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
@@ -255,7 +264,7 @@ class Watch(Block, display.Shows):
         Returns:
             The index of the next step (the same one when the GradScaler skipped this step).
         """
-        if self._clock.manual and self._look_skipped():
+        if self._look_skipped():
             return self._clock.step_index  # the scaler skipped the step: it is run again
         return self._clock.step()
 
@@ -285,7 +294,8 @@ class Watch(Block, display.Shows):
         """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``).
 
         Args:
-            name: a watched module's dotted name (with or without a wrapper's ``module.``).
+            name: a watched module's dotted name (with or without a wrapper's ``module.``; the model itself:
+                ``""`` or ``"(model)"``).
 
         Returns:
             Its ``History``, one row per logged step, the ``COLUMNS`` statistics.
@@ -293,14 +303,15 @@ class Watch(Block, display.Shows):
         Raises:
             NotCapturedError: ``name`` is not watched (the message names the closest ones).
         """
-        name = known_name(name, self._rows)  # "module.0" of a DDP / DataParallel / DeepSpeed model is "0"
+        # "module.0" of a DDP / DataParallel / DeepSpeed model is "0"; the model itself is "" or "(model)"
+        name = "" if name == shown("") and "" in self._rows else known_name(name, self._rows)
         if name not in self._rows:
             raise NotCapturedError(
                 f"{name!r} is not watched ({len(self._rows)} modules{closest(str(name), self._rows)}); "
                 "list them with w.histories()"
             )
         rows = torch.tensor(self._rows[name], dtype=torch.float64).reshape(-1, len(COLUMNS))
-        return History(name, type(dict(self.sites)[name]).__name__, rows)
+        return History(name, type(dict(self.sites)[name]).__name__, rows, self._undefined.get(name))
 
     def histories(self) -> dict[str, History]:
         """Every watched module's rows (one per logged step), in model order.
@@ -401,12 +412,14 @@ class Watch(Block, display.Shows):
         logged: dict[str, float] = {}
         alerts: list[Alert] = []
         for (name, g), slots in zip(gathered.items(), rows, strict=True):
-            row = unscaled(host_row(step, slots), self._scale.scale)
+            row, blank = unscaled(host_row(step, slots), self._scale.scale), undefined(slots)
             self._rows[name].append([row[c] for c in COLUMNS])
-            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])))
-            logged.update({f"{name}/{c}": v for c, v in row.items() if c != "step"})
+            for column in blank:  # undefined, not faulty: no alert
+                self._undefined.setdefault(name, {}).setdefault(column, []).append(step)
+            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])) - blank)
+            logged.update({f"{shown(name)}/{c}": v for c, v in row.items() if c != "step"})
             for board in self._boards:
-                board.histograms(step, name, g, dict(self._reads.named(name)))
+                board.histograms(step, shown(name), g, dict(self._reads.named(name)))
         self.alerts.extend(alerts)
         if alerts and self.evidence is not None and not self._ranks.rank:  # rank 0 has every rank's merged rows
             self.evidence.write_alert(alerts[0], self, self._clock.optimizers)
@@ -440,14 +453,14 @@ class Watch(Block, display.Shows):
         if self._ranks.rank:
             return
         self._unwritten = False
-        extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped}
+        extra = {"steps": self.steps, "ended": ended, "skipped": self.skipped, "frozen": self.frozen}
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
                           ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
                           non_finite=non_finite)  # fmt: skip
 
 
 def _watch_table(w: Watch) -> str:
-    return histories_table(w.histories())
+    return histories_table(w.histories(), frozen=w.frozen)
 
 
 def _watch_plot(w: Watch, *, column: str = "grad_norm", log: bool | None = None) -> Image:

@@ -22,6 +22,7 @@ from ..errors import NonFiniteError
 from ..store.format import new_manifest
 from ..store.save import provenance
 from ..store.series import Alert, History, non_finite_json, write_watch
+from .sites import owned_params
 
 
 class WatchStore:
@@ -41,7 +42,8 @@ class WatchStore:
         """Make the manifest (``sites``: the watched modules); the store itself is made whole by the first
         ``write`` (which replaces an old one under ``force``), so a watch whose first write fails leaves
         nothing behind."""
-        described = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in m.named_parameters()]}
+        owned = owned_params(sites)  # each parameter at the one site that owns it
+        described = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in owned[n]]}
                      for n, m in sites]  # fmt: skip
         self.manifest = new_manifest(provenance(model), config, described)
 
