@@ -193,3 +193,21 @@ def test_no_tool_unpickles_anything(store: Path, watched: tuple[Path, Any], monk
         for path in (store, watched[0]):
             answer(tool, {"path": str(path)})
     answer("compare", {"path_a": str(store), "path_b": str(store)})
+
+
+def test_a_zero_initialised_head_is_undefined_in_the_histories_not_missing(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3, bias=False))
+    with torch.no_grad():
+        net[2].weight.zero_()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    with hookscope.watch(net, opt, every=1, out=tmp_path / "zero.hookscope"):
+        for _ in range(3):
+            loss = F.cross_entropy(net(torch.randn(8, 8)), torch.randint(0, 3, (8,)))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    rows = answer("statistics", {"path": str(tmp_path / "zero.hookscope"), "max_tokens": 10_000}).data()["sections"]
+    row = {(r["site"], r["column"]): r for r in rows["Histories"]}[("2", "update_ratio")]
+    assert (row["first"], row["undefined steps"], row["steps not measured"]) == ("undefined", "1", "0")
+    assert answer("alerts", {"path": str(tmp_path / "zero.hookscope")}).data()["sections"]["Alerts (0)"] == []

@@ -149,7 +149,7 @@ def _site_table(run: Run, select: str | None) -> list[Section]:
 
 
 def _history_sections(run: Run, site: str | None) -> list[Section]:
-    header = ["site", "column", "first", "last", "lowest", "highest", "undefined steps"]
+    header = ["site", "column", "first", "last", "lowest", "highest", "undefined steps", "steps not measured"]
     rows: list[list[str]] = []
     for name, h in run.histories().items():
         if not _picked(name, site) or not len(h):
@@ -158,8 +158,10 @@ def _history_sections(run: Run, site: str | None) -> list[Section]:
             values = h[column]
             finite = [v for v in values if math.isfinite(v)]
             spread = [_num(min(finite)), _num(max(finite))] if finite else ["-", "-"]
-            undefined = str(sum(not math.isfinite(v) for v in values))
-            rows.append([name, column, _num(values[0]), _num(values[-1]), *spread, undefined])
+            undefined = len(h.undefined.get(column, ()))  # a ratio over zero weights; other NaN: not measured
+            missing = sum(not math.isfinite(v) for v in values) - undefined
+            ends = [h.cell(column, h.steps[0], values[0]), h.cell(column, h.steps[-1], values[-1])]
+            rows.append([name, column, *ends, *spread, str(undefined), str(missing)])
     return [*table_sections("Histories", header, rows, value=50, first=30), _scalars(run)]
 
 
