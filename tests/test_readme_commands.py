@@ -81,6 +81,15 @@ def _explains_logits(folder: str) -> Check:
     return check
 
 
+def _prepared_by_timm(cwd: Path, out: str, err: str) -> None:
+    """# timm's size, mean and std, from its pretrained_cfg"""
+    _prints_page("report", "timm:vit_tiny_patch16_224")(cwd, out, err)
+    assert (
+        "hookscope: note: images prepared as timm:vit_tiny_patch16_224's timm config (pretrained_cfg) asks: "
+        "224x224 after a bicubic resize to 248, mean 0.5, 0.5, 0.5, std 0.5, 0.5, 0.5" in err
+    )
+
+
 def _writes_picture(name: str) -> Check:
     def check(cwd: Path, out: str, err: str) -> None:
         from PIL import Image
@@ -167,6 +176,7 @@ PLANS: dict[str, Plan] = {
     "hookscope report my_model.py:two_heads cat.jpg": Plan(
         "run", extra=("--size", "64"), check=_explains_logits("report")
     ),
+    "hookscope report timm:vit_tiny_patch16_224 cat.jpg": Plan("run", check=_prepared_by_timm),
     "hookscope cam efficientnet-lite0 photo.jpg": Plan("run", check=_writes_picture("cam.png")),
     "hookscope cam mobilenet-v2 photo.jpg": Plan("run", extra=("--size", "96"), check=_writes_picture("panel.png")),
     "hookscope report lenet digit.png": Plan("run", check=_draws_four_kinds),
@@ -298,7 +308,7 @@ def test_readme_command(command: str, claim: str, tmp_path: Path, monkeypatch, c
         out, err = capsys.readouterr()
         assert code == 0, err
     if plan.check is not None:
-        plan.check(tmp_path, out if plan.how == "run" else capsys.readouterr().out, "")
+        plan.check(tmp_path, *((out, err) if plan.how == "run" else (capsys.readouterr().out, "")))
 
 
 def test_the_sample_error_line_is_what_runs(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -48,12 +48,13 @@ from .ablate import ablation_sections
 from .bundles import describe_bundle
 from .captions import chosen_layer, in_flag_words, panel_labels, report_choices
 from .datasets import input_dataset
-from .inputs import LoadedInput, load_input
+from .inputs import LoadedInput, load_input, size_hint
 from .meter import progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store, read_by
 from .text_inputs import encode_texts, probe_text, run_text_report
+from .timm_models import prepared_line
 
 NOT_RUN = "(did not run)"  # a module the probe's forward never called
 
@@ -85,7 +86,7 @@ def run_report(args: argparse.Namespace) -> int:
     batch = _one_input(_inputs(args, args.inputs, loaded), "report")
     notes = (*loaded.notes, _input_note(args.inputs, batch))
     x = batch.x.to(args.device)
-    with _ForwardGuard(loaded.model, x):
+    with _ForwardGuard(loaded.model, x, batch=batch):
         ablated = ablation_sections(
             args.ablate, loaded.model, x, labels=loaded.labels, top_k=_top_k(args), output=args.output
         )  # --ablate: cli/ablate.py
@@ -142,7 +143,7 @@ def run_cam(args: argparse.Namespace) -> int:
         print(f"hookscope: note: {note}", file=sys.stderr)
     batch = _one_input(_inputs(args, [args.image], loaded), "cam")
     x = batch.x.to(args.device)
-    with _ForwardGuard(loaded.model, x):
+    with _ForwardGuard(loaded.model, x, batch=batch):
         layer, call = chosen_layer(loaded.model, x, args.layer) if args.panel else (args.layer, None)
         heat = cam(loaded.model, x, args.method, args.target, select=layer, call=call, output=args.output,
                    batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
@@ -164,9 +165,10 @@ def run_capture(args: argparse.Namespace) -> int:
     if loaded.tokenizer is not None:  # a text model reads sentences or a .txt file (cli/text_inputs)
         inputs: tuple[tuple[Any, ...], dict[str, Any]] = ((), dict(encode_texts(loaded, args.inputs, args.device)))
     else:
-        inputs = _inputs(args, args.inputs, loaded).feed(args.device)
+        batch = _inputs(args, args.inputs, loaded)
+        inputs = batch.feed(args.device)
     tracer = Tracer(loaded.model)  # the store keeps the module graph of the same pass, for its report
-    with _ForwardGuard(loaded.model, *inputs):
+    with _ForwardGuard(loaded.model, *inputs, batch=batch if loaded.tokenizer is None else None):
         cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output, tracer)
     print(save(cap, args.out, force=args.force, graph=tracer.graph()).path)
     return 0
@@ -233,8 +235,10 @@ def run_info(args: argparse.Namespace) -> int:
 class _ForwardGuard(contextlib.AbstractContextManager[None]):
     """Turn an exception from the model's forward into one line naming the module it came from."""
 
-    def __init__(self, model: torch.nn.Module, x: Any, kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, x: Any, kwargs: dict[str, Any] | None = None, *,
+                 batch: LoadedInput | None = None) -> None:  # fmt: skip
         self.model, self.args, self.kwargs = model, x if isinstance(x, tuple) else (x,), kwargs or {}
+        self.batch = batch  # the inputs as the command read them: a wrong size gets the --size hint
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is None or isinstance(exc, (HookscopeError, KeyboardInterrupt)):
@@ -242,7 +246,9 @@ class _ForwardGuard(contextlib.AbstractContextManager[None]):
         where = _where_forward_fails(self.model, self.args, self.kwargs)
         if where is not None:
             message = " ".join(str(exc).split())  # one line, whatever the model raised
-            raise ForwardError(f"the model's forward raised {type(exc).__name__}: {message} {where}") from exc
+            hint = size_hint(self.batch, message) if self.batch is not None else ""
+            raise ForwardError(f"the model's forward raised {type(exc).__name__}: {message} {where}{hint}; "
+                               "rerun with --debug for the traceback") from exc  # fmt: skip
 
 
 def _where_forward_fails(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
@@ -258,7 +264,7 @@ def _where_forward_fails(model: torch.nn.Module, args: tuple[Any, ...], kwargs: 
         finished = [c for c in calls if c.error is None]
         inside = f"inside module {min(failed, key=lambda c: c.order).site!r}" if failed else "outside any submodule"
         last = f"; the last module to finish was {max(finished, key=lambda c: c.order).site!r}" if finished else ""
-        return f"({inside}{last}); rerun with --debug for the traceback"
+        return f"({inside}{last})"
     return None
 
 
@@ -272,9 +278,13 @@ def _load(args: argparse.Namespace) -> LoadedModel:
 
 
 def _inputs(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedModel) -> LoadedInput:
-    """The inputs ``specs`` name, prepared for ``loaded`` with ``--size``, ``--mean``, ``--std`` applied."""
+    """The inputs ``specs`` name, prepared for ``loaded`` with ``--size``, ``--mean``, ``--std`` applied; images
+    prepared as a model's own config asks (timm) are said so on stderr."""
     preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
-    return load_input(list(specs), preprocess)
+    batch = load_input(list(specs), preprocess)
+    if loaded.from_config and batch.pictures is not None:
+        print(prepared_line(loaded.name, loaded.preprocess, preprocess), file=sys.stderr)
+    return batch
 
 
 def _one_input(batch: LoadedInput, command: str) -> LoadedInput:

@@ -174,3 +174,18 @@ def open_image(path: Path) -> Any:
             return opened.convert("RGB")
     except (OSError, ValueError, SyntaxError) as err:  # Pillow's UnidentifiedImageError is an OSError
         raise InputError(f"cannot read image {str(path)!r}: {err}") from err
+
+
+def size_hint(batch: LoadedInput, message: str) -> str:
+    """The hint a forward error gets when it may be about the input's size (it names the side, a size, a
+    shape, a height or a width): the flag or spec that sets the size, else an empty string."""
+    if batch.several or batch.x.dim() != 4:
+        return ""
+    rows, channels, height, width = batch.x.shape
+    if not re.search(rf"\b({height}|{width})\b|size|shape|height|width", message, flags=re.IGNORECASE):
+        return ""
+    if batch.pictures is not None:
+        return f"; the images were prepared at {height}x{width}: pass --size N with the side the model takes"
+    if batch.names[0].startswith("random:"):
+        return f"; the input is {height}x{width}: pass random:{rows}x{channels}xNxN with the side the model takes"
+    return f"; the input tensor is {height}x{width}: save one of the size the model takes"

@@ -8,6 +8,7 @@ spec                               model
 ``lenet``                          LeNet trained on scikit-learn's handwritten digits
 ``minilm``                         all-MiniLM-L6-v2, a text model (``hookscope.cli.text_inputs``)
 ``torchvision:resnet18``           any torchvision model; random init unless ``--weights``
+``timm:vit_tiny_patch16_224``      any timm model (``pretrained=False``); random init unless ``--weights``
 ``hf:path/to/folder``              a local Hugging Face folder, with its tokenizer
 ``path/to/file.py:build``          a function (or class) in a file that returns the model
 ``package.module:build``           the same, from an importable module
@@ -22,7 +23,9 @@ the other way round.
 The built-in networks come from ``hookscope.zoo`` (and ``hookscope.zoo.lenet``), each with the
 ``hookscope.zoo.preprocess.Preprocess`` its inputs need; ``hookscope.cli.inputs`` applies it. A
 torchvision model gets the crop, resize, mean and std of its default weights' preset
-(``inception_v3``: a 342 resize and a 299 crop), as torchvision's metadata gives them.
+(``inception_v3``: a 342 resize and a 299 crop), as torchvision's metadata gives them. A model
+timm built, by ``timm:NAME`` or a ``module:function`` spec (``timm.models:vit_tiny_patch16_384``),
+gets what its own ``pretrained_cfg`` asks for (``hookscope.cli.timm_models``), said on stderr.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from ..zoo import lenet
 from ..zoo.preprocess import IMAGENET, LITE, Preprocess
 from .formats import PICKLED, describe, file_format, load_failure, refused_global
 from .text_inputs import load_text_model
+from .timm_models import build_timm, is_timm, timm_preprocess
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class LoadedModel:
     labels: list[str] | None = None
     notes: tuple[str, ...] = ()
     tokenizer: Any = None  # a text model's tokenizer (hookscope.cli.text_inputs): its inputs are text
+    from_config: bool = False  # preprocess is the model's own config (timm's pretrained_cfg), said on stderr
 
 
 def _efficientnet() -> LoadedModel:
@@ -109,15 +114,27 @@ def _build(spec: str) -> LoadedModel:
         return _torchvision(spec.split(":", 1)[1])
     if spec.startswith("hf:"):
         return _text_model(spec)
+    if spec.startswith("timm:"):
+        name = spec.split(":", 1)[1]
+        note = f"random init: {spec} was built with pretrained=False; pass --weights FILE to load a state dict"
+        return _own_config(LoadedModel(build_timm(name), spec, notes=(note,)))
     if ":" in spec:
         where, _, name = spec.rpartition(":")
-        return LoadedModel(_call(_attribute(where, name), spec), spec)
+        return _own_config(LoadedModel(_call(_attribute(where, name), spec), spec))
     close = difflib.get_close_matches(spec, list(BUILTINS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ModelError(
-        f"unknown model {spec!r}{hint}; use one of {', '.join(BUILTINS)}, torchvision:NAME, hf:PATH, "
+        f"unknown model {spec!r}{hint}; use one of {', '.join(BUILTINS)}, torchvision:NAME, timm:NAME, hf:PATH, "
         "path/to/file.py:function or package.module:function"
     )
+
+
+def _own_config(loaded: LoadedModel) -> LoadedModel:
+    """``loaded`` with the preprocessing and ImageNet labels a timm model's own config gives, if timm built it."""
+    if not is_timm(loaded.model):
+        return loaded
+    labels = zoo.imagenet_labels() if getattr(loaded.model, "num_classes", None) == 1000 else None
+    return replace(loaded, preprocess=timm_preprocess(loaded.model), labels=labels, from_config=True)
 
 
 def _torchvision(name: str) -> LoadedModel:
@@ -196,30 +213,36 @@ def _call(factory: Any, spec: str) -> nn.Module:
     except HookscopeError:
         raise
     except Exception as err:
-        raise _user_error(f"building the model {spec!r}", err) from err
+        raise _user_error(f"building the model {spec!r}", err, spec) from err
     if not isinstance(model, nn.Module):
         raise ModelError(f"{spec!r} returned {type(model).__name__}, not a torch.nn.Module")
     return model
 
 
-def _user_error(doing: str, err: Exception) -> ModelError:
-    """``err``, raised by the user's code while ``doing`` something, as one line naming its file and line."""
+def _user_error(doing: str, err: Exception, spec: str | None = None) -> ModelError:
+    """``err``, raised by the user's code while ``doing`` something, as one line naming its file and line
+    (or, when no frame is the user's own, ``spec``: what the user wrote)."""
     message = err.msg if isinstance(err, SyntaxError) else " ".join(str(err).split())
-    return ModelError(f"{doing} raised {type(err).__name__}: {message} ({_raised_at(err)}); "
+    return ModelError(f"{doing} raised {type(err).__name__}: {message} ({_raised_at(err, spec)}); "
                       "rerun with --debug for the traceback")  # fmt: skip
 
 
-def _raised_at(err: Exception) -> str:
+def _raised_at(err: Exception, spec: str | None = None) -> str:
     """``file, line N``: where a syntax error is, or the innermost frame of ``err`` in the user's own code
-    (not in Python, its installed packages or hookscope), else the innermost frame."""
+    (not in Python, its installed packages or hookscope); else the spec that called into a package
+    (``timm:create_model``: the user's words, not hookscope's line), or the innermost frame."""
     if isinstance(err, SyntaxError) and err.filename:
         return f"{_shown(err.filename)}, line {err.lineno}"
     installed = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    installed.add(Path(__file__).parents[1])  # hookscope itself
+    ours = Path(__file__).parents[1]  # hookscope itself
     frames = traceback.extract_tb(err.__traceback__)
-    own = [f for f in frames if not f.filename.startswith("<") and not installed & {*Path(f.filename).parents}]
-    frame = (own or frames)[-1]
-    return f"{_shown(frame.filename)}, line {frame.lineno}"
+    own = [f for f in frames if not f.filename.startswith("<") and not {*installed, ours} & {*Path(f.filename).parents}]
+    if own:
+        return f"{_shown(own[-1].filename)}, line {own[-1].lineno}"
+    if spec is not None:
+        where, _, name = spec.rpartition(":")
+        return f"raised by {where}'s {name}, which the spec {spec!r} calls with no arguments"
+    return f"{_shown(frames[-1].filename)}, line {frames[-1].lineno}"
 
 
 def _shown(filename: str) -> str:

@@ -95,7 +95,7 @@ def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False)
     from .models import BUILTINS
 
     if group == "model":
-        model_help = f"{', '.join(BUILTINS)}, torchvision:NAME, hf:PATH, file.py:fn, pkg.mod:fn"
+        model_help = f"{', '.join(BUILTINS)}, torchvision:NAME, timm:NAME, hf:PATH, file.py:fn, pkg.mod:fn"
         p.add_argument("model", nargs="?" if optional else None, metavar="MODEL", help=model_help)
         p.add_argument("--weights", metavar="FILE",
                        help="a state dict: torch.save's (read with weights_only=True) or .safetensors")  # fmt: skip

@@ -34,10 +34,12 @@ class Preprocess:
     channels: int = 3  # 3 for RGB, 1 for grayscale
     mean: tuple[float, ...] = (0.485, 0.456, 0.406)
     std: tuple[float, ...] = (0.229, 0.224, 0.225)
+    interpolation: str = "bilinear"  # how the picture is resized: "bilinear" or "bicubic" (timm's configs)
 
     def prepare(self, picture: Any) -> Tensor:
         """A PIL image (or an (H, W, 3) uint8 array) as a ``(1, channels, size, size)`` input."""
-        pixels = _crop(_pixels(picture, self.channels), self.size, self.resize)  # (1, C, size, size) in [0, 1]
+        pixels = _pixels(picture, self.channels)
+        pixels = _crop(pixels, self.size, self.resize, self.interpolation)  # (1, C, size, size) in [0, 1]
         return (pixels - _column(self.mean)) / _column(self.std)
 
     def show(self, x: Tensor) -> Any:
@@ -50,7 +52,7 @@ class Preprocess:
     def with_overrides(self, *, size: int | None = None, mean: Sequence[float] | None = None,
                        std: Sequence[float] | None = None) -> Preprocess:  # fmt: skip
         """This preprocessing with the CLI's ``--size``, ``--mean``, ``--std`` applied."""
-        resize = (size * 8 // 7 if self.resize else None) if size else self.resize  # keep the crop ratio
+        resize = (size * self.resize // self.size if self.resize else None) if size else self.resize  # keep the ratio
         changed = replace(self, size=size or self.size, resize=resize)
         return replace(changed, mean=tuple(mean or self.mean), std=tuple(std or self.std))
 
@@ -75,26 +77,23 @@ def _pixels(picture: Any, channels: int) -> Tensor:
     return (pixels[None] if pixels.dim() == 2 else pixels.permute(2, 0, 1))[None]
 
 
-def _crop(pixels: Tensor, size: int, resize: int | None) -> Tensor:
+def _crop(pixels: Tensor, size: int, resize: int | None, mode: str = "bilinear") -> Tensor:
     """The centred ``size`` square in [0, 1], from 0..255 levels.
 
     With ``resize``: torchvision's ImageClassification preset (the shorter side resized to
-    ``resize``, bilinear and antialiased, rounded to whole levels, then a centred crop). Without:
-    the largest centred square, resized to ``size``.
+    ``resize``, antialiased, rounded to whole levels, then a centred crop). Without: the largest
+    centred square, resized to ``size``. ``mode`` is bilinear, or bicubic where timm's configs ask.
     """
     h, w = pixels.shape[2:]
     if resize is not None:
         shape = (resize, int(resize * w / h)) if h <= w else (int(resize * h / w), resize)  # torchvision's rounding
-        resized = F.interpolate(pixels, size=shape, mode="bilinear", antialias=True, align_corners=False)
+        resized = F.interpolate(pixels, size=shape, mode=mode, antialias=True, align_corners=False)
         top, left = round((shape[0] - size) / 2), round((shape[1] - size) / 2)
         return resized[:, :, top : top + size, left : left + size].round().clamp(0, 255) / 255
     side = min(h, w)
     top, left = (h - side) // 2, (w - side) // 2
     square = pixels[:, :, top : top + side, left : left + side]
-    return (
-        F.interpolate(square, size=(size, size), mode="bilinear", antialias=True, align_corners=False).clamp(0, 255)
-        / 255
-    )
+    return F.interpolate(square, size=(size, size), mode=mode, antialias=True, align_corners=False).clamp(0, 255) / 255
 
 
 def _column(values: tuple[float, ...]) -> Tensor:
