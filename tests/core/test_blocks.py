@@ -47,6 +47,29 @@ def test_the_repeated_unit_not_its_parts() -> None:
     assert names(blocks(googlenet)) == [f"inception{i}" for i in inceptions]
 
 
+@pytest.mark.parametrize("aux", [True, False])
+def test_inception_v3_blocks_are_its_eleven_inception_blocks(aux: bool) -> None:
+    """Oracle: torchvision's Inception3 (Mixed_5b ... Mixed_7c, of five classes), not its auxiliary
+    classifier (a conv and a Linear), nor the stem's ``BasicConv2d``."""
+    model = torchvision.models.inception_v3(init_weights=False, aux_logits=aux)
+    mixed = ["5b", "5c", "5d", "6a", "6b", "6c", "6d", "6e", "7a", "7b", "7c"]
+    assert names(blocks(model)) == [f"Mixed_{m}" for m in mixed]
+
+
+@pytest.mark.parametrize(
+    ("name", "depths"),
+    [("efficientnet_b0", [1, 2, 2, 3, 3, 4, 1]), ("mobilenetv3_large_100", [1, 2, 3, 4, 2, 3]),
+     ("mobilenetv3_small_100", [1, 2, 3, 2, 3])],
+)  # fmt: skip
+def test_timm_efficientnet_and_mobilenetv3_blocks_start_at_blocks_0_0(name: str, depths: list[int]) -> None:
+    """Oracle: timm's architecture definitions (their stages' depths; MobileNetV3's last stage is one
+    1x1 convolution, not a block); the first stage's ``DepthwiseSeparableConv`` is a block too."""
+    timm = pytest.importorskip("timm")
+    model = timm.create_model(name, pretrained=False)
+    assert names(blocks(model)) == [f"blocks.{s}.{b}" for s, depth in enumerate(depths) for b in range(depth)]
+    assert type(dict(blocks(model))["blocks.0.0"]).__name__ == "DepthwiseSeparableConv"
+
+
 def test_a_stage_of_one_block_is_not_missed() -> None:
     mnasnet = torchvision.models.mnasnet0_5()
     expected = [f"layers.{i}.{b}" for i in range(8, 14) for b in range(len(mnasnet.layers[i]))]

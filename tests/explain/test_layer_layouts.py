@@ -1,6 +1,6 @@
-"""``cam`` without a layer never reads a map whose channels are not on axis 1: not a channels-last
-output ``(B, H, W, C)`` (Swin's blocks and final norm), not an attention's ``(B, heads, N, N)``
-weights. Oracles: each model's definition (its stem convolution's channels and stride, its
+"""``cam`` without a layer never reads a map whose channels are not on axis 1 as one: a channels-last
+output ``(B, H, W, C)`` (Swin's final norm) is read in place, an attention's ``(B, heads, N, N)``
+weights not at all. Oracles: each model's definition (its stem convolution's channels and stride, its
 attention's head count), and the layer the old rule picked, shown to be one of those."""
 
 from __future__ import annotations
@@ -71,17 +71,30 @@ def last_4d(model: nn.Module, x: Tensor) -> str:
     return four[-1].site
 
 
-def test_a_channels_last_norm_is_not_read_as_channels_first() -> None:
+def test_a_channels_last_norm_is_read_in_place_not_as_channels_first() -> None:
     model, x = timm_like_swin(), torch.randn(2, 3, 32, 32)
-    assert last_4d(model, x) == "norm"  # (2, 4, 4, 32): read channels-first, 4 maps of 4 x 32
+    assert last_4d(model, x) == "norm"  # (2, 4, 4, 32): read channels-first, it would be 4 maps of 4 x 32
     choice = choose_layer(model, x)
-    assert choice.layer == "features.0.0"  # the stem conv: every later 4-D output is channels-last
-    stem = model.features[0][0]
-    with hookscope.capture(model, choice.layer) as cap:
-        model(x)
-    assert cap[choice.layer].output.shape == (2, stem.out_channels, 32 // 4, 32 // 4)  # a map of the input
-    chosen = hookscope.cam(model, x, target=1, select="features.0.0")
-    assert torch.equal(hookscope.cam(model, x, target=1), chosen)  # what cam() reads without select=
+    assert (choice.layer, choice.words) == ("norm", "`norm`: the last spatial map (channels last)")
+    with hookscope.capture(model, "norm", kinds=("output", "grad_output")) as cap:
+        model(x)[:, 1].sum().backward()
+    a, g = cap["norm"].output.permute(0, 3, 1, 2), cap["norm"].grad_output.permute(0, 3, 1, 2)  # (B, 32, 4, 4)
+    by_hand = (g.mean(dim=(2, 3), keepdim=True) * a).sum(1).relu()  # Grad-CAM on the 4 x 4 grid
+    heat = hookscope.cam(model, x, target=1)
+    assert torch.equal(heat, hookscope.cam(model, x, target=1, select="norm"))  # what cam() reads without select=
+    small = torch.nn.functional.interpolate(heat[:, None], size=(4, 4), mode="area")[:, 0]  # back on the grid
+    for row in range(2):
+        assert small[row].flatten().argmax() == by_hand[row].flatten().argmax()
+
+
+def test_timm_swin_reads_its_final_norm_not_an_mlp_branch() -> None:
+    """timm's Swin: the old pick was ``layers.1.blocks.1.drop_path2``, the MLP branch before the residual add."""
+    swin = pytest.importorskip("timm.models.swin_transformer")
+    torch.manual_seed(0)
+    model = swin.SwinTransformer(img_size=32, patch_size=4, window_size=2, embed_dim=16, depths=(1, 2),
+                                 num_heads=(1, 2), num_classes=5).eval()  # fmt: skip
+    choice = choose_layer(model, torch.randn(2, 3, 32, 32))
+    assert choice.layer == "norm" and "drop_path" not in choice.words
 
 
 def test_an_attention_dropout_is_not_a_spatial_map() -> None:

@@ -23,16 +23,19 @@ def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ``AnyStage``, timm's stages). A *block* is a module with children and at least two layers (modules
     owning a 2-D or larger weight: convolutions, linear maps, embeddings). At each level, the blocks are
     every block of a class that a stage holds twice in a row (a ResNet's ``layer1.0``, an
-    EfficientNet's ``features.1.0`` ... ``features.7.0``, MNASNet's one-block stage too); else the
-    blocks found below it (BERT's ``encoder.layer.N``, T5's two stacks); else the most repeated
-    class of block at that level (GoogLeNet's ``inception3a`` ... ``inception5b``). A model with none
-    of these takes, at its top level, the units of one layer that a stage repeats (a toy stack of
-    ``Linear`` + ``ReLU`` blocks).
+    EfficientNet's ``features.1.0`` ... ``features.7.0``, MNASNet's one-block stage too), and the
+    block alone in a stage of its own beside them (timm's EfficientNet and MobileNetV3 begin with a
+    ``DepthwiseSeparableConv`` as ``blocks.0.0``); else the blocks found below it (BERT's
+    ``encoder.layer.N``, T5's two stacks); else the blocks of the most repeated class at that level
+    and those built of the same kinds of layer (GoogLeNet's ``inception3a`` ... ``inception5b``,
+    Inception v3's ``Mixed_5b`` ... ``Mixed_7c`` of five classes; not the auxiliary classifier, which
+    adds a ``Linear``). A model with none of these takes, at its top level, the units of one layer
+    that a stage repeats (a toy stack of ``Linear`` + ``ReLU`` blocks).
     """
     if not isinstance(model, nn.Module):
         raise SelectionError(f"expected a torch.nn.Module, got {type(model).__name__}")
     root = unwrap(model)
-    return unique(_blocks_under("", root) or _repeated(_units("", root, staged=_is_stage(root)), layers=1))
+    return unique(_blocks_under("", root) or _repeated(_units("", root, staged=_is_stage(root)), "", layers=1))
 
 
 Unit = tuple[str, nn.Module, bool]  # name, module, whether a stage holds it
@@ -41,22 +44,34 @@ Unit = tuple[str, nn.Module, bool]  # name, module, whether a stage holds it
 def _blocks_under(prefix: str, module: nn.Module) -> list[tuple[str, nn.Module]]:
     """The blocks of ``module`` (see ``blocks``), named from ``prefix``."""
     level = _units(prefix, module, staged=_is_stage(module))
-    repeated = _repeated(level, layers=2)
+    repeated = _repeated(level, prefix, layers=2)
     if repeated:
         return repeated
     below = [pair for name, m, _ in level for pair in _blocks_under(f"{name}.", m)]
     if below:
         return below
-    counts = Counter(type(m) for _, m, _ in level if _layers(m) >= 2 and not isinstance(m, _CONTAINERS))
-    common = [cls for cls, count in counts.most_common(1) if count >= 2]
-    return [(name, m) for name, m, _ in level if type(m) in common]
+    candidates = [(name, m) for name, m, _ in level if _layers(m) >= 2 and not isinstance(m, _CONTAINERS)]
+    common = [cls for cls, count in Counter(type(m) for _, m in candidates).most_common(1) if count >= 2]
+    if not common:
+        return []
+    kinds = _kinds(next(m for _, m in candidates if type(m) is common[0]))
+    return [(name, m) for name, m in candidates if _kinds(m) == kinds]
 
 
-def _repeated(level: list[Unit], *, layers: int) -> list[tuple[str, nn.Module]]:
-    """The units of ``level`` of each class that a stage holds twice in a row, with ``layers`` layers or more."""
+def _repeated(level: list[Unit], prefix: str, *, layers: int) -> list[tuple[str, nn.Module]]:
+    """The units of ``level`` of each class that a stage holds twice in a row, with ``layers`` layers or more,
+    and beside them a block (two layers or more) alone in a stage of its own below ``prefix``."""
     runs = {type(m) for (_, m, s), (_, n, t) in pairwise(level) if s and t and type(m) is type(n)}
     classes = {type(m) for _, m, _ in level if type(m) in runs and _layers(m) >= layers}
-    return [(name, m) for name, m, _ in level if type(m) in classes]
+    if not classes:
+        return []
+    stages = Counter(name.rpartition(".")[0] for name, _, _ in level)
+    alone = {
+        name for name, m, staged in level
+        if staged and stages[name.rpartition(".")[0]] == 1 and name.rpartition(".")[0] != prefix.rstrip(".")
+        and _layers(m) >= max(layers, 2)
+    }  # fmt: skip
+    return [(name, m) for name, m, _ in level if type(m) in classes or name in alone]
 
 
 def _units(prefix: str, module: nn.Module, *, staged: bool) -> list[Unit]:
@@ -85,6 +100,11 @@ def _is_stage(module: nn.Module) -> bool:
 def _layers(module: nn.Module) -> int:
     """How many modules under ``module`` hold a weight of two or more dimensions of their own."""
     return sum(1 for m in module.modules() if any(p.dim() >= 2 for p in m.parameters(recurse=False)))
+
+
+def _kinds(module: nn.Module) -> frozenset[type[nn.Module]]:
+    """The classes of the layers under ``module`` (``Conv2d``; ``Conv2d`` and ``Linear``)."""
+    return frozenset(type(m) for m in module.modules() if any(p.dim() >= 2 for p in m.parameters(recurse=False)))
 
 
 def unique(pairs: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:

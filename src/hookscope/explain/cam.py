@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from ..base.deprecation import renamed
 from ..core.capture import capture
-from ..core.channels import spatial_maps
+from ..core.channels import channel_count, is_channels_last, spatial_maps
+from ..core.compiled import unwrap
 from ..core.modes import evaluating
 from ..core.records import Call
 from ..core.select import Selector
@@ -254,7 +255,7 @@ def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> 
     with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
         where, found = _at_the_layer(model, x, target, where)
         activations, gradients = found or _through_the_input(model, x, target, where)
-    return where, spatial_maps(activations, tokens=True), spatial_maps(gradients, tokens=True)
+    return where, _maps(model, where, activations), _maps(model, where, gradients)
 
 
 def _at_the_layer(
@@ -301,7 +302,18 @@ def _activations(model: nn.Module, x: Tensor, where: Where) -> tuple[Pass, Tenso
             passed = _forward(model, x, passed.where, grad=False)  # the layer is named now: copies
     chosen = _one_call(passed.calls, passed.where)
     key = layer_key(chosen, str(passed.where.layer), passed.where.key)
-    return passed, spatial_maps(chosen.get("output", key), tokens=True)
+    return passed, _maps(model, passed.where, chosen.get("output", key))
+
+
+def _maps(model: nn.Module, where: Where, tensor: Tensor) -> Tensor:
+    """``tensor`` as ``(B, C, H, W)`` maps: tokens on their patch grid; a channels-last output of a layer
+    whose own weight states its channels (Swin's final norm, ``(B, H, W, C)``) read in place."""
+    try:
+        module = unwrap(model).get_submodule(str(where.layer))
+    except AttributeError:  # a name inside a compiled submodule
+        module = None
+    count = None if module is None else channel_count(module, inside=False)
+    return spatial_maps(tensor, tokens=True, channels_last=is_channels_last(tensor.shape, count))
 
 
 def _score_cam(

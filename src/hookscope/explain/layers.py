@@ -6,9 +6,11 @@ pass (shapes only, no memory) for it. The pick:
 
 - the last module call (in the order calls return) whose output is a spatial map ``(B, C, H, W)``
   larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet. Its channels
-  must be where a CAM reads them: a channels-last output ``(B, H, W, C)`` (Swin's blocks and final
-  norm: its last axis is the module's channel count, ``hookscope.core.channels.channel_count``) is not one,
-  nor a 4-D output whose second axis is not the channel count of the module. A leaf with no
+  must be where a CAM reads them: a 4-D output whose second axis is not the channel count of the
+  module is not one. A channels-last output ``(B, H, W, C)`` (its last axis is the module's channel
+  count, ``hookscope.core.channels.channel_count``) is a map read in place: timm's Swin ends in
+  one, its final ``norm``, which the pooled classifier reads (the block outputs before it are
+  containers whose channels no weight of theirs states). A leaf with no
   weight keeps the layout of the call before it when it keeps its shape (an activation, a drop
   path), else is read with the channels of the last call with a weight: an attention's
   ``(B, heads, N, N)`` weights through a ``Dropout`` are not a map. A container's channels are
@@ -92,15 +94,17 @@ def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
 def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
     """The layer a CAM reads, from the calls of one forward pass that recorded every module's output."""
     calls = sorted((c for name, r in sites.items() if name for c in r.calls), key=lambda c: c.order)
-    spatial = _spatial_maps(model, calls)
-    maps = [c for c in calls if id(c) in spatial or _is_token_grid(c)]
+    spatial, channels_last = _spatial_maps(model, calls), _channels_last_maps(model, calls)
+    maps = [c for c in calls if id(c) in spatial or id(c) in channels_last or _is_token_grid(c)]
     if not maps:
         raise SelectionError(
             f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 (channels first) "
             "or (B, N, C) tokens on a patch grid; pass select=NAME"
         )
     chosen, why = maps[-1], "the last spatial map"
-    if id(chosen) not in spatial:
+    if id(chosen) in channels_last:
+        why = "the last spatial map (channels last)"
+    elif id(chosen) not in spatial:
         attentions = [c for c in calls if "attention" in _type(model, c.site).lower()]
         if attentions:
             last = attentions[-1]
@@ -166,6 +170,21 @@ def _spatial_maps(model: nn.Module, calls: list[Call]) -> set[int]:
         ok = ok and _is_spatial(call)
         found |= {id(call)} if ok else set()
         last = (shape, ok)
+    return found
+
+
+def _channels_last_maps(model: nn.Module, calls: list[Call]) -> set[int]:
+    """The ids of the calls whose output is a channels-last map ``(B, H, W, C)`` larger than 1x1, ``C`` being
+    the channel count of the module's own weight (a norm's, a linear map's)."""
+    root, found = unwrap(model), set()
+    for call in calls:
+        module = _module(root, call.site)
+        if module is None or not call.tensors.get("output"):
+            continue
+        first = call.get("output")
+        count = channel_count(module, inside=False)
+        if first.dim() == 4 and first.shape[1] * first.shape[2] > 1 and is_channels_last(first.shape, count):
+            found.add(id(call))
     return found
 
 
