@@ -82,6 +82,7 @@ def test_the_report_says_which_output_it_explains(models: Path) -> None:
     plain = build_report(heads.two(), x, select="features.*", cam_methods=())
     assert any(r.startswith("explained: the model's output (dict) holds 2 tensors; using the first, out['box']")
                for r in plain.remarks)  # fmt: skip
+    assert any(r.endswith('pass output="logits" (or another key) to choose') for r in plain.remarks)  # Python's words
     chosen = build_report(heads.two(), x, select="features.*", grads=True, output="logits")
     reference = build_report(heads.logits_only(), x, select="features.*", grads=True)
     assert not any(r.startswith("explained:") for r in chosen.remarks)

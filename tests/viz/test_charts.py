@@ -124,12 +124,12 @@ def test_gradient_flow_plot_grows_with_the_layer_count() -> None:
     few = gradient_flow_plot([FlowRow(f"layer{i:02d}.conv", 1e-3, 1e-2, 1) for i in range(5)])
     many = gradient_flow_plot([FlowRow(f"layer{i:02d}.conv", 1e-3, 1e-2, 1) for i in range(60)])
     assert few.size[0] == 600 and many.size[0] == round((0.26 * 60 + 1.6) * 100)
-    assert few.size[1] == many.size[1] == round((3.6 + 0.07 * len("layer59.conv")) * 100)
+    assert few.size[1] == many.size[1] == round((3.6 + 0.08 * len("layer59.conv")) * 100)
 
 
 def test_gradient_flow_plot_from_a_capture(lenet_capture: hookscope.Capture) -> None:
     image = gradient_flow_plot(lenet_capture, kind="param_grad")
-    assert image.size == (600, round((3.6 + 0.07 * 5) * 100))
+    assert image.size == (600, round((3.6 + 0.08 * 5) * 100))
     assert gradient_flow_plot(gradient_flow(lenet_capture)).size == gradient_flow_plot(lenet_capture).size
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..base.display import shows_as
 from ..base.words import columns, shorten
 from ..viz.charts import figure_image, new_figure
+from ..viz.fonts import FONT
 from ..viz.fragments import Safe, image_tag, note, table, view
 from .numerics import Divergence, Site
 from .similarity import Similarity
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
 MAX_LABELS = 40  # units named on an axis; more are drawn unnamed
-FONT = 9  # points: every label, tick and title of these pictures
 
 
 def similarity_table(sim: Similarity) -> str:

@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..base.display import Shows, shows_as
-from ..base.optional import require
 from ..base.words import closest, columns, shorten
 from ..errors import NotCapturedError, OptionError
+from ..viz.charts import figure_image, new_figure
+from ..viz.fonts import FONT, TITLE
 from ..viz.fragments import Safe, image_tag, note, table, view
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-
-DPI = 100
 
 
 @dataclass(frozen=True)
@@ -131,33 +130,27 @@ class PatchSweep(Shows):
             OptionError: ``labels`` does not name every position.
             MissingDependencyError: matplotlib or Pillow is not installed.
         """
-        figure: Any = require("matplotlib.figure")
-        agg: Any = require("matplotlib.backends.backend_agg")
-        pil: Any = require("PIL.Image")
         grid = self._grid()
         rows, cols = len(grid), len(grid[0])
         sites = [shorten(site) for site in self.restored]
-        room = 0.06 * max(map(len, sites), default=0)  # inches the site names take at 7 pt
-        fig = figure.Figure(figsize=(2.4 + room + 0.45 * cols, 0.9 + 0.28 * rows), dpi=DPI, layout="constrained")
+        room = 0.075 * max(map(len, sites), default=0)  # inches the site names take at FONT points
+        fig = new_figure(2.4 + room + 0.5 * cols, 0.9 + 0.3 * rows)
         ax = fig.add_subplot()
         shown = ax.imshow(grid, cmap=cmap, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-        ax.set_yticks(range(rows), sites, fontsize=7)
+        ax.set_yticks(range(rows), sites, fontsize=FONT)
         names = list(labels) if labels is not None else [str(p) for p in range(cols)]
         if self.positions and len(names) != cols:
             raise OptionError(f"labels= names the {cols} positions, got {len(names)} labels")
-        ax.set_xticks(range(cols), names if self.positions else ["all"], fontsize=7)
+        ax.set_xticks(range(cols), names if self.positions else ["all"], fontsize=FONT)
         ax.set_xlabel("position" if self.positions else "")
-        ax.set_title("restored fraction of the metric", fontsize=9)
+        ax.set_title("restored fraction of the metric", fontsize=TITLE)
         for r in range(rows):
             for c in range(cols):
                 if math.isfinite(grid[r][c]) and rows * cols <= 400:
                     colour = "white" if abs(grid[r][c]) > 0.6 else "black"
-                    ax.text(c, r, _fixed(grid[r][c], 2), ha="center", va="center", fontsize=6, color=colour)
+                    ax.text(c, r, _fixed(grid[r][c], 2), ha="center", va="center", fontsize=FONT, color=colour)
         fig.colorbar(shown, ax=ax, shrink=0.8)
-        canvas = agg.FigureCanvasAgg(fig)
-        canvas.draw()
-        image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-        return image.convert("RGB")  # type: ignore[no-any-return]
+        return figure_image(fig)
 
     def _grid(self) -> list[list[float]]:
         width = max(self.positions, 1)

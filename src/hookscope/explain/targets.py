@@ -29,6 +29,7 @@ given the first tensor of a structured output (``cam``, ``attribute``), one retu
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -91,7 +92,7 @@ def _whole_or_first(target: Callable[[Any], Any], output: object, caller: str) -
         except Exception:
             raise err from None
         warn_renamed(f"a target of {caller} that reads the first tensor ({first}) of the model's output",
-                     f"target(output) on the whole output, or output={first!r}", stacklevel=4)  # fmt: skip
+                     f'target(output) on the whole output, or output="{short_key(first)}"', stacklevel=4)  # fmt: skip
         return value
 
 
@@ -131,8 +132,18 @@ def several_tensors(what: str, keys: Sequence[str], option: str) -> str:
     others = ", ".join(keys[1:4]) + (", ..." if len(keys) > 4 else "")
     return (
         f"{what} holds {len(keys)} tensors; using the first, {keys[0]} (others: {others}); "
-        f"pass {option}={keys[1]!r} (or another key) to choose"
+        f'pass {option}="{short_key(keys[1])}" (or another key) to choose'
     )
+
+
+def short_key(key: str) -> str:
+    """``key`` as ``output=`` and ``key=`` take it: its first step without ``out`` (``out['logits']`` ->
+    ``logits``, ``out[1]`` -> ``1``, ``out.hidden`` -> ``hidden``), a deeper key less its ``out``
+    (``out['a'][0]`` -> ``['a'][0]``); ``choose_key`` reads each back."""
+    step = re.fullmatch(r"out(?:\[(['\"]?)([^\]'\"]+)\1\]|\.(\w+))", key)
+    if step:
+        return str(step.group(2) or step.group(3))
+    return key.removeprefix("out") if key.startswith(("out[", "out.")) else key
 
 
 def top_classes(output: Tensor, k: int = 1) -> Tensor:

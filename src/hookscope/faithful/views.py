@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..base.display import shows_as
 from ..base.words import columns
 from ..viz.charts import figure_image, new_figure
+from ..viz.fonts import FONT, TITLE
 from ..viz.fragments import Safe, image_tag, note, table, view
 from .result import Faithfulness
 
@@ -54,11 +55,11 @@ def faithfulness_plot(result: Faithfulness) -> Image:
                 continue
             style = "--" if found.control else "-"
             ax.plot(fractions, values.float().mean(dim=0).numpy(), style, label=name, linewidth=1.5)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("fraction of the input perturbed", fontsize=9)
+        ax.set_title(title, fontsize=TITLE)
+        ax.set_xlabel("fraction of the input perturbed", fontsize=FONT)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(result.score, fontsize=9)
-    axes[1].legend(fontsize=8, loc="best")
+    axes[0].set_ylabel(result.score, fontsize=FONT)
+    axes[1].legend(fontsize=FONT, loc="best")
     return figure_image(fig)
 
 

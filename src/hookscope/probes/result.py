@@ -20,6 +20,7 @@ from ..base.display import Shows, shows_as
 from ..base.words import closest, columns, shorten
 from ..errors import NotCapturedError
 from ..viz.charts import figure_image, new_figure
+from ..viz.fonts import FONT, TITLE
 from ..viz.fragments import Safe, image_tag, note, table, view
 from .fit import LinearFit, accuracy, r2
 
@@ -119,10 +120,10 @@ class Probes(Mapping[str, Probe], Shows):
         ax.plot(steps, [p.test for p in probes], marker="o", label="test")
         ax.plot(steps, [p.train for p in probes], marker=".", alpha=0.5, label="train")
         ax.plot(steps, [p.chance for p in probes], linestyle="--", color="grey", label="chance")
-        ax.set_xticks(list(steps), [shorten(p.site) for p in probes], rotation=45, ha="right", fontsize=7)
+        ax.set_xticks(list(steps), [shorten(p.site) for p in probes], rotation=45, ha="right", fontsize=FONT)
         ax.set_ylabel(probes[0].metric if probes else "")
-        ax.set_title("linear probe by site", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title("linear probe by site", fontsize=TITLE)
+        ax.legend(fontsize=FONT)
         return figure_image(fig)
 
 

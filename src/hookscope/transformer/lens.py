@@ -32,18 +32,18 @@ from torch import Tensor, nn
 
 from ..base.deprecation import renamed
 from ..base.display import Shows, plot_of, shows_as, table_of
-from ..base.optional import require
 from ..base.words import columns
 from ..core.capture import capture
 from ..core.select import BLOCKS, Selector, select_modules
 from ..errors import CaptureWarning, OptionError, SelectionError
+from ..viz.charts import figure_image, new_figure
+from ..viz.fonts import FONT, TITLE
 from .text import encoded, model_part
 
 if TYPE_CHECKING:
     from PIL.Image import Image
 
 Head = Callable[[Tensor], Tensor]  # a module or a function: (B, T, D) -> (B, T, D) or (B, T, V)
-DPI = 100
 NORM_NAMES = ("ln_f", "norm", "final_layer_norm", "final_layernorm", "norm_f", "final_norm")
 
 
@@ -239,27 +239,21 @@ def lens_plot(lens: LogitLens, *, row: int = 0) -> Any:
     """``LogitLens.plot()``: a heatmap of the top token's probability, layers down, positions across,
     each cell labelled with its top token (matplotlib, then a PIL image)."""
     _check_row(lens, row)
-    figure: Any = require("matplotlib.figure")
-    agg: Any = require("matplotlib.backends.backend_agg")
-    pil: Any = require("PIL.Image")
     layers, _, length, _ = lens.ids.shape
     top = lens.probs[:, row, :, 0].double().cpu()  # (layers, T)
-    fig = figure.Figure(figsize=(3.0 + 0.6 * length, 2.2 + 0.3 * layers), dpi=DPI, layout="constrained")
+    fig = new_figure(3.0 + 0.7 * length, 2.2 + 0.35 * layers)
     ax = fig.add_subplot()
     shown = ax.imshow(top.numpy(), cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_yticks(range(layers), lens.layers, fontsize=7)
-    ax.set_xticks(range(length), [_cut(_input(lens, row, t)) for t in range(length)], fontsize=7, rotation=90)
-    ax.set_title("top guess after each block, and its probability", fontsize=9)
+    ax.set_yticks(range(layers), lens.layers, fontsize=FONT)
+    ax.set_xticks(range(length), [_cut(_input(lens, row, t)) for t in range(length)], fontsize=FONT, rotation=90)
+    ax.set_title("top guess after each block, and its probability", fontsize=TITLE)
     for layer in range(layers):
         for t in range(length):
             colour = "white" if float(top[layer, t]) > 0.6 else "black"
             guess = _cut(_token(lens, layer, row, t, 0))
-            ax.text(t, layer, guess, ha="center", va="center", fontsize=6, color=colour)
+            ax.text(t, layer, guess, ha="center", va="center", fontsize=FONT, color=colour)
     fig.colorbar(shown, ax=ax, shrink=0.8)
-    canvas = agg.FigureCanvasAgg(fig)
-    canvas.draw()
-    image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    return image.convert("RGB")
+    return figure_image(fig)
 
 
 def _cut(text: str, most: int = 12) -> str:

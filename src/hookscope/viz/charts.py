@@ -24,6 +24,7 @@ from ..core.kinds import Kind, per_call
 from ..core.records import Record, forward_order
 from ..errors import OptionError
 from ..stats.summary import FlowRow, GradientFlow, Summary, gradient_flow, summarize
+from .fonts import DPI, FONT, TITLE, uniform
 from .fragments import image_tag, note, table, view
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from PIL.Image import Image
 
-DPI = 100
 PANEL_INCHES = (2.6, 2.0)  # one histogram of the grid
 NORMAL, VANISHING, EXPLODING = "tab:blue", "tab:orange", "tab:red"
 
@@ -114,10 +114,10 @@ def counts_plot(counts: Sequence[int], edges: Sequence[float], *, title: str = "
     """One histogram of ``counts`` between ``edges`` (a summary's ``histogram``); ``log`` counts on a log scale."""
     fig = new_figure(*PANEL_INCHES)
     ax = fig.add_subplot()
-    ax.set_title(title, fontsize=8)
+    ax.set_title(title, fontsize=FONT)
     ax.tick_params(labelsize=6)
     if not counts:
-        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=FONT)
         return figure_image(fig)
     ax.stairs(list(counts), list(edges), fill=True, color=NORMAL, alpha=0.85)
     if log:
@@ -171,10 +171,10 @@ def _histogram_figure(panels: dict[str, Tensor], *, bins: int, log: bool, column
 
 
 def _histogram_panel(ax: Axes, name: str, summary: Summary, *, log: bool) -> None:
-    ax.set_title(f"{_shorten(name, 34)}\n{_stat_line(summary)}", fontsize=8)
+    ax.set_title(f"{_shorten(name, 34)}\n{_stat_line(summary)}", fontsize=FONT)
     ax.tick_params(labelsize=6)
     if not summary.histogram.counts:
-        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        ax.text(0.5, 0.5, "no finite values", ha="center", va="center", transform=ax.transAxes, fontsize=FONT)
         return
     ax.stairs(summary.histogram.counts, summary.histogram.edges, fill=True, color=NORMAL, alpha=0.85)
     if log:
@@ -182,7 +182,7 @@ def _histogram_panel(ax: Axes, name: str, summary: Summary, *, log: bool) -> Non
     ax.margins(x=0)
     ax.locator_params(axis="x", nbins=5)
     ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))  # 1e-5 goes in the offset, not each tick
-    ax.xaxis.get_offset_text().set_fontsize(6)
+    ax.xaxis.get_offset_text().set_fontsize(FONT)
 
 
 def _stat_line(summary: Summary) -> str:
@@ -199,7 +199,7 @@ def _shorten(name: str, width: int) -> str:
 def _flow_figure(rows: list[FlowRow], *, vanish: float, explode: float, kind: str) -> Figure:
     """The chart behind ``gradient_flow_plot``, before rasterising (tests read its lines)."""
     names = [_shorten(r.name, 40) for r in rows]
-    label_inches = 0.07 * max(len(n) for n in names)  # names are rotated under the axis
+    label_inches = 0.08 * max(len(n) for n in names)  # names are rotated under the axis, FONT points
     fig = new_figure(max(6.0, 0.26 * len(rows) + 1.6), 3.6 + label_inches)
     ax = fig.add_subplot()
     floor, top = _flow_limits(rows, vanish, explode)
@@ -213,7 +213,7 @@ def _flow_figure(rows: list[FlowRow], *, vanish: float, explode: float, kind: st
     ax.axhline(vanish, color=VANISHING, linestyle="--", linewidth=1.2)
     ax.axhline(explode, color=EXPLODING, linestyle="--", linewidth=1.2)
     _style_flow_axes(ax, names, floor, top, kind)
-    fig.suptitle(f"gradient flow: {kind}, {len(rows)} layers", fontsize=10)
+    fig.suptitle(f"gradient flow: {kind}, {len(rows)} layers", fontsize=TITLE)
     _flow_legend(ax, vanish, explode)
     return fig
 
@@ -235,9 +235,9 @@ def _style_flow_axes(ax: Axes, names: list[str], floor: float, top: float, kind:
     ax.set_yscale("log")
     ax.set_ylim(floor, top)
     ax.set_xlim(-0.6, len(names) - 0.4)
-    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=FONT)
     ax.tick_params(axis="y", labelsize=8)
-    ax.set_ylabel(f"|{kind}|", fontsize=9)
+    ax.set_ylabel(f"|{kind}|", fontsize=FONT)
     ax.grid(axis="y", which="major", alpha=0.3)
 
 
@@ -250,7 +250,7 @@ def _flow_legend(ax: Axes, vanish: float, explode: float) -> None:
         lines.Line2D([], [], color=VANISHING, linestyle="--", label=f"vanishing: below {vanish:.0e}"),
         lines.Line2D([], [], color=EXPLODING, linestyle="--", label=f"exploding: above {explode:.0e}"),
     ]
-    ax.legend(handles=handles, fontsize=7, ncols=4, loc="lower left", bbox_to_anchor=(0, 1.07), frameon=False)
+    ax.legend(handles=handles, fontsize=FONT, ncols=2, loc="lower left", bbox_to_anchor=(0, 1.02), frameon=False)
 
 
 # -- matplotlib and Pillow, lazily -----------------------------------------------------------
@@ -265,6 +265,7 @@ def figure_image(fig: Figure) -> Image:
     """``fig`` drawn, as an RGB PIL image."""
     agg: Any = require("matplotlib.backends.backend_agg")
     pil: Any = require("PIL.Image")
+    uniform(fig)
     canvas = agg.FigureCanvasAgg(fig)
     canvas.draw()
     image: Image = pil.frombuffer("RGBA", canvas.get_width_height(), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)

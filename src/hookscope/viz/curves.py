@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.optional import require
 from ..base.words import shorten
+from .fonts import DPI, FONT, TITLE, uniform
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-DPI = 100
-FONT = 9  # points, every label and tick of these charts: at 100 dpi, 12.5 px
 ZERO = "#4c9be8"  # an exact zero in the heatmap: outside magma's black-to-yellow, so never a tiny value
 Series = Mapping[str, tuple[Sequence[int], Sequence[float]]]  # layer -> (steps, values)
 
@@ -45,7 +44,7 @@ def curves_png(series: Series, *, title: str, log: bool = False, band: tuple[flo
         _log_axis(ax, [v for _, vs in series.values() for v in vs])
     if band is not None:
         ax.axhspan(band[0], band[1], color="#2ca02c", alpha=0.10, linewidth=0)
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(title, fontsize=TITLE, loc="left")
     ax.set_xlabel("step", fontsize=FONT)
     ax.tick_params(labelsize=FONT)
     ax.grid(alpha=0.25, linewidth=0.6)
@@ -76,7 +75,7 @@ def heatmap_png(names: Sequence[str], steps: Sequence[int], values: Sequence[Seq
     ticks = regular_ticks(steps)
     ax.set_xticks(ticks, [str(steps[t]) for t in ticks], fontsize=FONT)
     ax.set_xlabel("step", fontsize=FONT)
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(title, fontsize=TITLE, loc="left")
     if mark is not None and mark[0] in names and mark[1] in steps:
         y, x = list(names).index(mark[0]), list(steps).index(mark[1])
         boxes: Any = require("matplotlib.patches")
@@ -136,5 +135,6 @@ def _figure(width: float, height: float, layout: str | None = "constrained") -> 
 def _png(fig: Figure) -> bytes:
     agg: Any = require("matplotlib.backends.backend_agg")
     buffer = io.BytesIO()
+    uniform(fig)
     agg.FigureCanvasAgg(fig).print_png(buffer)
     return buffer.getvalue()
