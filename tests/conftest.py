@@ -1,13 +1,39 @@
-"""Shared fixtures: a headless Chromium for the report's browser tests."""
+"""Shared fixtures: a headless Chromium for the report's browser tests. The trackers the sinks' tests run
+(W&B, trackio) write into one temporary folder, removed at the end, not into the home folder."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+TRACKER_FOLDERS = {  # where each tracker writes by default (~/.cache/wandb, ~/.config/wandb, ...): redirected
+    "WANDB_DIR": "wandb",
+    "WANDB_CACHE_DIR": "wandb-cache",
+    "WANDB_CONFIG_DIR": "wandb-config",
+    "WANDB_DATA_DIR": "wandb-data",
+    "WANDB_ARTIFACT_DIR": "wandb-artifacts",
+    "TRACKIO_DIR": "trackio",  # read when trackio is first imported: before any test module
+}
+_TRACKERS = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    home = Path(tempfile.mkdtemp(prefix="hookscope-trackers-"))
+    config.stash[_TRACKERS] = home
+    for variable, folder in TRACKER_FOLDERS.items():
+        os.environ[variable] = str(home / folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = config.stash.get(_TRACKERS, None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

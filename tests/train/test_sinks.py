@@ -7,6 +7,7 @@ on a ``file:`` store; W&B: the offline run's ``.wandb`` records parsed with W&B'
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 import time
@@ -92,6 +93,7 @@ def test_trackio_gets_scalars_and_alerts(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(utils, "TRACKIO_DIR", tmp_path / "trackio")  # read when trackio was first imported
     project = f"hookscope-{tmp_path.name}"
     w, losses = _train(tmp_path, [f"trackio:{project}"])
+    assert pytest.importorskip("trackio.context_vars").current_run.get() is None  # no finish again at exit
     (run,) = storage.get_runs(project)
     logs = storage.get_logs(project, run)
     assert [(r["step"], r["loss"]) for r in logs if "loss" in r] == [
@@ -171,3 +173,21 @@ def _wandb_records(data: bytes) -> list[bytes]:
             out.append(pending)
             pending = b""
     return out
+
+
+def test_the_trackers_of_the_tests_write_under_a_temporary_folder() -> None:
+    """tests/conftest.py points W&B and trackio at one temporary folder (not ~/.cache/wandb, ~/.cache/huggingface)."""
+    import tempfile
+
+    variables = (
+        "WANDB_DIR",
+        "WANDB_CACHE_DIR",
+        "WANDB_CONFIG_DIR",
+        "WANDB_DATA_DIR",
+        "WANDB_ARTIFACT_DIR",
+        "TRACKIO_DIR",
+    )
+    for variable in variables:
+        assert Path(os.environ[variable]).is_relative_to(tempfile.gettempdir()), variable
+    if (utils := sys.modules.get("trackio.utils")) is not None:
+        assert Path(utils.TRACKIO_DIR).is_relative_to(tempfile.gettempdir())

@@ -24,7 +24,10 @@ from types import ModuleType
 
 from ..errors import MissingDependencyError
 
-EXTRAS: dict[str, tuple[str, ...]] = {  # pyproject's optional-dependencies, by import name
+# pyproject's optional-dependencies, by import name: those a missing package is installed with. The feature
+# extras (hf, lightning, trackers, sae, examples) are left out: a package of theirs is named by itself
+# (`pip install trackio`), a smaller install than its extra.
+EXTRAS: dict[str, tuple[str, ...]] = {
     "viz": ("PIL", "matplotlib", "numpy", "jinja2", "scipy"),
     "io": ("safetensors", "numpy"),
     "models": (

