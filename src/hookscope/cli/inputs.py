@@ -177,12 +177,12 @@ def open_image(path: Path) -> Any:
 
 
 def size_hint(batch: LoadedInput, message: str) -> str:
-    """The hint a forward error gets when it may be about the input's size (it names the side, a size, a
-    shape, a height or a width): the flag or spec that sets the size, else an empty string."""
+    """The hint a forward error gets when it may be about the input's size (it names the input's side, a
+    size, a height or a width): the flag or spec that sets the size, else an empty string."""
     if batch.several or batch.x.dim() != 4:
         return ""
     rows, channels, height, width = batch.x.shape
-    if not re.search(rf"\b({height}|{width})\b|size|shape|height|width", message, flags=re.IGNORECASE):
+    if not re.search(rf"\b({height}|{width})\b|size|height|width", message, flags=re.IGNORECASE):
         return ""
     if batch.pictures is not None:
         return f"; the images were prepared at {height}x{width}: pass --size N with the side the model takes"
