@@ -58,11 +58,17 @@ def owners_of_imports() -> dict[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
+def written(upto: int) -> set[str]:
+    """The modules the README's blocks up to ``upto`` write as files (``Path("nan_model.py").write_text``)."""
+    return {name for block in BLOCKS[: upto + 1] for name in re.findall(r"""["'](\w+)\.py["']""", block)}
+
+
 def distributions(block: str) -> set[str]:
-    """The distributions a block needs: those of its imports outside the standard library, and a tracker
-    its ``sinks=`` names."""
+    """The distributions a block needs: those of its imports outside the standard library and the modules
+    the README writes, and a tracker its ``sinks=`` names."""
     owners = owners_of_imports()
-    needed = {normal(owners.get(name, [name])[0]) for name in imports(block) if name not in sys.stdlib_module_names}
+    local = written(BLOCKS.index(block)) | set(sys.stdlib_module_names)
+    needed = {normal(owners.get(name, [name])[0]) for name in imports(block) if name not in local}
     return needed | {normal(sink) for sink in re.findall(r"""["'](tensorboard|trackio|mlflow|wandb):""", block)}
 
 
