@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ..core.block import Block
 from ..core.hooks import HandleGroup
-from ..core.kinds import Kind
+from ..core.kinds import Kind, forward_kinds
 from ..core.records import Record
 from ..core.select import Selector
 from ..errors import EditError, EditWarning, NotCapturedError, OptionError, ServingError, ServingWarning
@@ -91,7 +91,7 @@ def capture_llm(
         OutputExistsError: ``out`` exists and ``force`` is False.
     """
     chosen: tuple[Kind, ...] = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    if not chosen or any(k not in ("input", "output") for k in chosen):
+    if not chosen or any(k not in forward_kinds() for k in chosen):
         raise OptionError(f"capture_llm keeps kinds 'input' and 'output' (no gradient flows in vLLM), got {chosen}")
     store = None if out is None else {"out": os.fspath(out), "force": force, "max_memory": max_memory,
                                       "shard_size": shard_size, "flush_every": flush_every}  # fmt: skip
