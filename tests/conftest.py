@@ -1,5 +1,6 @@
 """Shared fixtures: a headless Chromium for the report's browser tests. The trackers the sinks' tests run
-(W&B, trackio) write into one temporary folder, removed at the end, not into the home folder."""
+(W&B, trackio) and matplotlib's cache write into one temporary folder, removed at the end, not into the
+home folder."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ TRACKER_FOLDERS = {  # where each tracker writes by default (~/.cache/wandb, ~/.
     "WANDB_DATA_DIR": "wandb-data",
     "WANDB_ARTIFACT_DIR": "wandb-artifacts",
     "TRACKIO_DIR": "trackio",  # read when trackio is first imported: before any test module
+    "MPLCONFIGDIR": "matplotlib",  # matplotlib's font cache (~/.cache/matplotlib), read when it is first imported
 }
 _TRACKERS = pytest.StashKey[Path]()
 
