@@ -55,7 +55,7 @@ test: lint types unit
 
 # CI=true: a serving test fails (never skips) when vllm cannot be imported.
 test-vllm: $(VLLM_STAMP)
-	CI=true $(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/serving
+	HOOKSCOPE_VLLM=1 CI=true $(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/serving
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples scripts
