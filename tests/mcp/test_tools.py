@@ -151,6 +151,10 @@ def test_compare_finds_the_changed_layer_and_what_only_one_holds(store: Path, tm
     assert [r["site"] for r in moved] == ["2", "1"] and float(moved[1]["|mean moved| / std A"]) == 0.0
     cka = {r["unit"]: float(r["cka"]) for r in found[next(t for t in found if t.startswith("CKA"))]}
     assert cka == pytest.approx({"1": 1.0, "2": 1.0}, abs=1e-6)
+    hookscope.extract(model(), inputs(), out=tmp_path / "c.hookscope", select=["0"], progress=False)
+    apart = answer("compare", {"path_a": str(tmp_path / "c.hookscope"), "path_b": str(tmp_path / "b.hookscope")})
+    assert apart.data()["sections"]["Not compared"] == {"only in A": ["0"], "only in B": ["1", "2"]}
+    assert [s.title for s in apart.sections][-1] == "Not compared"  # no empty table of statistics, no CKA
     with torch.no_grad():  # the oracle of "moved": |mean_B - mean_A| / std_A of site 2's outputs
         a = torch.cat([model()(x) for x in inputs()])
         b = torch.cat([other(x) for x in inputs()])

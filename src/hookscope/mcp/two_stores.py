@@ -36,11 +36,16 @@ def compare(path_a: str, path_b: str, similarity: bool = True) -> list[Section]:
     parts.append(Section("Made from", (text + "\n" if text else "") + f"the same: {', '.join(same) or 'nothing'}",
                          made, value=70))  # fmt: skip
     sites_a, sites_b = _sites(a), _sites(b)
-    only = {"only in A": sorted(sites_a - sites_b), "only in B": sorted(sites_b - sites_a)}
+    only = {
+        "only in A": [s for s in _order(a) if s not in sites_b],
+        "only in B": [s for s in _order(b) if s not in sites_a],
+    }
     if any(only.values()):
         lines = [f"{side}: {', '.join(names)}" for side, names in only.items() if names]
         parts.append(Section("Not compared", "\n".join(lines), only, value=90, kept=True))
     shared = sites_a & sites_b
+    if not shared:
+        return parts  # "Not compared" says it: no site of one is a site of the other
     parts += _moved(a, b, shared)
     if similarity and shared:
         parts.append(_cka(a, b, [s for s in _order(a) if s in shared]))
@@ -84,4 +89,4 @@ def _sites(run: Run) -> set[str]:
 
 
 def _order(run: Run) -> list[str]:
-    return list(run)
+    return list(run.histories()) if kind_of(run) == "watch store" else list(run)
