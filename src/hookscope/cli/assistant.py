@@ -63,8 +63,10 @@ def run_tool(args: argparse.Namespace) -> int:
     if args.max_tokens is not None:
         given["max_tokens"] = args.max_tokens
     found = answer(args.name, given)
-    print(json.dumps(found.data(), indent=2, default=str) if args.json else found.text(), end="" if not args.json
-          else "\n")  # fmt: skip
+    if args.json:
+        print(json.dumps(found.data(), indent=2, default=str))
+    else:
+        print(found.text(), end="")
     return 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..evidence.bundle import PREDICTION, is_bundle, validate_bundle
+from ..evidence.bundle import PREDICTION, validate_bundle
 from .budget import Section, compact, table_sections
 
 
@@ -35,7 +35,7 @@ def bundle(path: str) -> list[Section]:
     if not Path(path).is_dir():
         raise InputError(f"{path} is not a folder; pass an evidence bundle's folder (explain_prediction, evidence=)")
     problems = validate_bundle(path)
-    manifest = _manifest(Path(path)) if is_bundle(path) else {}
+    manifest = _manifest(Path(path))
     what = {PREDICTION: "wrong-prediction"}.get(manifest.get("schema", ""), "training-alert")
     sound = "sound: the manifest meets its schema, every file it lists is there" if not problems else "NOT sound"
     head = [f"{path}: an evidence bundle ({manifest.get('schema', 'no schema')}), {sound}."]
@@ -117,8 +117,12 @@ def _ablation(a: dict[str, Any]) -> str:
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    return found
+    """The manifest, or ``{}`` when it cannot be read (``validate_bundle`` has said why)."""
+    try:
+        found = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _cell(value: Any) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..compare.similarity import cka
 from ..errors import HookscopeError
+from ..store import series
 from ..store.reader import Run
 from .budget import Section, table_sections
 from .reading import facts, kind_of, opened, value_stats
@@ -53,7 +54,7 @@ def compare(path_a: str, path_b: str, similarity: bool = True) -> list[Section]:
 
 
 def _moved(a: Run, b: Run, shared: set[str]) -> list[Section]:
-    if "watch" in (kind_of(a) + kind_of(b)):
+    if series.is_watch(a.manifest) or series.is_watch(b.manifest):
         return [Section("Statistics", "watch stores are compared by their histories: ask `statistics` of each")]
     stats_a, stats_b = value_stats(a, shared), value_stats(b, shared)
     header = ["site", "kind", "key", "mean A", "mean B", "std A", "std B", "|mean moved| / std A"]
@@ -85,8 +86,8 @@ def _renamed(section: Section, title: str) -> Section:
 
 
 def _sites(run: Run) -> set[str]:
-    return set(run.histories()) if kind_of(run) == "watch store" else set(run)
+    return set(_order(run))
 
 
 def _order(run: Run) -> list[str]:
-    return list(run.histories()) if kind_of(run) == "watch store" else list(run)
+    return list(run.histories()) if series.is_watch(run.manifest) else list(run)
