@@ -29,12 +29,11 @@ from torch.nn import functional as F
 from ..base.optional import require
 
 DELTA, SCAN, DUALITY = "gated delta rule", "selective scan", "state space duality"
-# per kind: the package whose kernels replace the torch path, and the parts those kernels run as functions
-KERNELS = {
-    DELTA: ("fla", ("conv1d",)),
-    SCAN: ("mamba_ssm", ("conv1d", "x_proj", "dt_proj", "out_proj")),
-    DUALITY: ("mamba_ssm", ("conv1d", "out_proj")),
-}
+# Per kind: the package whose fused kernel, in training mode, takes the whole layer from its input projection
+# on, and the parts the torch path calls as modules that this kernel runs as functions (their hooks never fire).
+# flash-linear-attention's kernels replace functions only (the delta rule, the convolution): no module call is
+# lost; conv1d and dt_proj are never called as modules on any path (capture says so when they are selected).
+KERNELS = {SCAN: ("mamba_ssm", ("x_proj", "out_proj")), DUALITY: ("mamba_ssm", ("out_proj",))}
 
 
 @dataclass(frozen=True)
@@ -93,22 +92,23 @@ def linear_layers(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
 
 
 def fused_paths(layers: list[tuple[str, nn.Module, str]]) -> list[str]:
-    """A sentence per layer whose fused kernels are installed: the parts they run out of reach of hooks.
+    """A sentence per layer that will run a fused kernel past its parts' hooks (see ``KERNELS``).
 
     Args:
         layers: ``(name, module, kind)`` as :func:`linear_layers` gives them.
 
     Returns:
-        One line per such layer (empty when no kernel package is installed).
+        One line per such layer (empty when no kernel package is installed or the model is in eval mode).
     """
     lines = []
     for name, module, kind in layers:
-        package, parts = KERNELS[kind]
-        if installed(package):
+        package, parts = KERNELS.get(kind, ("", ()))
+        if parts and module.training and installed(package):
             bypassed = ", ".join(f"{name}.{part}" for part in parts if hasattr(module, part))
             lines.append(
-                f"{name} ({type(module).__name__}) runs {package}'s fused kernels: {bypassed} run inside them as "
-                f"functions, so hooks on those modules do not fire; hooks on {name} itself do"
+                f"{name} ({type(module).__name__}) runs {package}'s fused kernel in training mode: {bypassed} run "
+                f"inside it as functions, so hooks on those modules do not fire (hooks on {name} itself do); "
+                "call model.eval() to keep them"
             )
     return lines
 
