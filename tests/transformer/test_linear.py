@@ -194,3 +194,16 @@ def test_a_fused_kernel_package_is_named_with_the_modules_it_bypasses(monkeypatc
     )
     model.eval()  # in eval mode the kernel path calls x_proj and out_proj as modules: nothing to say
     assert hookscope.linear_attention(model, _inputs(model)).remarks == []
+
+
+@pytest.mark.parametrize("build", [qwen3_next, mamba], ids=["qwen3_next", "mamba"])
+def test_left_padding_leaves_the_state_at_zero_and_the_rest_as_the_sequence_alone(build: Any) -> None:
+    model = build()
+    ids = _inputs(model)
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0  # the second sequence is left-padded by two tokens
+    padded = hookscope.linear_attention(model, {"input_ids": ids, "attention_mask": mask}).layer(0)
+    alone = hookscope.linear_attention(model, ids[1:, 2:]).layer(0)  # the first layer sees embeddings only
+    assert torch.all(padded.state_norms[1, :, :2] == 0)
+    torch.testing.assert_close(padded.state_norms[1:, :, 2:], alone.state_norms, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(padded.mixing[1:, :, 2:, 2:], alone.mixing, atol=1e-6, rtol=1e-5)

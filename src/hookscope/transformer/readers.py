@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -143,12 +144,13 @@ def read_gates(module: nn.Module, kind: str, hidden: Tensor, mask: Tensor | None
         return _delta_gates(module, hidden) if kind == DELTA else _scan_gates(module, hidden, mask)
 
 
-def _project(layer: nn.Module, x: Tensor) -> Tensor:
-    weight, bias = layer.weight, getattr(layer, "bias", None)
-    return F.linear(x, weight, bias if isinstance(bias, Tensor) else None)
+def _project(layer: Any, x: Tensor) -> Tensor:
+    """``layer``'s linear map of ``x``, without calling it (no hook fires)."""
+    bias = getattr(layer, "bias", None)
+    return F.linear(x, layer.weight, bias if isinstance(bias, Tensor) else None)
 
 
-def _causal_conv(module: nn.Module, channels: Tensor) -> Tensor:
+def _causal_conv(module: Any, channels: Tensor) -> Tensor:
     """``(B, C, T)`` through the layer's depthwise causal ``conv1d`` and its activation, as the torch path."""
     conv = module.conv1d
     bias = conv.bias if isinstance(conv.bias, Tensor) else None
@@ -158,7 +160,7 @@ def _causal_conv(module: nn.Module, channels: Tensor) -> Tensor:
     return activation(out).to(channels.dtype)  # type: ignore[no-any-return]
 
 
-def _delta_gates(module: nn.Module, x: Tensor) -> Gates:
+def _delta_gates(module: Any, x: Tensor) -> Gates:
     batch, length, _ = x.shape
     if hasattr(module, "in_proj_qkvz"):  # Qwen3-Next: heads interleaved, the layer's own method sorts them
         parts = module.fix_query_key_value_ordering(_project(module.in_proj_qkvz, x), _project(module.in_proj_ba, x))
@@ -182,7 +184,7 @@ def _delta_gates(module: nn.Module, x: Tensor) -> Gates:
     return Gates(DELTA, named, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
 
 
-def _scan_gates(module: nn.Module, x: Tensor, mask: Tensor | None) -> Gates:
+def _scan_gates(module: Any, x: Tensor, mask: Tensor | None) -> Gates:
     channels = _project(module.in_proj, x).transpose(1, 2).chunk(2, dim=1)[0]  # (B, D, T); the gate is not scanned
     channels = _causal_conv(module, channels).transpose(1, 2)  # (B, T, D)
     if mask is not None and mask.dim() == 2:

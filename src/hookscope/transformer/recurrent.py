@@ -121,7 +121,7 @@ class _Reading(Block):
         super().__init__()
         self.layers = layers
         self.calls: list[tuple[str, nn.Module, str, Tensor, Any, Any]] = []
-        self._pending: dict[int, list[tuple[Tensor, Any]]] = {}
+        self._pending: dict[int, list[tuple[Any, Any]]] = {}
 
     def _install(self, handles: HandleGroup) -> None:
         for name, module, kind in self.layers:
