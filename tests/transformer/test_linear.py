@@ -1,4 +1,4 @@
-"""hookscope.linear_attention on tiny random GatedDeltaNet (Qwen3-Next, Qwen3.5) and Mamba models from their configs.
+"""hookscope.linear_attention on tiny random GatedDeltaNet (Qwen3-Next, Qwen3.5), Mamba and Mamba2 models.
 
 The oracles are the models' own tensors: the layer's output (computed by transformers' chunked
 delta rule or its sequential scan) rebuilt from the implied mixing matrix, the gates the layer
@@ -18,7 +18,14 @@ from torch.nn import functional as F
 import hookscope
 from hookscope.errors import CaptureError, CaptureWarning, NotCapturedError
 from hookscope.transformer import readers
-from hookscope.transformer.recurrence import delta_rule, delta_rule_mixing, scan_mixing, selective_scan
+from hookscope.transformer.recurrence import (
+    delta_rule,
+    delta_rule_mixing,
+    duality_mixing,
+    duality_scan,
+    scan_mixing,
+    selective_scan,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()  # the "falling back to torch" lines: the path tested here
@@ -58,6 +65,19 @@ def mamba() -> nn.Module:
         for layer in model.backbone.layers:
             layer.mixer.dt_proj.bias.fill_(0.5)
             for part in (layer.mixer.in_proj, layer.mixer.x_proj, layer.mixer.out_proj):
+                part.weight.normal_(0, 0.3)
+    return model
+
+
+def mamba2() -> nn.Module:
+    torch.manual_seed(0)
+    config = transformers.Mamba2Config(vocab_size=64, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
+                                       conv_kernel=3, num_heads=4, head_dim=8, n_groups=2, chunk_size=4)  # fmt: skip
+    model = transformers.Mamba2ForCausalLM(config).eval()
+    with torch.no_grad():  # as mamba(): the scan, not the skip, carries the output
+        for layer in model.backbone.layers:
+            layer.mixer.dt_bias.fill_(0.5)
+            for part in (layer.mixer.in_proj, layer.mixer.out_proj):
                 part.weight.normal_(0, 0.3)
     return model
 
@@ -115,7 +135,7 @@ def test_delta_rule_gates_are_the_ones_the_layer_passes_its_kernel(monkeypatch: 
     torch.testing.assert_close(call.decay, passed["g"].transpose(1, 2).exp())
 
 
-@pytest.mark.parametrize("build", [qwen3_next, mamba], ids=["qwen3_next", "mamba"])
+@pytest.mark.parametrize("build", [qwen3_next, mamba, mamba2], ids=["qwen3_next", "mamba", "mamba2"])
 def test_state_norms_are_the_norms_of_the_models_own_cached_state(build: Any) -> None:
     model = build()
     ids = _inputs(model)
@@ -126,7 +146,7 @@ def test_state_norms_are_the_norms_of_the_models_own_cached_state(build: Any) ->
             cache = model(ids[:, : t + 1], use_cache=True)
         cache = getattr(cache, "past_key_values", None) or cache.cache
         state = cache.get_recurrent_state(0, state_idx=0)  # (B, H, dk, dv) or Mamba's (B, D, N)
-        expected = state.flatten(2).norm(dim=-1) if state.dim() == 4 else state.norm(dim=-1)
+        expected = state.flatten(2).norm(dim=-1) if state.dim() == 4 else state.norm(dim=-1)  # Mamba2: (B, H, P, N)
         torch.testing.assert_close(call.state_norms[..., t], expected, atol=1e-5, rtol=1e-4)
 
 
@@ -148,6 +168,23 @@ def test_mamba_mixing_applied_as_the_layer_gives_its_output() -> None:
     assert set(lin.layer(0).gates) == {"dt", "A", "B", "C"}
 
 
+def test_mamba2_mixing_applied_as_the_layer_gives_its_output() -> None:
+    model = mamba2()
+    ids = _inputs(model)
+    lin = hookscope.linear_attention(model, ids)
+    call, module = lin.layer(0), model.backbone.layers[0].mixer
+    assert call.kind == "state space duality" and lin.mixing(0).shape == (2, 4, 6, 6)
+    hidden = _called_with(model, module, ids)
+    with torch.no_grad():
+        gate = module.in_proj(hidden)[..., : module.intermediate_size]
+        scanned = lin.mixing(0) @ call.values + module.D[None, :, None, None] * call.values  # (B, H, T, P)
+        rebuilt = module.out_proj(module.norm(scanned.transpose(1, 2).reshape(2, 6, -1), gate))
+        skipped = module.out_proj(module.norm((module.D[None, :, None, None] * call.values).transpose(1, 2)
+                                              .reshape(2, 6, -1), gate))  # fmt: skip
+    torch.testing.assert_close(rebuilt, call.output, atol=1e-5, rtol=1e-4)
+    assert (skipped - call.output).abs().max() > 0.1
+
+
 def test_the_recurrences_match_their_mixing_matrices_and_a_hand_run() -> None:
     torch.manual_seed(3)
     batch, heads, length, dk, dv = 1, 2, 5, 3, 2
@@ -165,6 +202,14 @@ def test_the_recurrences_match_their_mixing_matrices_and_a_hand_run() -> None:
     b, c = torch.randn(1, length, 4), torch.randn(1, length, 4)
     scanned, _ = selective_scan(x, dt, a, b, c)
     torch.testing.assert_close((scan_mixing(dt, a, b, c) @ x[..., None])[..., 0], scanned)
+    x, dt, a = torch.randn(1, 2, length, 3), torch.rand(1, 2, length), -torch.rand(2)
+    b, c = torch.randn(1, 2, length, 4), torch.randn(1, 2, length, 4)
+    scanned, norms = duality_scan(x, dt, a, b, c)
+    torch.testing.assert_close(duality_mixing(dt, a, b, c) @ x, scanned)
+    state = torch.zeros(3, 4)  # head 0 by hand
+    for t in range(length):
+        state = (dt[0, 0, t] * a[0]).exp() * state + dt[0, 0, t] * torch.outer(x[0, 0, t], b[0, 0, t])
+        torch.testing.assert_close(norms[0, 0, t], state.norm())
 
 
 def test_selection_table_and_plot() -> None:

@@ -44,15 +44,17 @@ class Recurrent:
     Attributes:
         name: the layer's name (a shared module's later calls: ``name#1``, ...).
         type: the layer's class name.
-        kind: ``gated delta rule`` (GatedDeltaNet) or ``selective scan`` (Mamba).
-        gates: by their model names: ``beta`` and ``g`` ``(B, H, T)``; or ``dt`` ``(B, D, T)``, ``A`` ``(D, N)``,
-            ``B`` and ``C`` ``(B, T, N)``.
-        decay: ``(B, H, T)``: the factor the state is multiplied by at each step (``exp(g)``; Mamba: per
-            channel, ``exp(dt * max A)``, its slowest-forgetting state dimension).
+        kind: ``gated delta rule`` (GatedDeltaNet), ``selective scan`` (Mamba) or ``state space duality`` (Mamba2).
+        gates: by their model names: ``beta`` and ``g`` ``(B, H, T)``; Mamba's ``dt`` ``(B, D, T)``, ``A``
+            ``(D, N)``, ``B`` and ``C`` ``(B, T, N)``; Mamba2's ``dt`` ``(B, H, T)``, ``A`` ``(H,)``, ``B`` and ``C``
+            ``(B, H, T, N)``.
+        decay: ``(B, H, T)``: the factor the state is multiplied by at each step (``exp(g)``, ``exp(dt A)``;
+            Mamba: per channel, ``exp(dt * max A)``, its slowest-forgetting state dimension).
         state_norms: ``(B, H, T)``: the state's norm after each step (Mamba: each channel's ``N`` numbers).
-        values: what the recurrence mixes: ``(B, H, T, dv)`` values, or Mamba's ``(B, D, T)`` channels.
-        mixing: ``(B, H, T, T)`` with ``outputs = mixing @ values`` (Mamba: per channel, before ``D x`` and the
-            gate), or None for a sequence longer than ``LONGEST``.
+        values: what the recurrence mixes: ``(B, H, T, dv)`` values, Mamba's ``(B, D, T)`` channels, or Mamba2's
+            ``(B, H, T, P)``.
+        mixing: ``(B, H, T, T)`` with ``outputs = mixing @ values`` (Mamba and Mamba2: before ``D x`` and the
+            gate; Mamba per channel), or None for a sequence longer than ``LONGEST``.
         output: what the layer returned.
     """
 

@@ -6,8 +6,8 @@ A linear-attention layer has no attention matrix: it runs a recurrence
 - ``gated delta rule``: transformers' GatedDeltaNet (Qwen3-Next's ``in_proj_qkvz``/``in_proj_ba``,
   Qwen3.5's ``in_proj_qkv``/``in_proj_z``/``in_proj_b``/``in_proj_a``), with ``A_log``, ``dt_bias``, ``conv1d``;
 - ``selective scan``: Mamba's mixer (``in_proj``, ``conv1d``, ``x_proj``, ``dt_proj``, ``A_log``, ``D``);
-- ``state space duality``: Mamba2's mixer (``A_log``, ``dt_bias``, ``in_proj``, no ``x_proj``): named as a
-  linear layer, its gates not read yet.
+- ``state space duality``: Mamba2's mixer (``A_log``, ``dt_bias``, ``in_proj``, no ``x_proj``): one decay
+  rate per head.
 
 :func:`read_gates` recomputes what the layer feeds its recurrence from the hidden states it was
 called with, with the layer's own weights and the torch arithmetic of transformers' fallback path
@@ -34,7 +34,7 @@ DELTA, SCAN, DUALITY = "gated delta rule", "selective scan", "state space dualit
 # on, and the parts the torch path calls as modules that this kernel runs as functions (their hooks never fire).
 # flash-linear-attention's kernels replace functions only (the delta rule, the convolution): no module call is
 # lost; conv1d and dt_proj are never called as modules on any path (capture says so when they are selected).
-KERNELS = {SCAN: ("mamba_ssm", ("x_proj", "out_proj")), DUALITY: ("mamba_ssm", ("out_proj",))}
+KERNELS = {SCAN: ("mamba_ssm", ("x_proj", "out_proj")), DUALITY: ("mamba_ssm", ("norm", "out_proj"))}
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,13 @@ class Gates:
     """What one call of a linear layer feeds its recurrence (shapes as :mod:`.recurrence` takes them).
 
     Attributes:
-        kind: ``gated delta rule`` or ``selective scan``.
-        named: the gates by their model names: ``beta``, ``g`` ``(B, H, T)``; or ``dt`` ``(B, D, T)``,
-            ``A`` ``(D, N)``, ``B``, ``C`` ``(B, T, N)``.
-        query: the delta rule's ``(B, H, T, dk)`` queries (normalised, scaled); the scan: None.
-        key: the delta rule's ``(B, H, T, dk)`` keys (normalised); the scan: None.
-        value: ``(B, H, T, dv)`` values, or the scan's ``(B, D, T)`` channels.
+        kind: ``gated delta rule``, ``selective scan`` or ``state space duality``.
+        named: the gates by their model names: ``beta``, ``g`` ``(B, H, T)``; Mamba's ``dt`` ``(B, D, T)``,
+            ``A`` ``(D, N)``, ``B``, ``C`` ``(B, T, N)``; Mamba2's ``dt`` ``(B, H, T)``, ``A`` ``(H,)``, ``B``, ``C``
+            ``(B, H, T, N)`` (each group's, repeated over its heads).
+        query: the delta rule's ``(B, H, T, dk)`` queries (normalised, scaled); else None.
+        key: the delta rule's ``(B, H, T, dk)`` keys (normalised); else None.
+        value: ``(B, H, T, dv)`` values, Mamba's ``(B, D, T)`` channels, or Mamba2's ``(B, H, T, P)``.
     """
 
     kind: str
@@ -131,7 +132,7 @@ def read_gates(module: nn.Module, kind: str, hidden: Tensor, mask: Tensor | None
 
     Args:
         module: a linear layer of kind ``kind``.
-        kind: ``gated delta rule`` or ``selective scan``.
+        kind: ``gated delta rule``, ``selective scan`` or ``state space duality``.
         hidden: the hidden states it was called with.
         mask: the ``(B, T)`` padding mask it was called with (1 = a real token), or None.
 
@@ -141,7 +142,9 @@ def read_gates(module: nn.Module, kind: str, hidden: Tensor, mask: Tensor | None
     with torch.no_grad():
         if mask is not None and mask.dim() == 2:
             hidden = (hidden * mask[:, :, None]).to(hidden.dtype)  # the layer zeroes padding first
-        return _delta_gates(module, hidden) if kind == DELTA else _scan_gates(module, hidden, mask)
+        if kind == DELTA:
+            return _delta_gates(module, hidden)
+        return _scan_gates(module, hidden, mask) if kind == SCAN else _duality_gates(module, hidden, mask)
 
 
 def _project(layer: Any, x: Tensor) -> Tensor:
@@ -194,3 +197,25 @@ def _scan_gates(module: Any, x: Tensor, mask: Tensor | None) -> Gates:
     dt = module.dt_proj.weight @ step.transpose(1, 2) + module.dt_proj.bias.float()[:, None]
     named = {"dt": F.softplus(dt).float(), "A": -module.A_log.float().exp(), "B": b.float(), "C": c.float()}
     return Gates(SCAN, named, None, None, channels.transpose(1, 2).float())
+
+
+def _duality_gates(module: Any, x: Tensor, mask: Tensor | None) -> Gates:
+    batch, length, _ = x.shape
+    heads, size, groups = module.num_heads, module.ssm_state_size, module.n_groups
+    gate_width = module.intermediate_size
+    _, channels, dt = _project(module.in_proj, x).split([gate_width, module.conv_dim, heads], dim=-1)
+    channels = _causal_conv(module, channels.transpose(1, 2)).transpose(1, 2)  # (B, T, conv_dim)
+    if mask is not None and mask.dim() == 2:
+        channels = (channels * mask[:, :, None]).to(channels.dtype)
+    values, b, c = torch.split(channels, [gate_width, groups * size, groups * size], dim=-1)
+    low, high = module.time_step_limit
+    step = F.softplus(dt.float() + module.dt_bias).clamp(low, high).transpose(1, 2)  # (B, H, T)
+    b, c = (t.reshape(batch, length, groups, size).repeat_interleave(heads // groups, dim=2) for t in (b, c))
+    named = {
+        "dt": step,
+        "A": -module.A_log.float().exp(),
+        "B": b.transpose(1, 2).float(),
+        "C": c.transpose(1, 2).float(),
+    }
+    value = values.reshape(batch, length, heads, module.head_dim).transpose(1, 2).float()  # (B, H, T, P)
+    return Gates(DUALITY, named, None, None, value)

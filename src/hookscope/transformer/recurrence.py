@@ -120,3 +120,47 @@ def scan_mixing(dt: Tensor, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
         reads_writes = c[:, None, :, None, n] * b[:, None, None, :, n]  # (B, 1, T, T): C_t[n] B_j[n]
         mixing = mixing + reads_writes * gap.exp()
     return mixing * dt[..., None, :]
+
+
+def duality_scan(x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """Run Mamba2's scan (one scalar decay per head) step by step: outputs before ``D x``, and state norms.
+
+    ``S_t = exp(dt_t a) S_(t-1) + dt_t x_t B_t^T`` per head (``(P, N)``), ``y_t = S_t C_t``.
+
+    Args:
+        x: ``(B, H, T, P)``: each head's channels.
+        dt: ``(B, H, T)``: step sizes (after softplus and the model's limits).
+        a: ``(H,)``: each head's (negative) state decay rate.
+        b: ``(B, H, T, N)``: what each step writes (a group's, repeated over its heads).
+        c: ``(B, H, T, N)``: what each step reads.
+
+    Returns:
+        ``(outputs (B, H, T, P), state norms (B, H, T))``.
+    """
+    state = x.new_zeros(*x.shape[:2], x.shape[-1], b.shape[-1])  # (B, H, P, N)
+    outputs, norms = [], []
+    for t in range(x.shape[2]):
+        step = dt[:, :, t, None, None]  # (B, H, 1, 1)
+        state = (step * a[None, :, None, None]).exp() * state + step * x[:, :, t, :, None] * b[:, :, t, None, :]
+        outputs.append(state @ c[:, :, t, :, None])  # (B, H, P, 1)
+        norms.append(state.flatten(2).norm(dim=-1))
+    return torch.cat(outputs, dim=-1).transpose(-1, -2), torch.stack(norms, dim=-1)
+
+
+def duality_mixing(dt: Tensor, a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+    """``(B, H, T, T)``: ``M[t, j] = (C_t . B_j) exp(a (dt_(j+1) + ... + dt_t)) dt_j``, so that outputs are ``M @ x``.
+
+    Args:
+        dt: ``(B, H, T)`` step sizes.
+        a: ``(H,)`` decay rates.
+        b: ``(B, H, T, N)`` writes.
+        c: ``(B, H, T, N)`` reads.
+
+    Returns:
+        The implied token mixing, zero above the diagonal.
+    """
+    length = dt.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=dt.device).tril()
+    walked = torch.cumsum(dt * a[None, :, None], dim=-1)  # (B, H, T)
+    gap = (walked[..., :, None] - walked[..., None, :]).masked_fill(~causal, -torch.inf)
+    return (c @ b.transpose(-1, -2)) * gap.exp() * dt[..., None, :]

@@ -23,7 +23,7 @@ from ..errors import CaptureError, CaptureWarning
 from . import views  # noqa: F401  (registers the table, picture, notebook view and section)
 from .linear import LONGEST, LinearAttention, Recurrent
 from .readers import DELTA, SCAN, fused_paths, linear_layers, read_gates
-from .recurrence import delta_rule, delta_rule_mixing, scan_mixing, selective_scan
+from .recurrence import delta_rule, delta_rule_mixing, duality_mixing, duality_scan, scan_mixing, selective_scan
 from .text import encoded, input_ids, tokens_of
 
 
@@ -76,30 +76,32 @@ def _chosen(model: nn.Module, select: Selector | None) -> list[tuple[str, nn.Mod
     if not layers:
         where = "" if select is None else f" under select={select!r}"
         raise CaptureError(
-            f"{type(model).__name__} has no linear-attention layer{where} (GatedDeltaNet, Mamba); "
+            f"{type(model).__name__} has no linear-attention layer{where} (GatedDeltaNet, Mamba, Mamba2); "
             "hookscope.attention reads softmax attention"
         )
-    unread = [f"{name} ({kind})" for name, _, kind in layers if kind not in (DELTA, SCAN)]
-    if unread:
-        warnings.warn(f"cannot read the gates of {', '.join(unread)} yet: left out", CaptureWarning, stacklevel=3)
-    return [layer for layer in layers if layer[2] in (DELTA, SCAN)]
+    return layers
 
 
 def _recurrent(name: str, module: nn.Module, kind: str, hidden: Tensor, mask: Any, output: Any) -> Recurrent:
     """The gates of one call, and the recurrence run on them."""
     gates = read_gates(module, kind, hidden, mask if isinstance(mask, Tensor) else None)
-    short = gates.value.shape[-2 if kind == DELTA else -1] <= LONGEST
+    short = gates.named["beta" if kind == DELTA else "dt"].shape[-1] <= LONGEST
     with torch.no_grad():
         if gates.query is not None and gates.key is not None:
-            named = gates.named
-            _, norms = delta_rule(gates.query, gates.key, gates.value, named["g"], named["beta"])
-            decay = named["g"].exp()
-            mixing = delta_rule_mixing(gates.query, gates.key, named["g"], named["beta"]) if short else None
-        else:
+            g, beta = gates.named["g"], gates.named["beta"]
+            _, norms = delta_rule(gates.query, gates.key, gates.value, g, beta)
+            decay = g.exp()
+            mixing = delta_rule_mixing(gates.query, gates.key, g, beta) if short else None
+        elif kind == SCAN:
             dt, a, b, c = (gates.named[key] for key in ("dt", "A", "B", "C"))
             _, norms = selective_scan(gates.value, dt, a, b, c)
             decay = (dt * a.amax(dim=-1)[None, :, None]).exp()  # (B, D, T)
             mixing = scan_mixing(dt, a, b, c) if short else None
+        else:
+            dt, a, b, c = (gates.named[key] for key in ("dt", "A", "B", "C"))
+            _, norms = duality_scan(gates.value, dt, a, b, c)
+            decay = (dt * a[None, :, None]).exp()  # (B, H, T)
+            mixing = duality_mixing(dt, a, b, c) if short else None
     return Recurrent(name, type(module).__name__, kind, gates.named, decay, norms, gates.value, mixing, output)
 
 

@@ -16,7 +16,7 @@ from ..viz.charts import figure_image, new_figure
 from ..viz.fonts import FONT, TITLE
 from ..viz.fragments import Safe, image_tag, note, table, view
 from .linear import LinearAttention, Recurrent
-from .readers import DELTA
+from .readers import DELTA, SCAN
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -45,7 +45,7 @@ def self_share(mixing: Tensor) -> float:
 def _row(call: Recurrent) -> list[str]:
     gate = call.gates["beta" if call.kind == DELTA else "dt"]
     share = "" if call.mixing is None else f"{self_share(call.mixing):.3f}"
-    units = f"{call.decay.shape[1]}" + ("" if call.kind == DELTA else " channels")
+    units = f"{call.decay.shape[1]}" + (" channels" if call.kind == SCAN else "")
     last = float(call.state_norms[..., -1].mean())
     return [call.name, call.kind, units, f"{float(gate.mean()):.4f}", f"{float(call.decay.mean()):.4f}",
             f"{last:.4f}", share]  # fmt: skip
