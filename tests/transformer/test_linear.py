@@ -252,3 +252,20 @@ def test_left_padding_leaves_the_state_at_zero_and_the_rest_as_the_sequence_alon
     assert torch.all(padded.state_norms[1, :, :2] == 0)
     torch.testing.assert_close(padded.state_norms[1:, :, 2:], alone.state_norms, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(padded.mixing[1:, :, 2:, 2:], alone.mixing, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("build", [qwen3_next, mamba, mamba2], ids=["qwen3_next", "mamba", "mamba2"])
+def test_capture_of_the_layers_outputs_and_gradients_works_on_the_torch_path(build: Any) -> None:
+    model = build()
+    ids = _inputs(model)
+    name = hookscope.linear_attention(model, ids).layers[0]
+    layer = model.get_submodule(name)
+    kept: list[Tensor] = []
+    handle = layer.register_forward_hook(lambda _, __, out: kept.append(out))
+    with hookscope.capture(model, name, kinds=("output", "grad_output")) as cap:
+        model(ids).logits.square().sum().backward()
+    score = model(ids).logits.square().sum()  # the oracle: autograd through a fresh pass's layer output
+    handle.remove()
+    (grad,) = torch.autograd.grad(score, kept[-1])
+    torch.testing.assert_close(cap[name].output, kept[-1].detach())
+    torch.testing.assert_close(cap[name].grad_output, grad)

@@ -9,11 +9,16 @@ A selective scan (Mamba) keeps ``N`` numbers per channel ``d``, with ``dt`` its 
 
     h_t = exp(dt_t A) * h_{t-1} + dt_t B_t x_t,                            y_t = C_t . h_t
 
+Mamba2's scan (state space duality) has one decay rate ``a`` per head and a ``(P, N)`` state::
+
+    S_t = exp(dt_t a) S_{t-1} + dt_t x_t B_t^T,                            y_t = S_t C_t
+
 Both are linear in their values, so the output is a token-to-token matrix applied to them
 (Zimerman et al. 2024, "A Unified Implicit Attention Formulation"; Ali et al. 2024, "The Hidden
 Attention of Mamba Models"): ``o_t = sum_j M[t, j] v_j`` with, for the delta rule,
 ``M[t, j] = beta_j q_t^T P_(t,j) k_j`` (``P_(t,j)`` the product of the steps ``j+1 .. t``), and for the
-scan, per channel, ``M[t, j] = dt_j sum_n C_t[n] exp(A[n] (dt_(j+1) + ... + dt_t)) B_j[n]``. It is
+scan, per channel, ``M[t, j] = dt_j sum_n C_t[n] exp(A[n] (dt_(j+1) + ... + dt_t)) B_j[n]`` (Mamba2: per
+head, ``(C_t . B_j) exp(a (dt_(j+1) + ... + dt_t)) dt_j``, the SSD paper's masked matrix). It is
 lower-triangular (causal) and not a distribution: its rows need not sum to 1, and entries may be
 negative. Memory is ``(B, H, T, T)``: compute it for short sequences.
 """
