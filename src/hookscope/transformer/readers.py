@@ -203,7 +203,8 @@ def _duality_gates(module: Any, x: Tensor, mask: Tensor | None) -> Gates:
     batch, length, _ = x.shape
     heads, size, groups = module.num_heads, module.ssm_state_size, module.n_groups
     gate_width = module.intermediate_size
-    _, channels, dt = _project(module.in_proj, x).split([gate_width, module.conv_dim, heads], dim=-1)
+    widths = [int(gate_width), int(module.conv_dim), int(heads)]
+    _, channels, dt = torch.split(_project(module.in_proj, x), widths, dim=-1)
     channels = _causal_conv(module, channels.transpose(1, 2)).transpose(1, 2)  # (B, T, conv_dim)
     if mask is not None and mask.dim() == 2:
         channels = (channels * mask[:, :, None]).to(channels.dtype)
