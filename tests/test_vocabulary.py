@@ -277,7 +277,7 @@ METHOD_NAMES = {
     "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
     "overlay",  # Graph.colored(overlay, column=): a number per module (column= names them)
 }  # fmt: skip
-RESULT_LAYER = {"Attention"}  # Attention.weights(layer): a layer of the result, as attention_grid(att, layer)
+RESULT_LAYER = {"Attention", "LinearAttention"}  # .weights(layer), .mixing(layer): a layer of the result
 
 
 def _methods() -> list[tuple[str, str, inspect.Signature]]:

@@ -100,7 +100,9 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .transformer.attribution import TokenAttribution, token_attribution
     from .transformer.grid import attention_grid
     from .transformer.lens import LogitLens, logit_lens
+    from .transformer.linear import LinearAttention
     from .transformer.page import build_text_report
+    from .transformer.recurrent import linear_attention
     from .transformer.rollout import Rollout, attention_rollout
     from .viz.charts import gradient_flow_plot, histogram_plot
     from .viz.images import feature_grid, overlay, panel
@@ -158,7 +160,9 @@ _HOMES = {
     ".transformer.attribution": "TokenAttribution token_attribution",
     ".transformer.grid": "attention_grid",
     ".transformer.lens": "LogitLens logit_lens",
+    ".transformer.linear": "LinearAttention",
     ".transformer.page": "build_text_report",
+    ".transformer.recurrent": "linear_attention",
     ".transformer.rollout": "Rollout attention_rollout",
     ".viz.charts": "gradient_flow_plot histogram_plot",
     ".viz.images": "feature_grid overlay panel",
@@ -194,6 +198,7 @@ __all__ = [
     "Kind",
     "LLMCapture",
     "LLMEdit",
+    "LinearAttention",
     "LogitLens",
     "MapScores",
     "MismatchError",
@@ -255,6 +260,7 @@ __all__ = [
     "gradient_flow",
     "gradient_flow_plot",
     "histogram_plot",
+    "linear_attention",
     "list_modules",
     "load",
     "logit_lens",

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import hookscope
-from hookscope.errors import CaptureError, InputError, NotCapturedError, SelectionError
+from hookscope.errors import CaptureError, CaptureWarning, InputError, NotCapturedError, SelectionError
 from hookscope.transformer.weights import attention_probs
+from tests.transformer.test_linear import mamba, qwen3_next
 
 SENTENCES = ["The cat sat on the mat.", "Dogs bark."]
 
@@ -237,3 +238,18 @@ def test_blocks_select_the_attention_inside_every_block(tiny_gpt2: Any) -> None:
     blocks = hookscope.attention(tiny_gpt2, inputs, select=":blocks")  # transformer.h.0, transformer.h.1
     assert blocks.layers == every.layers == ["transformer.h.0.attn", "transformer.h.1.attn"]
     assert all(torch.equal(blocks.weights(i), every.weights(i)) for i in range(2))
+
+
+def test_a_hybrid_s_linear_layers_are_named_and_a_linear_only_model_is_refused() -> None:
+    model = qwen3_next()  # layer 0: GatedDeltaNet, layer 1: softmax attention
+    with pytest.warns(CaptureWarning) as caught:
+        att = hookscope.attention(model, torch.randint(0, 64, (2, 5)))
+    assert att.layers == ["model.layers.1.self_attn"]
+    assert [str(w.message) for w in caught] == [
+        "model.layers.0.linear_attn (gated delta rule) has no attention matrix: it is a linear-attention layer, "
+        "with a recurrent state; hookscope.linear_attention(model, inputs) shows its gates, decay, state norms and "
+        "token mixing"
+    ]
+    refused = r"no attention of MambaForCausalLM ran: backbone\.layers\.0\.mixer \(selective scan\), backbone"
+    with pytest.raises(CaptureError, match=refused + r"\.layers\.1\.mixer \(selective scan\) have no attention matrix"):
+        hookscope.attention(mamba(), torch.randint(0, 64, (2, 5)))

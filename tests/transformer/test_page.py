@@ -14,6 +14,7 @@ from hookscope.transformer.page import build_text_report, render_text_html, with
 from hookscope.viz.highlight import token_html
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
 from tests.transformer.hostile import HOSTILE, VOCAB, HostileTokenizer
+from tests.transformer.test_linear import qwen3_next
 
 IDS = torch.tensor([[0, 1, 2, 3, 4, 7], [6, 7, 0, 5, 9, 9]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
@@ -62,3 +63,12 @@ def test_attributions_have_their_section(report: Any, tmp_path: Path) -> None:
     with pytest.raises(OutputExistsError, match=r"holds 1 file hookscope did not write \(notes\.txt\)"):
         write_text_report(shaded, tmp_path / "r", force=True)
     assert (tmp_path / "r" / "notes.txt").read_text() == "mine" and index.read_text(encoding="utf-8") == html
+
+
+def test_a_hybrid_s_page_says_which_layers_have_no_attention_matrix() -> None:
+    page = build_text_report(qwen3_next(), torch.randint(0, 64, (1, 5)))
+    assert [layer.name for layer in page.attention] == ["model.layers.1.self_attn"]
+    assert any(
+        r.startswith("model.layers.0.linear_attn (gated delta rule) has no attention matrix") for r in page.remarks
+    )
+    assert "model.layers.0.linear_attn (gated delta rule) has no attention matrix" in render_text_html(page)

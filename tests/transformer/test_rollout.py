@@ -4,13 +4,14 @@ against the product written out, the model's output untouched, and a full-size V
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 import hookscope
-from hookscope.errors import OptionError, SelectionError
+from hookscope.errors import CaptureWarning, OptionError, SelectionError
 from hookscope.transformer.rollout import MultiheadWeights, rollout
 
 torchvision = pytest.importorskip("torchvision")
@@ -158,3 +159,36 @@ def test_a_selector_of_blocks_keeps_the_attention_inside_them(tiny_vit: nn.Modul
     last = hookscope.attention_rollout(tiny_vit, x, select=LAYERS[1])
     assert blocks.layers == every.layers and last.layers == [f"{LAYERS[1]}.self_attention"]
     torch.testing.assert_close(blocks.maps, every.maps, rtol=0, atol=0)
+
+
+def _hybrid(vit: nn.Module) -> nn.Module:
+    """The tiny ViT with a Mamba mixer between its two attention blocks: softmax and linear layers interleaved."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.mamba.modeling_mamba import MambaMixer
+
+    config = transformers.MambaConfig(hidden_size=16, state_size=4, expand=2, conv_kernel=3, time_step_rank=4)
+    blocks = dict(vit.encoder.layers.named_children())
+    mixer = MambaMixer(config, layer_idx=0).double().eval()
+    vit.encoder.layers = nn.Sequential(OrderedDict([("encoder_layer_0", blocks["encoder_layer_0"]), ("mamba", mixer),
+                                                    ("encoder_layer_1", blocks["encoder_layer_1"])]))  # fmt: skip
+    return vit
+
+
+def test_rollout_refuses_linear_attention_layers_by_name(tiny_vit: nn.Module) -> None:
+    model, x = _hybrid(tiny_vit), torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    with pytest.raises(SelectionError, match=r"cannot roll out encoder\.layers\.mamba \(selective scan\): linear"):
+        hookscope.attention_rollout(model, x, select="encoder.layers.mamba")
+    with pytest.raises(SelectionError, match=r"cannot roll out encoder\.layers\.mamba \(selective scan\)"):
+        hookscope.attention_rollout(model, x, select="encoder.layers")  # a selection holding one
+    with pytest.raises(SelectionError, match=r"also mixes tokens in linear-attention layers \(encoder\.layers\.mamba"):
+        hookscope.attention_rollout(model, x)  # a hybrid: the softmax layers alone only when asked by name
+
+
+def test_rollout_of_a_hybrid_s_attention_modules_names_the_linear_layers_left_out(tiny_vit: nn.Module) -> None:
+    model, x = _hybrid(tiny_vit), torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    with pytest.warns(CaptureWarning, match=r"leaves out the token mixing of the linear-attention layers encoder\."):
+        result = hookscope.attention_rollout(model, x, select=nn.MultiheadAttention)
+    with MultiheadWeights(model) as watch, torch.no_grad():
+        model(x)
+    torch.testing.assert_close(result.joint, rollout([w for _, w in watch.weights]))
+    assert result.layers == [f"{n}.self_attention" for n in LAYERS]

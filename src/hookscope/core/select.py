@@ -36,7 +36,8 @@ reads this table; the README's vocabulary table says the same):
 | ``logit_lens`` | ``":blocks"`` | the blocks, as ``":blocks"``: a lens reads what whole blocks return |
 | ``cam`` ``explain_prediction`` | None | the one layer ``cam`` chooses (``explain.layers``: the last spatial map) |
 | ``attention`` | None | every module that returns attention weights |
-| ``attention_rollout`` | None | every ``nn.MultiheadAttention`` |
+| ``attention_rollout`` | None | every ``nn.MultiheadAttention`` (refused on a model with linear-attention layers) |
+| ``linear_attention`` | None | every linear-attention layer (GatedDeltaNet, Mamba, Mamba2) |
 | ``capture_llm`` | None | the decoder layers (each child of the model's layer list): their residual streams |
 | ``watch`` | None | every leaf with parameters and every activation module (``train.sites``) |
 | ``nan_guard`` | None | every module, containers too: a NaN made by a container's own code is found there |

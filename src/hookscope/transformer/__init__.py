@@ -1,1 +1,2 @@
-"""Transformers and text: attention from any implementation, token views and attributions, rollout, logit lens."""
+"""Transformers and text: attention from any implementation, token views and attributions, rollout, logit lens,
+and linear attention (GatedDeltaNet, Mamba): gates, state and implied token mixing (recurrent.py)."""

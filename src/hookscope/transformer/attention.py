@@ -25,10 +25,15 @@ no attention registry: its weights are torch's own, from each module run once mo
 ``need_weights=True`` (``hookscope.transformer.rollout.MultiheadWeights``). The hooks turn off
 ``nn.TransformerEncoderLayer``'s fused fast path, so its outputs differ from a hook-free run by
 what the fused kernel does differently (5e-7 in float32, 1e-15 in float64).
+
+Linear-attention layers (GatedDeltaNet, Mamba; :mod:`hookscope.transformer.readers`) have no
+attention matrix: on a hybrid model (Qwen3-Next, Qwen3.5) a warning names them and points to
+``hookscope.linear_attention``; a model of such layers only is refused with the same advice.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,8 +46,9 @@ from ..base.display import Shows, plot_of, table_of
 from ..base.words import closest
 from ..core.compiled import named_modules
 from ..core.select import Selector, modules_under
-from ..errors import CaptureError, NotCapturedError, SelectionError
+from ..errors import CaptureError, CaptureWarning, NotCapturedError, SelectionError
 from .own import OwnAttention, own_attention_modules
+from .readers import linear_layers
 from .recorder import implementations, recording
 from .rollout import MultiheadWeights
 from .text import Groups, encoded, input_ids, tokens_of, word_groups, word_ids_of
@@ -235,7 +241,7 @@ def attention(
     Raises:
         InputError: text without ``tokenizer``.
         SelectionError: ``select`` matches no module.
-        CaptureError: no selected attention module ran.
+        CaptureError: no selected attention module ran (a model of linear-attention layers only: named).
     """
     inputs = encoded(inputs, tokenizer, caller="attention")
     wanted = _wanted(model, select)
@@ -258,8 +264,11 @@ def attention(
     else:
         with recording(model, record), torch.no_grad():
             output = _call(model, inputs)
+    linear = [f"{name} ({kind})" for name, module, kind in linear_layers(model) if id(module) in wanted]
     if not order:
-        raise CaptureError(_nothing_ran(model, select))
+        raise CaptureError(_nothing_ran(model, select) if not linear else _linear_only(model, linear))
+    if linear:
+        warnings.warn(_no_matrix(linear), CaptureWarning, stacklevel=2)
     mask = _padding(inputs, probs[order[0]])
     positions = [[str(i) for i in range(mask.shape[1])] for _ in range(mask.shape[0])]
     return Attention(
@@ -306,6 +315,22 @@ def _padding(inputs: Any, first: Tensor) -> Tensor:
     ids = input_ids(inputs)
     batch, length = ids.shape if ids is not None else (first.shape[0], first.shape[-1])
     return torch.ones(batch, length, dtype=torch.bool)
+
+
+def _no_matrix(linear: list[str]) -> str:
+    """``names have no attention matrix: they are linear-attention layers, ...; linear_attention shows ...``."""
+    if len(linear) == 1:
+        said, their = f"{linear[0]} has no attention matrix: it is a linear-attention layer", "its"
+    else:
+        said, their = f"{', '.join(linear)} have no attention matrix: they are linear-attention layers", "their"
+    return (
+        f"{said}, with a recurrent state; hookscope.linear_attention(model, inputs) shows {their} gates, decay, "
+        "state norms and token mixing"
+    )
+
+
+def _linear_only(model: nn.Module, linear: list[str]) -> str:
+    return f"no attention of {type(model).__name__} ran: {_no_matrix(linear)}"
 
 
 def _nothing_ran(model: nn.Module, select: Selector | None) -> str:

@@ -22,6 +22,13 @@ with the same arguments and ``need_weights=True, average_attn_weights=False``, u
 the weights are torch's own, and the model's output is untouched (the hook returns nothing; the
 tests check it is bit-identical). Put the model in eval mode: in training, attention dropout
 would make the weights random.
+
+Linear-attention layers (GatedDeltaNet, Mamba) have no attention matrix, and what they imply
+(:mod:`hookscope.transformer.recurrence`) is no distribution: its rows need not sum to 1 and may
+be negative, so it cannot be fused into the product. A selected one is refused by name. On a
+hybrid model ``select=None`` is refused too: the rollout of its softmax layers alone would pass
+over token mixing the model does, and look like a complete answer. Naming the attention modules
+with ``select=`` rolls them out all the same, with a warning that names the layers left out.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from ..core.select import Selector, modules_under
 from ..errors import CaptureWarning, OptionError, SelectionError
 from ..viz.fragments import Safe, image_tag, table, view
 from ..viz.images import feature_grid, overlay
+from .readers import linear_layers
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -134,10 +142,12 @@ def attention_rollout(
 
     Raises:
         OptionError: an unknown ``head_fusion`` or a ``discard_ratio`` outside [0, 1).
-        SelectionError: ``select`` matches no module, or the model never called its attention.
+        SelectionError: ``select`` matches no module, or a linear-attention layer (or, with ``select=None``, a
+            model holding one: see the module doc), or the model never called its attention.
         ShapeError: the tokens after ``prefix`` do not make a square grid.
     """
     _check_options(head_fusion, discard_ratio)
+    _refuse_linear(model, select)
     with MultiheadWeights(model, nn.MultiheadAttention if select is None else select) as watch, torch.no_grad():
         model(x)
     if not watch.weights:
@@ -243,6 +253,33 @@ def _select(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:
         if select is nn.MultiheadAttention:
             return []
         raise
+
+
+def _refuse_linear(model: nn.Module, select: Selector | None) -> None:
+    """Linear-attention layers: refused when selected or when ``select`` is None; named when left out."""
+    linear = linear_layers(model)
+    if not linear:
+        return
+    chosen = set() if select is None else {id(m) for _, m in _select(model, select)}
+    selected = [f"{name} ({kind})" for name, module, kind in linear if id(module) in chosen]
+    if selected:
+        raise SelectionError(
+            f"attention_rollout cannot roll out {', '.join(selected)}: linear-attention layers have no attention "
+            "matrix; select the nn.MultiheadAttention modules only, or read them with hookscope.linear_attention"
+        )
+    names = ", ".join(f"{name} ({kind})" for name, _, kind in linear)
+    if select is None:
+        raise SelectionError(
+            f"{type(model).__name__} also mixes tokens in linear-attention layers ({names}), which a rollout of its "
+            "attention would leave out; pass select= its attention modules to roll out those alone (the rest is "
+            "named in a warning), or read the linear layers with hookscope.linear_attention"
+        )
+    warnings.warn(
+        f"the rollout leaves out the token mixing of the linear-attention layers {names}: it multiplies the "
+        "selected attention layers alone, as if those layers passed each token through unmixed",
+        CaptureWarning,
+        stacklevel=3,
+    )
 
 
 def _check_options(head_fusion: str, discard_ratio: float) -> None:
