@@ -52,8 +52,8 @@ from .inputs import LoadedInput, load_input, size_hint
 from .meter import progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
-from .targets import flag_words
 from .outputs import check_file, check_folder, check_store, read_by
+from .target_flag import flag_words
 from .text_inputs import encode_texts, probe_text, run_text_report
 from .timm_models import prepared_line
 

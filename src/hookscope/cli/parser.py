@@ -115,8 +115,8 @@ def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False)
 
 
 def _target(p: argparse.ArgumentParser, what: str) -> None:
-    """``--target``, parsed by ``hookscope.cli.targets.parse_target``."""
-    from .targets import parse_target
+    """``--target``, parsed by ``hookscope.cli.target_flag.parse_target``."""
+    from .target_flag import parse_target
 
     p.add_argument("--target", type=parse_target, metavar="TARGET",
                    help=f"{what}: a class N, sum, mean, norm, an index into each row (0,5,2) or into the output "

@@ -9,8 +9,8 @@ can pass. ``report --grads``, ``capture`` with a gradient kind, and ``cam`` diff
 ``0,5,2``            one position in each row: ``output[:, 0, 5, 2]`` (a negative index counts from the
                      end; fewer indices than the row has axes: the rest are summed)
 ``'[:, -1, 3]'``     a Python index into the whole output, batch axis first, of ints, ``a:b:c`` slices
-                     and ``...``: starting with ``:`` or ``...``, what it picks of each row, summed per
-                     row; else what it picks, summed to one value for the batch
+                     and ``...``: each row's score is the sum of what it picks in that row (``[0, 7]``:
+                     class 7 of the first row only; the other rows score 0)
 ``file.py:fn``       a function ``fn(output) -> (batch,) tensor`` from a file, or ``package.module:fn``
 ===================  ===================================================================================
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -50,13 +50,11 @@ class ShellTarget:
         text: the spec as typed (``sum``, ``0,5,2``, ``[:, 3]``).
         reduce: ``sum``, ``mean`` or ``norm`` of what is picked in each row; ``sum`` for an index.
         index: the Python index applied to the whole output first (``()``: all of it).
-        per_row: one value per row; False for an index not starting with ``:`` or ``...``: one value.
     """
 
     text: str
     reduce: str = "sum"
     index: Index = ()
-    per_row: bool = True
 
     def __call__(self, output: Any) -> Tensor:
         """The scores of ``output``: its picked values reduced per row (or to one value).
@@ -65,23 +63,25 @@ class ShellTarget:
             output: the model's output, or its tensor at ``--output``.
 
         Returns:
-            A ``(batch,)`` tensor, or ``()`` for an index that does not keep the batch axis.
+            A ``(batch,)`` tensor: each row's score (0 for a row an index does not pick).
 
         Raises:
             TargetError: the index does not fit the output's shape.
         """
         out = output if isinstance(output, Tensor) else logits(output)
-        try:
-            picked = out[self.index] if self.index else out
-        except IndexError as err:
-            raise TargetError(
-                f"--target {self.text} does not index this output of shape {tuple(out.shape)}: {err}"
-            ) from None
-        if not self.per_row:
-            return picked.sum()
-        flat = picked.reshape(len(out), -1)
+        if self.index:
+            picked = torch.zeros_like(out, dtype=torch.bool)
+            try:
+                picked[self.index] = True
+            except IndexError as err:
+                raise TargetError(
+                    f"--target {self.text} does not index this output of shape {tuple(out.shape)}: {err}"
+                ) from None
+            out = torch.where(picked, out, torch.zeros((), dtype=out.dtype, device=out.device))
+        flat = out.reshape(len(out), -1)
         if self.reduce == "norm":
-            return torch.linalg.vector_norm(flat, dim=1)
+            norms: Tensor = torch.linalg.vector_norm(flat, dim=1)
+            return norms
         return flat.mean(dim=1) if self.reduce == "mean" else flat.sum(dim=1)
 
     def __str__(self) -> str:
@@ -108,8 +108,7 @@ def parse_target(text: str) -> Target:
     if re.fullmatch(r"-?\d+(\s*,\s*-?\d+)*\s*,?", spec):
         return ShellTarget(spec, index=(slice(None), *(int(i) for i in spec.rstrip(",").split(","))))
     if spec.startswith("[") and spec.endswith("]"):
-        index = _index(spec[1:-1], text)
-        return ShellTarget(spec, index=index, per_row=index[0] in (slice(None), Ellipsis))
+        return ShellTarget(spec, index=_index(spec[1:-1], text))
     if ":" in spec and not spec.startswith(":"):
         return _function(spec)
     raise argparse.ArgumentTypeError(f"{text!r} is not a target; pass one of: {FORMS}")
@@ -132,7 +131,7 @@ def _index(inside: str, text: str) -> Index:
     return tuple(items)
 
 
-def _function(spec: str) -> Any:
+def _function(spec: str) -> Callable[[Any], Tensor]:
     """The callable ``file.py:function`` or ``package.module:function`` names, imported now."""
     from .models import user_attribute  # here: models imports torchvision and the zoo
 
@@ -143,7 +142,7 @@ def _function(spec: str) -> Any:
         raise argparse.ArgumentTypeError(str(err)) from err
     if not callable(found):
         raise argparse.ArgumentTypeError(f"{spec!r} is a {type(found).__name__}, not a function of the output")
-    return found
+    return cast(Callable[[Any], Tensor], found)
 
 
 @contextlib.contextmanager
