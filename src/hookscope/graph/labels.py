@@ -32,14 +32,14 @@ def text_width(text: str, font_px: float, *, bold: bool = False) -> float:
     return ems * font_px * (1.0 if bold else REGULAR)
 
 
-def fitted(text: str, width: float, font_px: float, *, bold: bool = False) -> str:
+def fitted(text: str, width: float, font_px: float, *, bold: bool = False, dotted: bool = True) -> str:
     """``text`` as it fits ``width`` px at ``font_px``: whole; else a dotted name with its leading parts cut to
     their initials (``transformer.encoder.layers.0.self_attn`` -> ``t.encoder.layers.0.self_attn`` ->
-    ``t.e.layers.0.self_attn``: what tells boxes apart stays); else elided in the middle (a third of what
-    is kept from its start, two thirds from its end)."""
+    ``t.e.layers.0.self_attn``: what tells boxes apart stays; not unless ``dotted``); else elided in the
+    middle (a third of what is kept from its start, two thirds from its end)."""
     if text_width(text, font_px, bold=bold) <= width:
         return text
-    parts = text.split(".")
+    parts = text.split(".") if dotted else [text]
     for cut in range(1, len(parts) - 1):
         shown = ".".join([*(p[:1] for p in parts[:cut]), *parts[cut:]])
         if text_width(shown, font_px, bold=bold) <= width:
@@ -57,8 +57,9 @@ def fitted(text: str, width: float, font_px: float, *, bold: bool = False) -> st
 def frame_labels(frames: Sequence[tuple[str, str, float, float, float]], font_px: float) -> dict[str, str]:
     """The label of each frame ``(name, type, x, y, width)``, outermost first: its name and type, fitted to
     its width. Frames nested inside one whose top is within a label's height of theirs (a container whose
-    first box is its parent's) would write over its label: theirs join it instead, ``encoder ›
-    encoder.layers.0 · TransformerEncoderLayer``, and get an empty label (each frame's title keeps its name)."""
+    first box is its parent's) would write over its label: theirs join it instead, named from the frame
+    before them that holds them (``encoder › layers.0 · TransformerEncoderLayer``), and get an empty label
+    (each frame's title keeps its full name)."""
     labels: dict[str, str] = {}
     joined: dict[str, list[tuple[str, str]]] = {}
     for i, (name, type_, x, y, width) in enumerate(frames):
@@ -74,6 +75,12 @@ def frame_labels(frames: Sequence[tuple[str, str, float, float, float]], font_px
             labels[name] = ""
     for host, chain in joined.items():
         width = next(w for n, _, _, _, w in frames if n == host)
-        text = " › ".join(n for n, _ in chain) + f" · {chain[-1][1]}"
-        labels[host] = fitted(text, width - 12, font_px)
+        names = [chain[0][0]] + [_relative(n, [m for m, _ in chain[:i]]) for i, (n, _) in enumerate(chain[1:], 1)]
+        labels[host] = fitted(" › ".join(names) + f" · {chain[-1][1]}", width - 12, font_px, dotted=False)
     return labels
+
+
+def _relative(name: str, before: list[str]) -> str:
+    """``name`` less the longest of ``before`` that holds it (``encoder.layers.0`` after ``encoder``: ``layers.0``)."""
+    holders = [b for b in before if name.startswith(b + ".")]
+    return name[len(max(holders, key=len)) + 1 :] if holders else name

@@ -178,7 +178,8 @@ def graph_html(graph: Graph, *, links: Mapping[str, str] | None = None) -> str:
         for i, b in enumerate(graph.blocks)
     )
     overview = f'<div class="hs-graph-scroll" style="overflow:auto;max-height:80vh">{svg(graph, links=links)}</div>'
-    return f'<div class="hs-graph-view">{head}{legend(graph)}{overview}{blocks}</div>'
+    view = '<div class="hs-graph-view" style="overflow-wrap:anywhere">'  # a long block name wraps, not the page
+    return f"{view}{head}{legend(graph)}{overview}{blocks}</div>"
 
 
 def _number(value: float) -> str:
