@@ -53,6 +53,7 @@ from .meter import progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store, read_by
+from .several import first_input
 from .target_flag import flag_words
 from .text_inputs import encode_texts, probe_text, run_text_report
 from .timm_models import prepared_line
@@ -84,10 +85,13 @@ def run_report(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if loaded.tokenizer is not None:  # a text model reads text: the text report
         return run_text_report(args, loaded)
-    batch = _one_input(_inputs(args, args.inputs, loaded), "report")
-    notes = (*loaded.notes, _input_note(args.inputs, batch))
-    x = batch.x.to(args.device)
-    with _ForwardGuard(loaded.model, x, batch=batch), flag_words(args.target):
+    batch = _inputs(args, args.inputs, loaded)  # several inputs: the first reported, the rest held (cli/several)
+    with (
+        first_input(loaded.model, batch, args.device) as (x, held),
+        _ForwardGuard(loaded.model, x, batch=batch),
+        flag_words(args.target),
+    ):
+        notes = (*loaded.notes, _input_note(args.inputs, batch), *([held] if held else []))
         ablated = ablation_sections(
             args.ablate, loaded.model, x, labels=loaded.labels, top_k=_top_k(args), output=args.output
         )  # --ablate: cli/ablate.py
