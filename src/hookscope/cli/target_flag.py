@@ -174,5 +174,8 @@ def _reworded(message: str, target: Target) -> str:
     if found:
         return (f"--target {target} is a class, which needs a (batch, classes) output, and the model's has shape "
                 f"{found.group(1)}; pass --target as one of: {FORMS}")  # fmt: skip
-    named = str(target) if isinstance(target, ShellTarget) else "--target" if target is not None else "the target"
-    return f"{named}: {message}" if not message.startswith("--target") else message
+    if message.startswith("--target") or target is None:
+        return message
+    if message.startswith("target "):  # "target 1000 is not a class of this output (0..999)"
+        return f"--{message}"
+    return f"{target if isinstance(target, ShellTarget) else '--target'}: {message}"
