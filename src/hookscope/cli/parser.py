@@ -119,8 +119,9 @@ def _target(p: argparse.ArgumentParser, what: str) -> None:
     from .target_flag import parse_target
 
     p.add_argument("--target", type=parse_target, metavar="TARGET",
-                   help=f"{what}: a class N, sum, mean, norm, an index into each row (0,5,2) or into the output "
-                        "('[:, -1, 3]'), or file.py:function (of the output)")  # fmt: skip
+                   help=f"{what}: a class N, sum, mean, norm, an index into each row (0,5,2; --target=-1,3 when it "
+                        "starts with a minus) or into the output ('[:, -1, 3]'), or file.py:function "
+                        "(of the output)")  # fmt: skip
 
 
 def _add_list(p: argparse.ArgumentParser) -> None:

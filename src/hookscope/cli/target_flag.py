@@ -7,7 +7,8 @@ can pass. ``report --grads``, ``capture`` with a gradient kind, and ``cam`` diff
 ``285``              the class 285 of a ``(batch, classes)`` output: ``output[:, 285]`` (the API's int)
 ``sum``              the sum of each row's outputs; ``mean``: their mean; ``norm``: their L2 norm
 ``0,5,2``            one position in each row: ``output[:, 0, 5, 2]`` (a negative index counts from the
-                     end; fewer indices than the row has axes: the rest are summed)
+                     end, written ``--target=-1,3``: argparse takes ``-1,3`` for an option; fewer
+                     indices than the row has axes: the rest are summed)
 ``'[:, -1, 3]'``     a Python index into the whole output, batch axis first, of ints, ``a:b:c`` slices
                      and ``...``: each row's score is the sum of what it picks in that row (``[0, 7]``:
                      class 7 of the first row only; the other rows score 0)
