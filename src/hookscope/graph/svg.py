@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from ..base.words import columns, format_size
 from .arrange import BOX_H, BOX_W, Box, Line, arrange
-from .labels import fitted, frame_labels
+from .labels import fitted, frame_labels, text_width
 from .nodes import INPUT, OUTPUT, Graph, split_name
 from .overlay import color, ink, scale
 
@@ -90,12 +90,6 @@ def _box(
     value = values.get(box.name)
     fill = color(value, *span)
     text = ink(fill)
-    second = box.type + (f" · {_number(value)}" if value is not None else "")
-    node = graph.node(box.name)
-    if node.call is not None:  # one box per call of a module called at several places: marked as such
-        second = f"{box.type} · call #{node.call} of {node.calls}" + second.removeprefix(box.type)
-    if box.folded:
-        second = f"{box.type} ▸ {len({node.module for node in graph.under(box.name)}) - 1} modules"
     href = f"#graph-block-{_slug(box.name)}" if box.folded else links.get(box.name, links.get(split_name(box.name)[0]))
     shape = (
         f'<rect x="{box.x:.0f}" y="{box.y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" '
@@ -104,10 +98,25 @@ def _box(
         f'<text x="{box.x + 8:.0f}" y="{box.y + 14:.0f}" font-size="11" font-weight="600" fill="{text}">'
         f"{_e(fitted(box.name, LABEL_W, 11, bold=True))}</text>"
         f'<text x="{box.x + 8:.0f}" y="{box.y + 27:.0f}" font-size="9.5" fill="{text}">'
-        f"{_e(fitted(second, LABEL_W, 9.5))}</text>"
+        f"{_e(_second_line(graph, box, value))}</text>"
     )
     inner = f'<g class="node" data-name="{_e(box.name)}"><title>{_e(_title(graph, box, value))}</title>{shape}</g>'
     return f'<a href="{_e(href)}">{inner}</a>' if href else inner
+
+
+def _second_line(graph: Graph, box: Box, value: float | None) -> str:
+    """The type, and after it the box's value, which call of its module it is (a module called at several
+    places has a box per call), or what a folded block holds; a long type loses its middle, the rest stays."""
+    node = graph.node(box.name)
+    tail = f" · {_number(value)}" if value is not None else ""
+    if node.call is not None:
+        tail = f" · call #{node.call} of {node.calls}{tail}"
+    if box.folded:
+        tail = f" ▸ {len({n.module for n in graph.under(box.name)}) - 1} modules"
+    room = LABEL_W - text_width(tail, 9.5)
+    if room < text_width("Mo…ule", 9.5):
+        return fitted(box.type + tail, LABEL_W, 9.5, dotted=False)
+    return fitted(box.type, room, 9.5, dotted=False) + tail
 
 
 def _title(graph: Graph, box: Box, value: float | None) -> str:
