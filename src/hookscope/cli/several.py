@@ -3,9 +3,9 @@ the one the report runs on (its batch, its shape in the page's head), the others
 gives them.
 
 A seq2seq model's ``model(src, tgt)`` is reported as ``model(src)`` with ``tgt`` fixed: within
-``first_input``, the model's ``forward`` takes the first input alone and passes the rest on, so every
-module keeps its name (no wrapper adds a prefix), the capture, the graph and the gradients see the
-same pass as ``model(*inputs)``; the model's own ``forward`` is back after, even on an error.
+``first_input``, a forward pre-hook on the model adds the other inputs to each call, so every module
+keeps its name (no wrapper adds a prefix) and the capture, the graph and the gradients see the same
+pass as ``model(*inputs)``; the hook is gone after, even on an error.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def first_input(model: nn.Module, batch: LoadedInput, device: str) -> Iterator[t
     """The tensor the report runs on, and a note naming what is held fixed (None for one input).
 
     Args:
-        model: the model; for several inputs its ``forward`` takes the first alone while the block runs.
+        model: the model; for several inputs a call with the first alone gets the others while the block runs.
         batch: the inputs as the command read them.
         device: where the model runs.
 
@@ -35,27 +35,21 @@ def first_input(model: nn.Module, batch: LoadedInput, device: str) -> Iterator[t
     if not batch.several:
         yield args[0], None
         return
-    own = model.__dict__.get("forward")  # an instance attribute of its own, put back after
-    forward = model.forward
     if args:
         x, rest, named = args[0], args[1:], kwargs
         held = f"inputs 2 to {len(args)} of {batch.names[0]}" if len(args) > 2 else f"input 2 of {batch.names[0]}"
-
-        def first_only(first: Tensor) -> Any:
-            return forward(first, *rest, **named)
     else:
         key = next(iter(kwargs))
-        x, others = kwargs[key], {k: v for k, v in kwargs.items() if k != key}
-        held = ", ".join(others) + f" of {batch.names[0]}"
+        x, rest, named = kwargs[key], (), {k: v for k, v in kwargs.items() if k != key}
+        held = ", ".join(named) + f" of {batch.names[0]}"
 
-        def first_only(first: Tensor) -> Any:
-            return forward(**{key: first}, **others)
+    def the_rest(_: nn.Module, given: tuple[Any, ...], more: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not args:  # a dict: the first input is passed by its name
+            return (), {key: given[0], **named, **more} if given else {**more, **named}
+        return (*given, *rest), {**named, **more}
 
-    object.__setattr__(model, "forward", first_only)
+    handle = model.register_forward_pre_hook(the_rest, with_kwargs=True)
     try:
         yield x, f"input: the first of the model's inputs is reported, {held} held as given"
     finally:
-        if own is None:
-            del model.__dict__["forward"]
-        else:
-            object.__setattr__(model, "forward", own)
+        handle.remove()
