@@ -80,8 +80,8 @@ def test_a_pt_of_two_tensors_feeds_a_model_with_two_inputs(held: str, models: Pa
         torch.testing.assert_close(run["head"].output, net(a, b))
 
 
-@pytest.mark.parametrize("command", ["cam", "report"])
-def test_cam_and_report_refuse_several_inputs_in_one_line(command: str, models: Path, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("command", ["cam"])  # report: the first input, the rest held (tests/cli/test_several.py)
+def test_cam_refuses_several_inputs_in_one_line(command: str, models: Path, tmp_path: Path, capsys) -> None:
     torch.save((torch.randn(1, 4), torch.randn(1, 5)), tmp_path / "inputs.pt")
     out = tmp_path / ("c.png" if command == "cam" else "r")
     code = main([command, f"{models}:pair", str(tmp_path / "inputs.pt"), "--out", str(out)])

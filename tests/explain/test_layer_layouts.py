@@ -131,3 +131,26 @@ def test_every_torchvision_classifier_gets_a_map_of_the_input() -> None:
         assert shapes[0][1] == shapes[1][1] and (pooled or shapes[1][2] >= 2 * shapes[0][2] - 1), (name, shapes)
         if name.startswith("swin"):
             assert choice.layer == "permute", name
+
+
+def test_hand_written_models_a_unet_and_a_seq2seq() -> None:
+    """The models people write themselves (tests/handwritten.py): on the U-Net, whose output is a mask,
+    the default target (top-1 class) is refused naming ``target=callable``; with one, each image gets
+    one map at the input's grid from a layer the target depends on. On the seq2seq, whose inputs are
+    token ids, ``cam`` refuses in one line (no image); its gradients are what a callable target asks."""
+    from hookscope.errors import OptionError, TargetError
+    from tests import handwritten
+
+    unet, x = handwritten.unet(), torch.randn(2, 3, 32, 32)
+    with pytest.raises(TargetError, match=r"a class target needs a \(batch, classes\) output.*target=callable"):
+        hookscope.cam(unet, x)
+    for layer in ("bottleneck", "dec1"):
+        heat = hookscope.cam(unet, x, target=lambda out: out.flatten(1).norm(dim=1), select=layer)
+        assert heat.shape == (2, 32, 32) and bool((heat.flatten(1).amax(1) > 0).all()), layer
+    model, src, tgt = handwritten.seq2seq(), torch.tensor([[1, 2, 3, 4]]), torch.tensor([[5, 6]])
+    with pytest.raises(OptionError, match=r"cam\(\) needs an image batch"):
+        hookscope.cam(model, src)
+    with hookscope.capture(model, "transformer.encoder", kinds=("output", "grad_output")) as cap:
+        model(src, tgt)[:, -1, 3].sum().backward()
+    assert cap["transformer.encoder"].grad_output.shape == (1, 4, 16)
+    assert cap["transformer.encoder"].grad_output.abs().sum() > 0  # the decoder reads the encoder's memory

@@ -6,7 +6,8 @@
 usage error; ``--debug`` shows the traceback instead. Beside it: ``parser`` (the argparse
 definition), ``commands`` (the subcommands' bodies), ``demo``, the readers of specs, ``models`` (with
 ``timm_models``), ``inputs`` and ``datasets`` (``formats`` tells what a file is), ``outputs`` (outputs checked before
-any work), ``one_pass`` (``capture``'s pass), ``captions`` (``cam --panel``) and ``progress``.
+any work), ``one_pass`` (``capture``'s pass), ``target_flag`` (``--target``), ``captions`` (``cam --panel``)
+and ``progress``.
 Warnings print as one line, ``hookscope: warning: ...``, in the flags' words (``one_line``,
 ``outputs.cli_flags``). Nothing else in hookscope imports this package.
 """

@@ -43,6 +43,9 @@ def panel_labels(
     args: argparse.Namespace, model: nn.Module, x: torch.Tensor, layer: str, labels: Sequence[str] | None
 ) -> tuple[str, str, str]:
     """The three captions of the first image's panel: its class, the method, the layer."""
+    if callable(args.target):  # --target sum, an index, file.py:function (hookscope.cli.target_flag)
+        named = getattr(args.target, "text", getattr(args.target, "__name__", "custom"))
+        return f"target {named}", args.method, f"at {layer}"
     index = args.target if args.target is not None else _top1(model, x[:1], args.output)
     name = f": {labels[index]}" if labels is not None and 0 <= index < len(labels) else ""
     return f"class {index}{name}", args.method, f"at {layer}"

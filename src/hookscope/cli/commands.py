@@ -53,6 +53,8 @@ from .meter import progress
 from .models import LoadedModel, load_model
 from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store, read_by
+from .several import first_input
+from .target_flag import flag_words
 from .text_inputs import encode_texts, probe_text, run_text_report
 from .timm_models import prepared_line
 
@@ -83,10 +85,13 @@ def run_report(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if loaded.tokenizer is not None:  # a text model reads text: the text report
         return run_text_report(args, loaded)
-    batch = _one_input(_inputs(args, args.inputs, loaded), "report")
-    notes = (*loaded.notes, _input_note(args.inputs, batch))
-    x = batch.x.to(args.device)
-    with _ForwardGuard(loaded.model, x, batch=batch):
+    batch = _inputs(args, args.inputs, loaded)  # several inputs: the first reported, the rest held (cli/several)
+    with (
+        first_input(loaded.model, batch, args.device) as (x, held),
+        _ForwardGuard(loaded.model, x, batch=batch),
+        flag_words(args.target),
+    ):
+        notes = (*loaded.notes, _input_note(args.inputs, batch), *([held] if held else []))
         ablated = ablation_sections(
             args.ablate, loaded.model, x, labels=loaded.labels, top_k=_top_k(args), output=args.output
         )  # --ablate: cli/ablate.py
@@ -143,7 +148,7 @@ def run_cam(args: argparse.Namespace) -> int:
         print(f"hookscope: note: {note}", file=sys.stderr)
     batch = _one_input(_inputs(args, [args.image], loaded), "cam")
     x = batch.x.to(args.device)
-    with _ForwardGuard(loaded.model, x, batch=batch):
+    with _ForwardGuard(loaded.model, x, batch=batch), flag_words(args.target):
         layer, call = chosen_layer(loaded.model, x, args.layer) if args.panel else (args.layer, None)
         heat = cam(loaded.model, x, args.method, args.target, select=layer, call=call, output=args.output,
                    batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
@@ -168,7 +173,8 @@ def run_capture(args: argparse.Namespace) -> int:
         batch = _inputs(args, args.inputs, loaded)
         inputs = batch.feed(args.device)
     tracer = Tracer(loaded.model)  # the store keeps the module graph of the same pass, for its report
-    with _ForwardGuard(loaded.model, *inputs, batch=batch if loaded.tokenizer is None else None):
+    guard = _ForwardGuard(loaded.model, *inputs, batch=batch if loaded.tokenizer is None else None)
+    with guard, flag_words(args.target):
         cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output, tracer)
     print(save(cap, args.out, force=args.force, graph=tracer.graph()).path)
     return 0

@@ -120,7 +120,7 @@ def _build(spec: str) -> LoadedModel:
         return _own_config(LoadedModel(build_timm(name), spec, notes=(note,)))
     if ":" in spec:
         where, _, name = spec.rpartition(":")
-        return _own_config(LoadedModel(_call(_attribute(where, name), spec), spec))
+        return _own_config(LoadedModel(_call(user_attribute(where, name), spec), spec))
     close = difflib.get_close_matches(spec, list(BUILTINS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ModelError(
@@ -177,11 +177,24 @@ def _torchvision_preprocess(models: Any, name: str, model: nn.Module) -> Preproc
     return replace(IMAGENET, size=crop, resize=resize, mean=tuple(mean), std=tuple(std))
 
 
-def _attribute(where: str, name: str) -> Any:
+def user_attribute(where: str, name: str, *, what: str = "model") -> Any:
+    """``name`` in the user's file ``where`` (``path/to/file.py``) or importable module (``package.module``).
+
+    Args:
+        where: a ``.py`` file's path, or a module's dotted name.
+        name: the attribute to get from it.
+        what: what it is for, in the errors (``model``, ``target``).
+
+    Returns:
+        The attribute.
+
+    Raises:
+        ModelError: the file does not exist, cannot be imported (its own error, at its line), or has no ``name``.
+    """
     if where.endswith(".py"):
         path = Path(where)
         if not path.is_file():
-            raise ModelError(f"model file {where!r} does not exist")
+            raise ModelError(f"{what} file {where!r} does not exist")
         module_spec = importlib.util.spec_from_file_location(f"hookscope_user_{path.stem}", path)
         if module_spec is None or module_spec.loader is None:
             raise ModelError(f"cannot import {where!r} as a Python file")
@@ -190,7 +203,7 @@ def _attribute(where: str, name: str) -> Any:
         try:
             module_spec.loader.exec_module(module)
         except Exception as err:
-            raise _user_error(f"importing model file {where!r}", err) from err
+            raise _user_error(f"importing {what} file {where!r}", err) from err
     else:
         try:
             module = importlib.import_module(where)

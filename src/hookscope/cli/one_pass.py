@@ -17,7 +17,7 @@ import torch
 from ..core import kinds
 from ..core.capture import Capture, capture
 from ..core.kinds import Kind
-from ..explain.targets import scores
+from ..explain.targets import Target, scores
 from ..graph.trace import Tracer
 
 
@@ -26,7 +26,7 @@ def capture_once(
     inputs: tuple[tuple[Any, ...], dict[str, Any]],
     select: Any,
     wanted: tuple[Kind, ...],
-    target: int | None,
+    target: Target,
     output: str | None = None,
     tracer: Tracer | None = None,
 ) -> Capture:

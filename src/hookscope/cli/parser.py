@@ -114,6 +114,16 @@ def _shared(p: argparse.ArgumentParser, group: Group, *, optional: bool = False)
         p.add_argument("--std", type=float, nargs="+", help="normalisation std per channel, in [0, 1] units")
 
 
+def _target(p: argparse.ArgumentParser, what: str) -> None:
+    """``--target``, parsed by ``hookscope.cli.target_flag.parse_target``."""
+    from .target_flag import parse_target
+
+    p.add_argument("--target", type=parse_target, metavar="TARGET",
+                   help=f"{what}: a class N, sum, mean, norm, an index into each row (0,5,2; --target=-1,3 when it "
+                        "starts with a minus) or into the output ('[:, -1, 3]'), or file.py:function "
+                        "(of the output)")  # fmt: skip
+
+
 def _add_list(p: argparse.ArgumentParser) -> None:
     from .commands import run_list
 
@@ -143,7 +153,7 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cam", nargs="+", choices=CAM_METHODS, metavar="METHOD", help="CAM methods (default: gradcam)")
     p.add_argument("--faithfulness", action="store_true",
                    help="each CAM's deletion and insertion beside a random map: AUC badges, curves")  # fmt: skip
-    p.add_argument("--target", type=int, help="class to explain (default: each image's top-1)")
+    _target(p, "what gradients and CAMs explain (default: each image's top-1 class)")
     p.add_argument("--output", metavar="KEY",
                    help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
     p.add_argument("--top-k", type=int, help="predictions shown (default: 5)")
@@ -163,7 +173,7 @@ def _add_cam(p: argparse.ArgumentParser) -> None:
     _shared(p, "model")
     p.add_argument("image", metavar="IMAGE", help="an image file")
     p.add_argument("--method", default="gradcam", choices=CAM_METHODS, help="CAM method (default: gradcam)")
-    p.add_argument("--target", type=int, help="class to explain (default: the top-1)")
+    _target(p, "what to explain (default: the top-1 class)")
     p.add_argument("--output", metavar="KEY",
                    help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
     p.add_argument("--layer", help="module name (default: the last spatial map; on a ViT, the tokens its last "
@@ -213,7 +223,7 @@ def _add_capture(p: argparse.ArgumentParser) -> None:
     _shared(p, "select")
     p.add_argument("--kinds", nargs="+", default=["output"], choices=kinds.names(), metavar="KIND",
                    help=f"what to capture: {', '.join(kinds.names())} (default: output)")  # fmt: skip
-    p.add_argument("--target", type=int, help="with gradient kinds: the class whose score is differentiated")
+    _target(p, "with gradient kinds: what is differentiated (default: each input's top-1 class)")
     p.add_argument("--output", metavar="KEY",
                    help="of a model returning a tuple or dict: the tensor explained (default: the first)")  # fmt: skip
     p.add_argument("--out", required=True, help="the store to write (a folder)")

@@ -14,7 +14,9 @@ so the one edge that can go up (between two folded blocks whose calls interleave
 up the side instead of making a cycle. Within a layer, boxes start in call order and
 are then sorted a few times by the mean position of their neighbours above, then below
 (barycentric ordering), which untangles parallel branches. A container (``layer1``,
-``encoder``) is a frame around its boxes. No graphviz: this module is the whole layout.
+``encoder``) is a frame around its boxes. Each edge's run is routed around the boxes
+(``hookscope.graph.routes``): an edge longer than one layer, or going up, takes a lane right of the
+boxes it passes. No graphviz: this module and that one are the whole layout.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import OptionError
 from .nodes import INPUT, OUTPUT, Graph
+from .routes import routes
 
 BOX_W, BOX_H = 168, 34  # a box's size in px
 GAP_X, GAP_Y = 18, 30  # between boxes of a layer, between layers
@@ -56,12 +59,14 @@ class Frame:
 
 @dataclass(frozen=True)
 class Line:
-    """An edge between two boxes; ``back`` when it goes up (a module called again)."""
+    """An edge between two boxes; ``back`` when it goes up (a module called again); ``points``: where it runs,
+    from the source's bottom to the target's top, never through another box (``hookscope.graph.routes``)."""
 
     source: str
     target: str
     via: str
     back: bool
+    points: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,18 +186,23 @@ def _place(
     graph: Graph, rows: list[list[str]], edges: dict[tuple[str, str], str], order: dict[str, int], within: str | None
 ) -> Drawing:
     widest = max(len(row) for row in rows)
-    width = 2 * MARGIN + widest * BOX_W + (widest - 1) * GAP_X + BOX_W // 2  # room for back edges at the right
+    width = 2.0 * MARGIN + widest * BOX_W + (widest - 1) * GAP_X
     types = {node.name: node.type for node in graph.nodes} | {INPUT: "", OUTPUT: ""}
     boxes = []
     for depth, row in enumerate(rows):
         used = len(row) * BOX_W + (len(row) - 1) * GAP_X
-        left = (width - BOX_W // 2 - used) / 2
+        left = (width - used) / 2
         for i, name in enumerate(row):
             x, y = left + i * (BOX_W + GAP_X), MARGIN + depth * (BOX_H + GAP_Y)
             boxes.append(Box(name, types[name], x, y, name in graph.blocks and name != within))
     height = 2 * MARGIN + len(rows) * BOX_H + (len(rows) - 1) * GAP_Y
     layer = {name: depth for depth, row in enumerate(rows) for name in row}
-    lines = tuple(Line(s, t, via, layer[t] <= layer[s]) for (s, t), via in edges.items())
+    spots = {box.name: (box.x, box.y) for box in boxes}
+    runs = routes(list(edges), spots, layer, (BOX_W, BOX_H, GAP_Y))
+    lines = tuple(
+        Line(s, t, via, layer[t] <= layer[s], run) for ((s, t), via), run in zip(edges.items(), runs, strict=True)
+    )
+    width = max([width, *(x + MARGIN for run in runs for x, _ in run)])  # the lanes right of the boxes
     return Drawing(width, height, tuple(boxes), _frames(graph, boxes, within), lines)
 
 

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from ..base.display import shows_as
 from ..base.optional import require
 from .arrange import BOX_H, BOX_W, arrange
+from .labels import fitted, frame_labels
 from .nodes import INPUT, OUTPUT, Graph
 from .overlay import color, ink, scale
-from .svg import JOIN, graph_html, graph_table, label_values, short
+from .svg import JOIN, graph_html, graph_table, label_values
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -30,19 +31,14 @@ def graph_picture(graph: Graph, *, within: str | None = None) -> Image:
     drawing = arrange(graph, within=within)
     image: Image = pil.new("RGB", (int(drawing.width), int(drawing.height)), "white")
     draw = draw_module.Draw(image)
+    labels = frame_labels([(f.name, f.type, f.x, f.y, f.w) for f in drawing.frames], 10)
     for frame in drawing.frames:
         draw.rounded_rectangle(
             (frame.x, frame.y, frame.x + frame.w, frame.y + frame.h), 8, fill="#f5f6f9", outline="#9aa5bd"
         )
-        draw.text((frame.x + 6, frame.y + 1), short(f"{frame.name} · {frame.type}", 40), fill="#5a6680")
+        draw.text((frame.x + 6, frame.y + 1), labels[frame.name], fill="#5a6680")
     for line in drawing.lines:
-        s, t = drawing.box(line.source), drawing.box(line.target)
-        fill = JOIN if line.via == "autograd" else "#888888"
-        if line.back:
-            x, y1, y2 = max(s.x, t.x) + BOX_W + 14, s.y + BOX_H / 2, t.y + BOX_H / 2
-            draw.line([(s.x + BOX_W, y1), (x, y1), (x, y2), (t.x + BOX_W, y2)], fill=fill, width=1)
-        else:
-            draw.line([(s.x + BOX_W / 2, s.y + BOX_H), (t.x + BOX_W / 2, t.y)], fill=fill, width=1)
+        draw.line(list(line.points), fill=JOIN if line.via == "autograd" else "#888888", width=1)
     values = label_values(graph)
     span = scale(values)
     for box in drawing.boxes:
@@ -55,8 +51,8 @@ def graph_picture(graph: Graph, *, within: str | None = None) -> Image:
             outline="#334" if box.folded else "#8a93a6",
             width=2 if box.folded else 1,
         )
-        draw.text((box.x + 8, box.y + 5), short(box.name, 26), fill=ink(fill))
-        draw.text((box.x + 8, box.y + 19), short(box.type, 28), fill=ink(fill))
+        draw.text((box.x + 8, box.y + 5), fitted(box.name, BOX_W - 16, 10), fill=ink(fill))
+        draw.text((box.x + 8, box.y + 19), fitted(box.type, BOX_W - 16, 10), fill=ink(fill))
     return image
 
 

@@ -24,11 +24,12 @@ import re
 from collections.abc import Mapping
 
 from ..base.words import columns, format_size
-from .arrange import BOX_H, BOX_W, Box, Drawing, Line, arrange
+from .arrange import BOX_H, BOX_W, Box, Line, arrange
+from .labels import fitted, frame_labels, text_width
 from .nodes import INPUT, OUTPUT, Graph, split_name
 from .overlay import color, ink, scale
 
-NAME_CHARS = 26  # longer names are cut from the left: "…layer4.1.conv2"
+LABEL_W = BOX_W - 16  # px a box's label may take; a longer one loses its middle (``labels.fitted``)
 JOIN = "#e8710a"
 DASHED = ' stroke-dasharray="5 2"'
 RED_KEY = ' · <span style="color:#d62728">■</span> non-finite'
@@ -48,16 +49,18 @@ def svg(graph: Graph, *, within: str | None = None, links: Mapping[str, str] | N
         f'<defs><marker id="{uid}-arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path d="M0,0 L8,4 L0,8 z" fill="#888"/></marker></defs>',
     ]
+    labels = frame_labels([(f.name, f.type, f.x, f.y, f.w) for f in drawing.frames], 9)
     parts += [
         (
             f'<g class="frame"><rect x="{frame.x:.0f}" y="{frame.y:.0f}" width="{frame.w:.0f}" height="{frame.h:.0f}" '
             f'rx="8" fill="#6b7a99" fill-opacity="0.06" stroke="#9aa5bd" stroke-width="1"/>'
+            f"<title>{_e(frame.name)} · {_e(frame.type)}</title>"
             f'<text x="{frame.x + 6:.0f}" y="{frame.y + 10:.0f}" font-size="9" fill="#5a6680">'
-            f"{_e(short(frame.name, 40))} · {_e(frame.type)}</text></g>"
+            f"{_e(labels[frame.name])}</text></g>"
         )
         for frame in drawing.frames
     ]
-    parts += [_line(drawing, line, uid) for line in drawing.lines]
+    parts += [_line(line, uid) for line in drawing.lines]
     parts += [_box(graph, box, values, (lo, hi, log), links or {}) for box in drawing.boxes]
     parts.append("</svg>")
     return "".join(parts)
@@ -87,20 +90,33 @@ def _box(
     value = values.get(box.name)
     fill = color(value, *span)
     text = ink(fill)
-    second = box.type + (f" · {_number(value)}" if value is not None else "")
-    if box.folded:
-        second = f"{box.type} ▸ {len({node.module for node in graph.under(box.name)}) - 1} modules"
     href = f"#graph-block-{_slug(box.name)}" if box.folded else links.get(box.name, links.get(split_name(box.name)[0]))
     shape = (
         f'<rect x="{box.x:.0f}" y="{box.y:.0f}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" '
         f'stroke="{"#334" if box.folded else "#8a93a6"}" stroke-width="{2 if box.folded else 1}"'
         f"{DASHED if box.folded else ''}/>"
         f'<text x="{box.x + 8:.0f}" y="{box.y + 14:.0f}" font-size="11" font-weight="600" fill="{text}">'
-        f"{_e(short(box.name, NAME_CHARS))}</text>"
-        f'<text x="{box.x + 8:.0f}" y="{box.y + 27:.0f}" font-size="9.5" fill="{text}">{_e(short(second, 30))}</text>'
+        f"{_e(fitted(box.name, LABEL_W, 11, bold=True))}</text>"
+        f'<text x="{box.x + 8:.0f}" y="{box.y + 27:.0f}" font-size="9.5" fill="{text}">'
+        f"{_e(_second_line(graph, box, value))}</text>"
     )
     inner = f'<g class="node" data-name="{_e(box.name)}"><title>{_e(_title(graph, box, value))}</title>{shape}</g>'
     return f'<a href="{_e(href)}">{inner}</a>' if href else inner
+
+
+def _second_line(graph: Graph, box: Box, value: float | None) -> str:
+    """The type, and after it the box's value, which call of its module it is (a module called at several
+    places has a box per call), or what a folded block holds; a long type loses its middle, the rest stays."""
+    node = graph.node(box.name)
+    tail = f" · {_number(value)}" if value is not None else ""
+    if node.call is not None:
+        tail = f" · call #{node.call} of {node.calls}{tail}"
+    if box.folded:
+        tail = f" ▸ {len({n.module for n in graph.under(box.name)}) - 1} modules"
+    room = LABEL_W - text_width(tail, 9.5)
+    if room < text_width("Mo…ule", 9.5):
+        return fitted(box.type + tail, LABEL_W, 9.5, dotted=False)
+    return fitted(box.type, room, 9.5, dotted=False) + tail
 
 
 def _title(graph: Graph, box: Box, value: float | None) -> str:
@@ -118,20 +134,19 @@ def _title(graph: Graph, box: Box, value: float | None) -> str:
     return "\n".join(lines)
 
 
-def _line(drawing: Drawing, line: Line, uid: str) -> str:
-    s, t = drawing.box(line.source), drawing.box(line.target)
-    if line.back:  # up the right side
-        x1, y1, x2, y2 = s.x + BOX_W, s.y + BOX_H / 2, t.x + BOX_W, t.y + BOX_H / 2
-        bend = 28 + min(60.0, abs(y1 - y2) / 20)
-        path = f"M{x1:.0f},{y1:.0f} C{x1 + bend:.0f},{y1:.0f} {x2 + bend:.0f},{y2:.0f} {x2:.0f},{y2:.0f}"
-    else:
-        x1, y1, x2, y2 = s.x + BOX_W / 2, s.y + BOX_H, t.x + BOX_W / 2, t.y
+def _line(line: Line, uid: str) -> str:
+    """The edge along its run: a curve within the gap between neighbouring layers, else a lane's corners."""
+    (x1, y1), (x2, y2) = line.points[0], line.points[-1]
+    if len(line.points) == 2:
         middle = (y1 + y2) / 2
         path = f"M{x1:.0f},{y1:.0f} C{x1:.0f},{middle:.0f} {x2:.0f},{middle:.0f} {x2:.0f},{y2:.0f}"
+    else:
+        path = "M" + " L".join(f"{x:.0f},{y:.0f}" for x, y in line.points)
     join = line.via == "autograd"
     style = f'stroke="{JOIN}" stroke-dasharray="4 3"' if join else 'stroke="#888"'
     end = f'marker-end="url(#{uid}-arrow)"'
-    return f'<path class="edge {line.via}" d="{path}" fill="none" {style} stroke-width="1.3" {end}/>'
+    shape = 'stroke-width="1.3" stroke-linejoin="round"'
+    return f'<path class="edge {line.via}" d="{path}" fill="none" {style} {shape} {end}/>'
 
 
 def legend(graph: Graph) -> str:
@@ -172,15 +187,12 @@ def graph_html(graph: Graph, *, links: Mapping[str, str] | None = None) -> str:
         for i, b in enumerate(graph.blocks)
     )
     overview = f'<div class="hs-graph-scroll" style="overflow:auto;max-height:80vh">{svg(graph, links=links)}</div>'
-    return f'<div class="hs-graph-view">{head}{legend(graph)}{overview}{blocks}</div>'
+    view = '<div class="hs-graph-view" style="overflow-wrap:anywhere">'  # a long block name wraps, not the page
+    return f"{view}{head}{legend(graph)}{overview}{blocks}</div>"
 
 
 def _number(value: float) -> str:
     return f"{value:.3g}" if math.isfinite(value) else str(value)
-
-
-def short(text: str, chars: int) -> str:
-    return text if len(text) <= chars else "…" + text[-(chars - 1) :]
 
 
 def _slug(name: str) -> str:
