@@ -38,6 +38,7 @@ from .block import Block
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import FUNCTIONAL_CALL, IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
+from .experts import ExpertSites
 from .hooks import HandleGroup
 from .inference import swapped, transform
 from .kinds import Kind, at, choose, misspelled, names
@@ -152,6 +153,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         records = {
             name: Record(name, type(m).__name__, self.kinds, channels=channel_count(m)) for name, m in self._modules
         }
+        self._experts = ExpertSites(self._modules, self.kinds)  # one site per fused expert (core.experts)
+        records.update(self._experts.records)
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
@@ -285,6 +288,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
         self._handles.on_forward(module, partial(self._after, record))
+        self._experts.hook(self._handles, record.name, self._keep_all, partial(next, self._order))
         if self._param_grads:
             trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
             self._hooked[record.name] = dict(trainable)
