@@ -161,13 +161,13 @@ class RouterStats:
     """The router statistics of one experts module over the calls read.
 
     Attributes:
-        tokens: ``(experts,)`` how many (token, slot) choices went to each expert.
+        tokens: ``(experts,)`` float64, how many (token, slot) choices went to each expert.
         total: how many tokens were routed (each to ``k`` experts).
-        cv: the coefficient of variation of ``tokens`` (std / mean, the population std): 0 when balanced.
+        cv: the coefficient of variation of ``tokens`` (population std / mean): 0 when balanced.
         aux_loss: the Switch Transformer load-balancing loss ``experts * sum_e (tokens_e / total) * P_e``, with
             ``P_e`` the mean router probability of expert ``e`` (transformers' ``load_balancing_loss_func``);
             NaN without the router's logits.
-        mean_weight: ``(experts,)`` the mean routing weight of the tokens each expert got (NaN: none).
+        mean_weight: ``(experts,)`` float64, the mean routing weight of the tokens each expert got (NaN: none).
     """
 
     tokens: Tensor
@@ -176,29 +176,45 @@ class RouterStats:
     aux_loss: float
     mean_weight: Tensor
 
+    @property
+    def k(self) -> float:
+        """Experts per token: the (token, slot) choices over the tokens."""
+        return float(self.tokens.sum()) / self.total if self.total else float("nan")
 
-def routing_stats(index: Tensor, weights: Tensor, count: int, logits: Tensor | None = None) -> RouterStats:
-    """Router statistics from the top-k choices ``index`` ``(tokens, k)``, their ``weights`` and optionally the
-    router ``logits`` ``(tokens, experts)`` (see ``RouterStats``).
+
+def tally(index: Tensor, weights: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """``(tokens, weight_sums)``, each ``(count,)`` float64 on the CPU: the choices of each expert in the top-k
+    ``index`` ``(tokens, k)`` and the sum of their routing ``weights`` ``(tokens, k)``."""
+    flat = index.detach().reshape(-1).long().cpu()
+    tokens = torch.zeros(count, dtype=torch.float64).index_add_(0, flat, torch.ones_like(flat, dtype=torch.float64))
+    sums = torch.zeros(count, dtype=torch.float64).index_add_(0, flat, weights.detach().reshape(-1).double().cpu())
+    return tokens, sums
+
+
+def prob_sums(logits: Tensor) -> Tensor:
+    """``(experts,)`` float64 on the CPU: the router probabilities (softmax of ``logits`` ``(..., experts)``) summed
+    over the tokens."""
+    flat = logits.detach().reshape(-1, logits.shape[-1]).double()
+    return torch.softmax(flat, dim=-1).sum(0).cpu()
+
+
+def router_stats(tokens: Tensor, total: int, weight_sums: Tensor, probs: Tensor | None = None) -> RouterStats:
+    """The ``RouterStats`` of ``total`` tokens from what ``tally`` and ``prob_sums`` add up.
 
     Args:
-        index: ``(tokens, k)`` the experts each token was sent to.
-        weights: ``(tokens, k)`` their routing weights.
-        count: the number of experts.
-        logits: ``(tokens, experts)`` the router's logits, for the load-balancing loss; None leaves it NaN.
+        tokens: ``(experts,)`` the choices of each expert (``tally``).
+        total: the number of tokens routed.
+        weight_sums: ``(experts,)`` the sums of their routing weights (``tally``).
+        probs: ``(experts,)`` the router probabilities summed over the tokens (``prob_sums``); None leaves the
+            load-balancing loss NaN.
 
     Returns:
         The ``RouterStats``.
     """
-    index, weights = index.reshape(index.shape[0], -1).long(), weights.reshape(index.shape[0], -1).double()
-    tokens = torch.bincount(index.flatten().cpu(), minlength=count)[:count]
-    total = int(index.shape[0])
-    mean = tokens.double().mean()
-    cv = float(tokens.double().std(unbiased=False) / mean) if mean > 0 else float("nan")
-    sums = torch.zeros(count, dtype=torch.float64).index_add_(0, index.flatten().cpu(), weights.flatten().cpu())
-    mean_weight = sums / tokens.double()  # NaN where an expert got no token
+    tokens, count = tokens.double(), tokens.numel()
+    mean = float(tokens.mean())
+    cv = float(tokens.std(unbiased=False)) / mean if mean > 0 else float("nan")
     aux = float("nan")
-    if logits is not None and total:
-        probs = torch.softmax(logits.reshape(total, -1).double(), dim=-1).mean(0).cpu()
-        aux = float(count * ((tokens.double() / total) * probs).sum())
-    return RouterStats(tokens=tokens, total=total, cv=cv, aux_loss=aux, mean_weight=mean_weight)
+    if probs is not None and total:
+        aux = float(count * ((tokens / total) * (probs.double() / total)).sum())
+    return RouterStats(tokens=tokens, total=total, cv=cv, aux_loss=aux, mean_weight=weight_sums.double() / tokens)
