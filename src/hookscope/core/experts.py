@@ -34,6 +34,7 @@ from .kinds import Kind
 from .records import Call, Record
 
 EXPERTS = ":experts"
+EXPERT = "Expert"  # the type of an expert's site
 NO_EXPERT_GRADS = (
     "an expert's site is recomputed from the fused parameters without autograd, so it has no gradients; "
     "param_grad of the experts module, or hookscope.watch, gives one gradient norm per expert"
@@ -122,7 +123,7 @@ class ExpertSites:
         self.records: dict[str, Record] = {}
         for name, (_, count) in self.units.items():
             for e in range(count):
-                record = Record(f"{name}.{e}", "Expert", kinds)
+                record = Record(f"{name}.{e}", EXPERT, kinds)
                 for kind in kinds:
                     if kind not in ("input", "output"):
                         record.missing[kind] = NO_EXPERT_GRADS
@@ -149,6 +150,7 @@ class ExpertSites:
             record = self.records[f"{name}.{e}"]
             call = Call(record.name, len(record.calls), order=order())
             record.calls.append(call)
+            call.missing.update(record.missing)  # no gradients: recomputed without autograd
             if "output" in self.kinds:
                 leaves = [("out", out), ("positions", rows), ("weight", weight)]
                 call.tensors["output"] = keep(leaves, record.name, "output")

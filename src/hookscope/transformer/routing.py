@@ -20,7 +20,7 @@ import torch
 from ..base.display import Shows, shows_as, table_of
 from ..base.words import columns
 from ..core.capture import Capture
-from ..core.experts import EXPERTS, RouterStats, prob_sums, router_of, router_stats
+from ..core.experts import EXPERT, EXPERTS, RouterStats, prob_sums, router_of, router_stats
 from ..core.records import Call
 from ..errors import NotCapturedError
 from ..viz.fragments import Safe, note, table, view
@@ -69,7 +69,7 @@ def routing(cap: Capture) -> Routing:
     Raises:
         NotCapturedError: ``cap`` has no per-expert sites, or holds no ``output`` of them.
     """
-    experts = {name.rpartition(".")[0] for name, record in cap.items() if record.type == "Expert"}
+    experts = {name.rpartition(".")[0] for name, record in cap.items() if record.type == EXPERT}
     if not experts:
         raise NotCapturedError(
             f"this capture has no expert sites; capture with select={EXPERTS!r} (a mixture-of-experts model whose "
