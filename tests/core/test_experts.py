@@ -80,3 +80,14 @@ def test_expert_sites_leave_no_hook_and_keep_no_gradient() -> None:
     record = next(cap[n] for n in cap if cap[n].type == "Expert" and cap[n].calls)
     with pytest.raises(hookscope.NotCapturedError, match="recomputed from the fused parameters"):
         record.calls[0].get("grad_output")
+
+
+def test_every_leaf_of_a_model_with_fused_experts_names_them_once() -> None:
+    model = tiny_moe("qwen3_moe", layers=2)  # its experts module holds parameters beside its act_fn: not a leaf
+    named = "'model.layers.0.mlp.experts' \\(gate_up_proj \\(4, 16, 16\\)"
+    warned = pytest.warns(hookscope.CaptureWarning, match=named)
+    with warned as seen, hookscope.capture(model) as cap:
+        model(torch.tensor([[1, 2, 3]]))
+    assert len([w for w in seen if "fused expert parameters" in str(w.message)]) == 1
+    assert "'model.layers.1.mlp.experts'" in str(seen[0].message) and "select ':experts'" in str(seen[0].message)
+    assert FUSED not in cap

@@ -38,7 +38,7 @@ from .block import Block
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import FUNCTIONAL_CALL, IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
-from .experts import ExpertSites
+from .experts import ExpertSites, left_out_note
 from .hooks import HandleGroup
 from .inference import swapped, transform
 from .kinds import Kind, at, choose, misspelled, names
@@ -155,6 +155,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         }
         self._experts = ExpertSites(self._modules, self.kinds)  # one site per fused expert (core.experts)
         records.update(self._experts.records)
+        self._left_out = left_out_note(model, self._modules, select)  # fused experts that select=None misses
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
@@ -202,6 +203,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
     def _install(self, handles: HandleGroup) -> None:
         for note in shard_notes(self.model, self._modules, this_rank()):  # outputs that are pieces (core.placement)
             warnings.warn(f"hookscope.capture: {note}", CaptureWarning, stacklevel=4)
+        if self._left_out is not None:
+            warnings.warn(self._left_out, CaptureWarning, stacklevel=4)
         for name, module in self._modules:
             self._hook(self._records[name], module)
 

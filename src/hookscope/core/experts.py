@@ -88,6 +88,22 @@ def fused_note(named: Sequence[tuple[str, nn.Module]]) -> str:
     return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
 
 
+def left_out_note(model: nn.Module | None, modules: Sequence[tuple[str, nn.Module]], select: object) -> str | None:
+    """The warning for a capture of every leaf (``select`` None) that leaves fused experts modules out (they hold
+    parameters beside their children), naming them and ``":experts"``; None when there are none."""
+    if model is None or select is not None:
+        return None
+    chosen = {id(m) for _, m in modules}
+    left = [(n, m) for n, m in model.named_modules() if id(m) not in chosen]
+    if not fused_experts(left):
+        return None
+    return (
+        f"hookscope.capture: {fused_note(left)} hold fused expert parameters, which module hooks see as one call "
+        f"for all experts, and select=None (every leaf) leaves them out; select {EXPERTS!r} for one site per expert "
+        "(its tokens, its output and their routing weights) and the routers"
+    )
+
+
 def split_by_expert(module: nn.Module, args: tuple[Any, ...], count: int) -> list[tuple[int, Tensor, Tensor, Tensor]]:
     """``(e, positions, out, weight)`` for each expert that got tokens in the call ``module(*args)``.
 
