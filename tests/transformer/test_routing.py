@@ -83,3 +83,12 @@ def test_routing_of_a_capture_without_experts_says_what_to_select() -> None:
         model(torch.tensor([[1, 2]]))
     with pytest.raises(hookscope.NotCapturedError, match="capture with select=':experts'"):
         hookscope.routing(cap)
+
+
+def test_routing_is_a_section_of_a_report_page() -> None:
+    model = tiny_moe("gpt_oss")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with hookscope.capture(model, ":experts") as cap:
+        model(ids)
+    page = hookscope.render_html(hookscope.build_report(model, ids, sections=[hookscope.routing(cap)]))
+    assert 'id="routing"' in page and "How are tokens routed to experts?" in page
