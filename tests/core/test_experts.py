@@ -91,3 +91,15 @@ def test_every_leaf_of_a_model_with_fused_experts_names_them_once() -> None:
     assert len([w for w in seen if "fused expert parameters" in str(w.message)]) == 1
     assert "'model.layers.1.mlp.experts'" in str(seen[0].message) and "select ':experts'" in str(seen[0].message)
     assert FUSED not in cap
+
+
+def test_checkpointings_rerun_of_the_experts_adds_no_expert_call() -> None:
+    model = tiny_moe("mixtral").train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    with hookscope.capture(model, ":experts") as cap:
+        model(torch.tensor([[1, 2, 3, 4]]), labels=torch.tensor([[1, 2, 3, 4]])).loss.backward()
+    calls = {e: len(cap[f"{FUSED}.{e}"].calls) for e in range(EXPERTS)}
+    assert set(calls.values()) <= {0, 1} and sum(calls.values()) > 0
+    assert (
+        sum(len(c.get("output", "positions")) for e in range(EXPERTS) for c in cap[f"{FUSED}.{e}"].calls) == 4 * TOP_K
+    )

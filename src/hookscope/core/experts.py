@@ -30,7 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from .hooks import HandleGroup
-from .kinds import Kind
+from .inference import transform
+from .kinds import Kind, forward_kinds
+from .phase import call_phase
 from .records import Call, Record
 
 EXPERTS = ":experts"
@@ -141,7 +143,7 @@ class ExpertSites:
             for e in range(count):
                 record = Record(f"{name}.{e}", EXPERT, kinds)
                 for kind in kinds:
-                    if kind not in ("input", "output"):
+                    if kind not in forward_kinds():  # input and output: the gradients are not recorded
                         record.missing[kind] = NO_EXPERT_GRADS
                 self.records[record.name] = record
 
@@ -160,8 +162,8 @@ class ExpertSites:
 
     def _split(self, name: str, count: int, keep: Keep, order: Callable[[], int], module: nn.Module,
                args: tuple[Any, ...], output: Any) -> None:  # fmt: skip
-        if len(args) < 3:  # not called as experts(hidden, top_k_index, top_k_weights)
-            return
+        if len(args) < 3 or transform() is not None or call_phase().repeat:
+            return  # not called as experts(hidden, top_k_index, top_k_weights), or checkpointing's rerun of a call
         for e, rows, out, weight in split_by_expert(module, args, count):
             record = self.records[f"{name}.{e}"]
             call = Call(record.name, len(record.calls), order=order())

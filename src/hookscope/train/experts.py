@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from ..core.compiled import named_modules
 from ..core.experts import EXPERT, expert_count, fused_experts, fused_note, prob_sums, router_of, router_stats, tally
 from ..core.hooks import HandleGroup
+from ..core.phase import call_phase
 from ..store.series import COLUMNS
 
 
@@ -63,7 +64,8 @@ class ExpertRows:
 
     def _tally_hook(self, name: str, count: int) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-            if torch.is_grad_enabled() and len(args) >= 3:  # a training pass, called as experts(x, index, weights)
+            counted = torch.is_grad_enabled() and call_phase().carries_grad  # a training pass, not a rerun
+            if counted and len(args) >= 3:  # called as experts(hidden, top_k_index, top_k_weights)
                 tokens, weights = tally(args[1], args[2], count)
                 self._route[name][0] += tokens
                 self._route[name][1] += weights
@@ -73,7 +75,7 @@ class ExpertRows:
     def _router_hook(self, name: str) -> Any:
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             logits = output[0] if isinstance(output, (tuple, list)) else output
-            if torch.is_grad_enabled() and isinstance(logits, Tensor):
+            if torch.is_grad_enabled() and call_phase().carries_grad and isinstance(logits, Tensor):
                 self._route[name][2] += prob_sums(logits)
                 self._route[name][3] += logits.reshape(-1, logits.shape[-1]).shape[0]
 
