@@ -3,6 +3,8 @@ Qwen3-MoE, Mixtral and gpt-oss models from their transformers configs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -103,3 +105,26 @@ def test_checkpointings_rerun_of_the_experts_adds_no_expert_call() -> None:
     assert (
         sum(len(c.get("output", "positions")) for e in range(EXPERTS) for c in cap[f"{FUSED}.{e}"].calls) == 4 * TOP_K
     )
+
+
+def test_extract_says_a_store_keeps_no_site_per_expert(tmp_path: Path) -> None:
+    model = tiny_moe("mixtral")
+    loader = [torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(5))]
+    with pytest.warns(hookscope.StoreWarning, match="the store keeps their outputs .* not one site per expert") as seen:
+        run = hookscope.extract(model, loader, out=tmp_path / "x.hookscope", select=":experts", progress=False)
+    assert seen[0].filename == __file__  # the caller's line
+    assert list(run) == [router_name("mixtral"), FUSED]
+
+
+def test_experts_below_named_modules_and_experts_by_name_as_one_site() -> None:
+    model = tiny_moe("gpt_oss", layers=2)
+    picked = [name for name, _ in hookscope.select_modules(model, "model.layers.1:experts")]
+    assert picked == ["model.layers.1.mlp.router", "model.layers.1.mlp.experts"]
+    with pytest.raises(SelectionError, match=r"'model\.norm:experts' found no fused experts"):
+        hookscope.select_modules(model, "model.norm:experts")
+    with hookscope.capture(model, ["model.layers.1:experts", FUSED]) as cap:
+        model(torch.tensor([[1, 2, 3]]))
+    assert f"{FUSED}.0" not in cap and any(f"model.layers.1.mlp.experts.{e}" in cap for e in range(EXPERTS))
+    with hookscope.capture(model, FUSED) as cap:  # by name: one site, the weighted sum of its experts
+        model(torch.tensor([[1, 2, 3]]))
+    assert list(cap) == [FUSED]

@@ -47,7 +47,7 @@ from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record, SitesPlot
 from .scripted import hookable
-from .select import Selector, select_modules
+from .select import Selector, experts_selected, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
 
 
@@ -153,9 +153,10 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         records = {
             name: Record(name, type(m).__name__, self.kinds, channels=channel_count(m)) for name, m in self._modules
         }
-        self._experts = ExpertSites(self._modules, self.kinds)  # one site per fused expert (core.experts)
+        # one site per fused expert when ":experts" is asked for (core.experts); select=None names them in a warning
+        self._experts = ExpertSites(experts_selected(model, select), self.kinds)
         records.update(self._experts.records)
-        self._left_out = left_out_note(model, self._modules, select)  # fused experts that select=None misses
+        self._left_out = left_out_note(model, select)
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):

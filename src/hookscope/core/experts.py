@@ -9,14 +9,16 @@ experts module for all of its experts: what each expert did is inside that call.
 
 ``fused_experts(model)`` finds them (a module whose own parameters all start with the same
 number of experts, one of them 3-D); ``router_of`` finds the router beside one. ``ExpertSites``
-gives a capture one site per expert, named ``<experts>.<e>`` (as a ``ModuleList`` of experts
-would be): at each call of the experts module, the tokens routed to expert ``e`` are run through
-it alone (the experts module's own forward with that one expert and weight 1, without autograd),
-and its call keeps ``output`` keys ``out`` (the expert's output for those tokens, before the
-routing weight), ``positions`` (the tokens' rows in the flattened ``(batch * sequence)`` input)
-and ``weight`` (their routing weights), and ``input`` key ``args[0]`` (the tokens' hidden states).
-So ``sum_e weight_e * out_e`` put back at ``positions`` is the experts module's output.
-``routing_stats`` is the arithmetic of the router statistics (tokens per expert, load balance).
+gives a capture whose selection holds ``":experts"`` one site per expert, named ``<experts>.<e>``
+(as a ``ModuleList`` of experts would be): at each call of the experts module, the tokens routed to
+expert ``e`` are run through it alone (the experts module's own forward with that one expert and
+weight 1, without autograd), and its call keeps ``output`` keys ``out`` (the expert's output for
+those tokens, before the routing weight), ``positions`` (the tokens' rows in the flattened
+``(batch * sequence)`` input) and ``weight`` (their routing weights), and ``input`` key ``args[0]``
+(the tokens' hidden states). So ``sum_e weight_e * out_e`` put back at ``positions`` is the experts
+module's output. Selected by name, an experts module is one site, as any module. ``tally``,
+``prob_sums`` and ``router_stats`` are the arithmetic of the router statistics (tokens per expert,
+load balance).
 """
 
 from __future__ import annotations
@@ -90,19 +92,34 @@ def fused_note(named: Sequence[tuple[str, nn.Module]]) -> str:
     return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
 
 
-def left_out_note(model: nn.Module | None, modules: Sequence[tuple[str, nn.Module]], select: object) -> str | None:
-    """The warning for a capture of every leaf (``select`` None) that leaves fused experts modules out (they hold
-    parameters beside their children), naming them and ``":experts"``; None when there are none."""
-    if model is None or select is not None:
-        return None
-    chosen = {id(m) for _, m in modules}
-    left = [(n, m) for n, m in model.named_modules() if id(m) not in chosen]
-    if not fused_experts(left):
+def asks_experts(select: object) -> bool:
+    """``select`` holds ``":experts"`` or ``"<modules>:experts"`` (alone or in a list): a capture then keeps one
+    site per expert."""
+    if isinstance(select, (list, tuple)):
+        return any(asks_experts(item) for item in select)
+    return isinstance(select, str) and select.endswith(EXPERTS)
+
+
+def left_out_note(model: nn.Module | None, select: object) -> str | None:
+    """The warning for a capture of every leaf (``select`` None) of a model with fused experts modules, naming
+    them and ``":experts"``; None when there are none."""
+    if model is None or select is not None or not fused_experts(list(model.named_modules())):
         return None
     return (
-        f"hookscope.capture: {fused_note(left)} hold fused expert parameters, which module hooks see as one call "
-        f"for all experts, and select=None (every leaf) leaves them out; select {EXPERTS!r} for one site per expert "
-        "(its tokens, its output and their routing weights) and the routers"
+        f"hookscope.capture: {fused_note(list(model.named_modules()))} hold fused expert parameters, which module "
+        f"hooks see as one call for all experts, so select=None (every leaf) keeps no site per expert; select "
+        f"{EXPERTS!r} for one site per expert (its tokens, its output and their routing weights) and the routers"
+    )
+
+
+def unwritten_note(modules: Sequence[tuple[str, nn.Module]], select: object) -> str | None:
+    """What a store of ``select`` (``modules``) leaves out when it asks for ``":experts"``: the experts' sites."""
+    if not asks_experts(select) or not fused_experts(modules):
+        return None
+    return (
+        f"{fused_note(modules)} hold fused expert parameters; the store keeps their outputs and their routers', "
+        "not one site per expert (each batch sends each expert a different number of tokens): "
+        f"hookscope.capture(model, {EXPERTS!r}) gives those, and hookscope.routing(cap) their statistics"
     )
 
 
