@@ -62,7 +62,7 @@ from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured, undefined
 from .deepspeed_reads import ZeroReads, is_engine, zero_of
-from .experts import ExpertRows
+from .expert_rows import ExpertRows
 from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
 from .rank_sums import RankRows, Ranks, merge
@@ -212,7 +212,7 @@ class Watch(Block, display.Shows):
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._undefined: dict[str, dict[str, list[int]]] = {}  # site -> column -> steps (collect.undefined)
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
-        self._experts = ExpertRows(model, self.sites)  # a row per fused expert, routing scalars (train.experts)
+        self._experts = ExpertRows(model, self.sites)  # a row per fused expert, routing scalars (train.expert_rows)
         self._rows.update({name: [] for name in self._experts.names})
         if self._experts.units:
             warnings.warn(f"hookscope.watch: {self._experts.note} {FUSED_NOTE}", CaptureWarning, stacklevel=3)

@@ -1,4 +1,4 @@
-"""``watch`` on fused mixture-of-experts layers (``hookscope.train.experts``): a row per expert whose gradient
+"""``watch`` on fused mixture-of-experts layers (``hookscope.train.expert_rows``): a row per expert whose gradient
 norm is that of its slice of the fused gradients, computed here by hand, and the routing as scalars."""
 
 from __future__ import annotations
