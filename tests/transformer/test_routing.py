@@ -4,6 +4,7 @@ load-balancing loss against transformers' own ``load_balancing_loss_func``, and 
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,3 +93,13 @@ def test_routing_is_a_section_of_a_report_page() -> None:
         model(ids)
     page = hookscope.render_html(hookscope.build_report(model, ids, sections=[hookscope.routing(cap)]))
     assert 'id="routing"' in page and "How are tokens routed to experts?" in page
+
+
+def test_routing_of_a_saved_capture_equals_the_capture_s(tmp_path: Path) -> None:
+    model = tiny_moe("qwen3_moe")
+    with hookscope.capture(model, ":experts") as cap:
+        model(torch.tensor([[5, 4, 3, 2, 1, 0]]))
+    here, stored = hookscope.routing(cap), hookscope.routing(hookscope.load(hookscope.save(cap, tmp_path / "a").path))
+    assert stored.routers == here.routers == {FUSED.format(0): router_name("qwen3_moe")}
+    a, b = here[FUSED.format(0)], stored[FUSED.format(0)]
+    assert torch.equal(a.tokens, b.tokens) and a.aux_loss == pytest.approx(b.aux_loss) and a.total == b.total

@@ -11,17 +11,18 @@ section ("How are tokens routed to experts?").
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from ..base.display import Shows, shows_as, table_of
 from ..base.words import columns
-from ..core.capture import Capture
 from ..core.experts import EXPERT, EXPERTS, RouterStats, prob_sums, router_of, router_stats
-from ..core.records import Call
+from ..core.records import Call, Record
 from ..errors import NotCapturedError
 from ..viz.fragments import Safe, note, table, view
 
@@ -56,11 +57,12 @@ class Routing(Mapping[str, RouterStats], Shows):
         return table_of(self)
 
 
-def routing(cap: Capture) -> Routing:
+def routing(cap: Mapping[str, Record]) -> Routing:
     """The router statistics of every fused experts module that ``cap`` split into experts (``":experts"``).
 
     Args:
-        cap: a finished capture whose selection held ``":experts"`` (or the experts modules by name).
+        cap: a finished capture whose selection held ``":experts"``, or a store of one (``hookscope.save``,
+            ``hookscope.load``).
 
     Returns:
         A ``Routing``: per experts module, the tokens per expert over every call, their coefficient of
@@ -75,18 +77,34 @@ def routing(cap: Capture) -> Routing:
             f"this capture has no expert sites; capture with select={EXPERTS!r} (a mixture-of-experts model whose "
             "experts are fused 3-D parameters) and read routing(cap) after the block"
         )
-    named = [] if cap.model is None else list(cap.model.named_modules())
     found = Routing()
     for name in [n for n in cap if n in experts]:
-        router = router_of(named, name) if name in dict(named) else None
-        found.routers[name] = router if router in cap else None
-        found.layers[name] = _stats(cap, name, found.routers[name])
+        count = _count(cap, name)
+        found.routers[name] = _router_site(cap, name, count)
+        found.layers[name] = _stats(cap, name, count, found.routers[name])
     return found
 
 
-def _stats(cap: Capture, name: str, router: str | None) -> RouterStats:
+def _router_site(cap: Mapping[str, Record], name: str, count: int) -> str | None:
+    """The site of the router beside the experts module ``name``: found in the model of a capture, else the
+    sibling site whose output ends with ``count`` logits (a store); None when it was not captured."""
+    model = getattr(cap, "model", None)
+    if isinstance(model, nn.Module):
+        named = list(model.named_modules())
+        router = router_of(named, name) if name in dict(named) else None
+        return router if router in cap else None
+    parent = name.rpartition(".")[0]
+    for site, record in cap.items():
+        if site != name and record.type != EXPERT and site.rpartition(".")[0] == parent and record.calls:
+            with contextlib.suppress(NotCapturedError):
+                if record.calls[0].get("output").shape[-1] == count:
+                    return site
+    return None
+
+
+def _stats(cap: Mapping[str, Record], name: str, count: int, router: str | None) -> RouterStats:
     """One experts module's ``RouterStats``, from its experts' sites and its router's logits."""
-    sites = [cap[f"{name}.{e}"] for e in range(_count(cap, name))]
+    sites = [cap[f"{name}.{e}"] for e in range(count)]
     tokens = torch.tensor([sum(len(c.get("output", "positions")) for c in r.calls) for r in sites], dtype=torch.float64)
     weights = torch.tensor([sum(float(c.get("output", "weight").sum()) for c in r.calls) for r in sites])
     probs, total = None, 0
@@ -99,7 +117,7 @@ def _stats(cap: Capture, name: str, router: str | None) -> RouterStats:
     return router_stats(tokens, total, weights.double(), probs)
 
 
-def _count(cap: Capture, name: str) -> int:
+def _count(cap: Mapping[str, Record], name: str) -> int:
     count = 0
     while f"{name}.{count}" in cap:
         count += 1
