@@ -75,7 +75,8 @@ def test_routing_shows_as_a_table_and_a_report_section() -> None:
     assert f"{FUSED.format(0)}: tokens per expert {tokens}" in table
     place = section_of(found)
     assert place is not None and place[:2] == ("routing", "How are tokens routed to experts?")
-    assert "tokens per expert" in place[2]
+    assert "tokens per expert" in place[2] and '<img class="hs-thumb" src="data:image/png;base64,' in place[2]
+    assert found.plot().size[0] > 200  # the heatmap of each layer's share per expert
 
 
 def test_routing_of_a_capture_without_experts_says_what_to_select() -> None:

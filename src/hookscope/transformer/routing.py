@@ -15,16 +15,22 @@ import contextlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from ..base.display import Shows, shows_as, table_of
+from ..base.display import Shows, plot_of, shows_as, table_of
 from ..base.words import columns
 from ..core.experts import EXPERT, EXPERTS, RouterStats, prob_sums, router_of, router_stats
 from ..core.records import Call, Record
 from ..errors import NotCapturedError
-from ..viz.fragments import Safe, note, table, view
+from ..viz.charts import figure_image, new_figure
+from ..viz.fonts import FONT, TITLE
+from ..viz.fragments import Safe, image_tag, note, table, view
+
+if TYPE_CHECKING:
+    from PIL.Image import Image
 
 
 @dataclass(eq=False)
@@ -55,6 +61,18 @@ class Routing(Mapping[str, RouterStats], Shows):
             The table, as text.
         """
         return table_of(self)
+
+    def plot(self) -> Image:
+        """Each layer's share of the tokens per expert, a row per layer (a PIL image; white: a fair share).
+
+        Returns:
+            A PIL image.
+
+        Raises:
+            MissingDependencyError: matplotlib or Pillow is not installed.
+        """
+        image: Image = plot_of(self)
+        return image
 
 
 def routing(cap: Mapping[str, Record]) -> Routing:
@@ -149,14 +167,36 @@ def routing_table(result: Routing) -> str:
     return "\n".join(lines)
 
 
+def routing_plot(result: Routing) -> Image:
+    """A heatmap, a row per experts module and a column per expert: its share of the module's choices over the
+    fair share (1 / experts), on a log scale centred on 1."""
+    count = max(len(s.tokens) for s in result.values())
+    shares = torch.full((len(result), count), float("nan"), dtype=torch.float64)
+    for row, stats in enumerate(result.values()):
+        shares[row, : len(stats.tokens)] = stats.tokens / stats.tokens.sum().clamp(min=1) * len(stats.tokens)
+    label = max(len(name) for name in result)
+    fig = new_figure(min(2.5 + 0.25 * count + 0.07 * label, 14.0), 1.4 + 0.3 * len(result))
+    ax = fig.subplots()
+    top = max(float(shares.nan_to_num(1.0).clamp(min=1e-3).log2().abs().max()), 1.0)
+    shown = ax.imshow(shares.clamp(min=1e-3).log2().numpy(), cmap="RdBu_r", vmin=-top, vmax=top, aspect="auto")
+    ax.set_yticks(range(len(result)), list(result), fontsize=FONT)
+    if count <= 32:
+        ax.set_xticks(range(count))
+    ax.set_xlabel("expert", fontsize=FONT)
+    ax.set_title("tokens per expert / a fair share (log2)", fontsize=TITLE)
+    fig.colorbar(shown, ax=ax)
+    return figure_image(fig)
+
+
 def _place(result: Routing) -> tuple[str, str]:
     return "routing", "How are tokens routed to experts?"
 
 
-@shows_as(Routing, table=routing_table, section=_place)
+@shows_as(Routing, table=routing_table, plot=routing_plot, section=_place)
 def routing_html(result: Routing) -> Safe:
     """The table of ``routing_table`` and one row of tokens per expert for each module."""
-    body = table(HEADER, [_row(n, s) for n, s in result.items()], numeric=range(1, len(HEADER)))
+    body = image_tag(result.plot(), alt="tokens per expert, a row per layer", width=None)
+    body = Safe(body + table(HEADER, [_row(n, s) for n, s in result.items()], numeric=range(1, len(HEADER))))
     count = max((len(s.tokens) for s in result.values()), default=0)
     per_expert = [[name, *(str(int(t)) for t in s.tokens)] for name, s in result.items()]
     body = Safe(body + table(["tokens per expert", *map(str, range(count))], per_expert, numeric=range(1, count + 1)))
