@@ -104,6 +104,7 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .transformer.page import build_text_report
     from .transformer.recurrent import linear_attention
     from .transformer.rollout import Rollout, attention_rollout
+    from .transformer.routing import Routing, routing
     from .viz.charts import gradient_flow_plot, histogram_plot
     from .viz.images import feature_grid, overlay, panel
 
@@ -164,6 +165,7 @@ _HOMES = {
     ".transformer.page": "build_text_report",
     ".transformer.recurrent": "linear_attention",
     ".transformer.rollout": "Rollout attention_rollout",
+    ".transformer.routing": "Routing routing",
     ".viz.charts": "gradient_flow_plot histogram_plot",
     ".viz.images": "feature_grid overlay panel",
 }
@@ -217,6 +219,7 @@ __all__ = [
     "Report",
     "RequestEdits",
     "Rollout",
+    "Routing",
     "Run",
     "RunningStats",
     "SelectionError",
@@ -272,6 +275,7 @@ __all__ = [
     "pick_layer",
     "probe",
     "render_html",
+    "routing",
     "save",
     "select_modules",
     "show",

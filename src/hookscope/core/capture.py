@@ -38,6 +38,7 @@ from .block import Block
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import FUNCTIONAL_CALL, IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
+from .experts import ExpertSites, left_out_note
 from .hooks import HandleGroup
 from .inference import swapped, transform
 from .kinds import Kind, at, choose, misspelled, names
@@ -46,7 +47,7 @@ from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
 from .records import Call, Record, SitesPlot
 from .scripted import hookable
-from .select import Selector, select_modules
+from .select import Selector, experts_selected, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
 
 
@@ -152,6 +153,10 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         records = {
             name: Record(name, type(m).__name__, self.kinds, channels=channel_count(m)) for name, m in self._modules
         }
+        # one site per fused expert when ":experts" is asked for (core.experts); select=None names them in a warning
+        self._experts = ExpertSites(experts_selected(model, select), self.kinds)
+        records.update(self._experts.records)
+        self._left_out = left_out_note(model, select)
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
@@ -199,6 +204,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
     def _install(self, handles: HandleGroup) -> None:
         for note in shard_notes(self.model, self._modules, this_rank()):  # outputs that are pieces (core.placement)
             warnings.warn(f"hookscope.capture: {note}", CaptureWarning, stacklevel=4)
+        if self._left_out is not None:
+            warnings.warn(self._left_out, CaptureWarning, stacklevel=4)
         for name, module in self._modules:
             self._hook(self._records[name], module)
 
@@ -285,6 +292,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
         self._handles.on_forward(module, partial(self._after, record))
+        self._experts.hook(self._handles, record.name, self._keep_all, partial(next, self._order))
         if self._param_grads:
             trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
             self._hooked[record.name] = dict(trainable)

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..errors import CaptureWarning
 from .compiled import compiled_frames, named_modules
+from .experts import EXPERT
 from .kinds import Kind, at
 from .records import Call, Record
 from .uncalled import LIKELY, never_called
@@ -73,7 +74,7 @@ def never_called_reason(records: Iterable[Record], *, eager: bool, cleared: bool
 def uncalled_reasons(records: Mapping[str, Record], model: nn.Module | None, compiled: str | None,
                      cleared: set[str]) -> dict[str, str]:  # fmt: skip
     """Site -> why it was never called, for each site that was not (``compiled`` stands for all when given)."""
-    idle = [name for name, record in records.items() if not record.calls and name not in cleared]
+    idle = [n for n, r in records.items() if not r.calls and n not in cleared and r.type != EXPERT]
     if not idle or compiled is not None or model is None:
         return dict.fromkeys(idle, compiled or LIKELY)
     modules = dict(named_modules(model))
@@ -158,6 +159,9 @@ def site_problems(
     its parameters; ``grads_seen``: a backward pass reached any hooked tensor of the capture;
     ``never_called``: the reason given when the site was never called.
     """
+    if record.type == EXPERT:  # a fused expert (core.experts): no call is no token routed to it (routing() says)
+        yield from ((k, record.missing[k]) for k in gradient_kinds if record.calls and k in record.missing)
+        return
     if not record.calls:
         if cleared:
             return

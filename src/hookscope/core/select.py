@@ -11,6 +11,10 @@ A selector is one of:
 * ``":blocks"``: the model's repeated blocks (``blocks``: ``layer1.0`` ... ``layer4.1`` on a
   ResNet, ``_blocks.0`` ... on an EfficientNet, ``encoder.layers.encoder_layer_0`` ... on a ViT),
   or every leaf when it has none,
+* ``":experts"``: each mixture-of-experts layer whose experts are fused into 3-D parameters
+  (transformers 5's Qwen3-MoE, Mixtral, gpt-oss) and the router beside it; a capture also gets one
+  site per expert, ``<experts>.<e>``, with the tokens routed to it (``hookscope.core.experts``);
+  ``"<name or glob>:experts"`` (``"model.layers.0:experts"``): those below the modules it names,
 * a list or tuple of any of these (each entry must match at least one module).
 
 ``None`` selects every leaf module (a module with no children) here and in the functions the table
@@ -64,6 +68,7 @@ from ..base.words import closest
 from ..errors import SelectionError
 from .blocks import blocks, unique
 from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, plain_name, unwrap
+from .experts import EXPERTS, expert_units
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -151,6 +156,9 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
         if single == BLOCKS:
             matched |= {name for name, _ in (blocks(model) or select_modules(model))}
             continue
+        if isinstance(single, str) and single.endswith(EXPERTS):  # ":experts", or "<modules>:experts"
+            matched |= set(_experts_of(model, named, single))
+            continue
         single = parallel_name(model, single) if isinstance(single, str) else single  # "module.layer4" too
         match = _matcher(_eager(single) if wrapped else single)
         hits = [(name, module) for name, module in named if match(name, module)]
@@ -158,6 +166,31 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
             raise SelectionError(_no_match_message(single, model, named))
         matched |= {name for name, _ in (_untrivial(hits) if is_pattern(single) else hits)}
     return unique([(n, m) for n, m in named if n in matched])
+
+
+def _experts_of(model: nn.Module, named: list[tuple[str, nn.Module]], selector: str) -> list[str]:
+    """What ``":experts"`` picks (``core.experts.expert_units``), or ``"<name or glob>:experts"`` below the modules
+    it names."""
+    if selector != EXPERTS:
+        test = _name_matcher(selector.removesuffix(EXPERTS))
+        chosen = [n for n, _ in named if test(n)]
+        named = [(n, m) for n, m in named if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
+    found = expert_units(named)
+    if not found:
+        raise SelectionError(
+            f"{selector!r} found no fused experts in {type(unwrap(model)).__name__}: no module there holds "
+            "(experts, ...) parameters, one of them 3-D; select a mixture-of-experts layer's experts by name instead"
+        )
+    return found
+
+
+def experts_selected(model: nn.Module | None, select: Selector | None) -> list[tuple[str, nn.Module]]:
+    """The modules the ``":experts"`` entries of ``select`` pick (``"<modules>:experts"`` too): a capture keeps one
+    site per expert of the fused experts modules among them (``core.experts.ExpertSites``)."""
+    if model is None or select is None:
+        return []
+    asked = [s for s in _entries(select) if isinstance(s, str) and s.endswith(EXPERTS)]
+    return select_modules(model, asked) if asked else []
 
 
 def modules_under(model: nn.Module, select: Selector) -> list[tuple[str, nn.Module]]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,13 @@ from ..base.world import World
 from ..core import kinds
 from ..core.capture import capture
 from ..core.channels import channel_count
+from ..core.experts import unwritten_note
 from ..core.kinds import Kind
 from ..core.policy import Reducer
 from ..core.records import Label
 from ..core.scripted import is_scripted
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import OptionError, StoreError
+from ..errors import OptionError, StoreError, StoreWarning
 from ..progress import Progress
 from ..reducers import reducer_name
 from ..stats.streaming import RunningStats, merge_tables
@@ -165,6 +167,9 @@ def extract(
     run_forward = forward or default_forward(device)
     world = World.join(device)
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
+    if note := unwritten_note(modules := select_modules(model, select), select):  # no site per expert (core.experts)
+        warnings.warn(f"hookscope.extract: {note}", StoreWarning, stacklevel=3)
+        select = [name for name, _ in modules]  # the modules ":experts" picks, not their experts
     if check_layout(layout, stats_only) == "tokens":
         header["config"]["layout"] = layout  # a row store's config has none, as before
     if graph is not None:

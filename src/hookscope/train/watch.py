@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,7 @@ from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import NonFiniteError, NotCapturedError, OptionError
+from ..errors import CaptureWarning, NonFiniteError, NotCapturedError, OptionError
 from ..store.format import FLUSH_EVERY, check_flush_every
 from ..store.series import COLUMNS, SOURCE, Alert, History
 from .alert_bundle import AlertEvidence, evidence_of
@@ -61,6 +62,7 @@ from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
 from .collect import Gathered, host_row, measured, undefined
 from .deepspeed_reads import ZeroReads, is_engine, zero_of
+from .expert_rows import ExpertRows
 from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
 from .rank_sums import RankRows, Ranks, merge
@@ -210,6 +212,10 @@ class Watch(Block, display.Shows):
         self._rows: dict[str, list[list[float]]] = {name: [] for name, _ in self.sites}
         self._undefined: dict[str, dict[str, list[int]]] = {}  # site -> column -> steps (collect.undefined)
         self._dead = DeadWindows(self._rows, thresholds.dead_window)  # each site's alive masks
+        self._experts = ExpertRows(model, self.sites)  # a row per fused expert, routing scalars (train.expert_rows)
+        self._rows.update({name: [] for name in self._experts.names})
+        if self._experts.units:
+            warnings.warn(f"hookscope.watch: {self._experts.note} {FUSED_NOTE}", CaptureWarning, stacklevel=3)
         self._clock = StepClock(
             optimizer,
             on_end=self._ended,
@@ -247,6 +253,7 @@ class Watch(Block, display.Shows):
                 self._flush(self._clock.step_index)  # the step the block ended in, as far as it ran
         finally:
             self._step.disarm()
+            self._experts.disarm()
             try:
                 send(self._sinks, self._scalars.settle())
             finally:
@@ -311,7 +318,8 @@ class Watch(Block, display.Shows):
                 "list them with w.histories()"
             )
         rows = torch.tensor(self._rows[name], dtype=torch.float64).reshape(-1, len(COLUMNS))
-        return History(name, type(dict(self.sites)[name]).__name__, rows, self._undefined.get(name))
+        kind = self._experts.type if name in self._experts.names else type(dict(self.sites)[name]).__name__
+        return History(name, kind, rows, self._undefined.get(name))
 
     def histories(self) -> dict[str, History]:
         """Every watched module's rows (one per logged step), in model order.
@@ -354,6 +362,7 @@ class Watch(Block, display.Shows):
         """Hooks on every site for the step about to run, if it is one that is logged."""
         if not self._clock.step_index % self.every:
             self._step.arm(keep=bool(self._boards), rank=self._ranks.rank)
+            self._experts.arm()
 
     def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.is_grad_enabled():  # a training forward pass (evaluation runs without grad)
@@ -375,6 +384,7 @@ class Watch(Block, display.Shows):
         if (gathered := self._step.gathered) is None:
             return
         self._reads.keep_weights(optimizer)
+        self._experts.grads()  # each expert's slice of the fused gradients, as the optimizer sees them
         if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
             self._read_grads(optimizer, gathered, fused_scale(optimizer))
 
@@ -383,6 +393,7 @@ class Watch(Block, display.Shows):
             return
         if self._clock.closure:
             self._read_grads(optimizer, gathered, fused_scale(optimizer))
+        self._experts.updates(self._reads.before)
         self._reads.updates(optimizer, gathered, self._ranks)
 
     def _read_grads(
@@ -401,6 +412,7 @@ class Watch(Block, display.Shows):
     def _flush(self, step: int) -> None:
         """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
         gathered = self._step.disarm()
+        self._experts.disarm()
         self._reads.before.clear()
         assert gathered is not None
         self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
@@ -420,6 +432,9 @@ class Watch(Block, display.Shows):
             logged.update({f"{shown(name)}/{c}": v for c, v in row.items() if c != "step"})
             for board in self._boards:
                 board.histograms(step, shown(name), g, dict(self._reads.named(name)))
+        for name, expert_row in self._experts.rows(step).items():
+            self._rows[name].append(expert_row)
+        self._scalars.add(step, **self._experts.scalars())
         self.alerts.extend(alerts)
         if alerts and self.evidence is not None and not self._ranks.rank:  # rank 0 has every rank's merged rows
             self.evidence.write_alert(alerts[0], self, self._clock.optimizers)
@@ -445,7 +460,7 @@ class Watch(Block, display.Shows):
             "thresholds": {**vars(self.thresholds), "update_ratio": list(self.thresholds.update_ratio)},
             "world_size": self._ranks.size,
         }
-        self._store.open(self.model, config, self.sites)
+        self._store.open(self.model, config, self.sites, dict.fromkeys(self._experts.names, self._experts.type))
         self._write(status="running", ended="")
 
     def _write(self, *, status: str, ended: str, non_finite: NonFiniteError | None = None) -> None:
@@ -457,6 +472,13 @@ class Watch(Block, display.Shows):
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
                           ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
                           non_finite=non_finite)  # fmt: skip
+
+
+FUSED_NOTE = (
+    "hold fused expert parameters, which module hooks see as one tensor for all experts; watch adds a row per "
+    "expert ('<experts>.<e>': the gradient, weight and update of its slice) and the routing of each logged step "
+    "as scalars ('<experts>/tokens_cv', '<experts>/balance_loss', '<experts>/tokens.<e>')"
+)
 
 
 def _watch_table(w: Watch) -> str:

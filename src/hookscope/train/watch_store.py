@@ -38,13 +38,16 @@ class WatchStore:
         """Refuse an existing output unless ``force`` (``base.files.new_output``): before the block touches anything."""
         new_output(self.out, force=self.force, kind="store")
 
-    def open(self, model: nn.Module, config: dict[str, Any], sites: list[tuple[str, nn.Module]]) -> None:
-        """Make the manifest (``sites``: the watched modules); the store itself is made whole by the first
+    def open(self, model: nn.Module, config: dict[str, Any], sites: list[tuple[str, nn.Module]],
+             more: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """Make the manifest (``sites``: the watched modules; ``more``: other series, name -> type, the experts
+        of fused experts modules); the store itself is made whole by the first
         ``write`` (which replaces an old one under ``force``), so a watch whose first write fails leaves
         nothing behind."""
         owned = owned_params(sites)  # each parameter at the one site that owns it
         described = [{"name": n, "type": type(m).__name__, "kinds": [], "params": [p for p, _ in owned[n]]}
                      for n, m in sites]  # fmt: skip
+        described += [{"name": n, "type": t, "kinds": [], "params": []} for n, t in (more or {}).items()]  # experts
         self.manifest = new_manifest(provenance(model), config, described)
 
     def write(self, histories: dict[str, History], alerts: list[Alert], *, status: str, extra: dict[str, Any],
