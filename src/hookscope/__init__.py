@@ -135,6 +135,7 @@ _HOMES = {
     ".probes.probe": "probe",
     ".probes.result": "Probes",
     ".probes.top": "TopExamples",
+    ".probes.views": "",  # no name: importing it registers TopExamples' notebook view and page section
     ".report.build": "build_report",
     ".report.content": "Report",
     ".report.html": "render_html write_report",
