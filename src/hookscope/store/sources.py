@@ -1,0 +1,131 @@
+"""Where a column's items lie, one number each, and the one gather that reads a minibatch of them.
+
+A column's arrays are views of its mapped shard files (``hookscope.store.columns``). Gathering a
+random minibatch array by array (one ``index_select`` per batch it draws from, then an
+``index_copy_`` back into draw order) copies every item twice and takes a Python step per batch.
+``Sources`` sees each file instead as one *row view*: row ``a`` of it is the ``width`` elements from
+element ``a`` of the file (strides ``(1, 1)``: the rows overlap, nothing is copied), so every item of
+every batch in the file is one row of it, and a minibatch drawn from anywhere in one file is one
+``index_select``, straight into draw order. An item's *code* is its row in that view, with the view's
+number above bit ``SHIFT``. An array that is not aligned to its dtype (a file written elsewhere) is a
+source of its own, copied once, as ``Column.array`` reads it. Views are made on first use, in the
+process that reads them (a ``DataLoader`` worker maps its own).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .columns import Column
+from .shards import DTYPES
+
+SHIFT = 40  # a code's source number sits above bit 40: a file of up to 2**40 elements
+ROW = (1 << SHIFT) - 1
+
+
+class Sources:
+    """The row views of one column's files, and the codes of its items in them, for the batches given.
+
+    Args:
+        column: the column (``hookscope.store.columns.Column``) whose items are read.
+        batches: the batches read, in order (``StoreDataset.batches``); a batch's place in it is its slot.
+    """
+
+    def __init__(self, column: Column, batches: list[int]) -> None:
+        self.column, self.batches = column, batches
+        self.numbers: dict[tuple[Any, ...], int] = {}  # ("file", file, dtype, item) or ("array", where, item)
+        self.keys: list[tuple[Any, ...]] = []
+        self._views: dict[int, Tensor] = {}
+        placed = [self._source(column.places[b][0]) for b in batches]
+        self.origin = torch.tensor([(n << SHIFT) + start for n, start, _, _ in placed], dtype=torch.long)
+        self.width = torch.tensor([width for _, _, width, _ in placed], dtype=torch.long)
+        self.first = torch.tensor([column.places[b][1] for b in batches], dtype=torch.long)
+        self.item_bytes = placed[0][3] if placed else 0  # what one item holds
+        self.lookup = None  # item -> row in its array, where a batch's padding is left out
+        if column.masks:
+            self.lookup = torch.cat([self._rows(b) for b in batches])
+
+    def codes(self, slot: int) -> Tensor:
+        """The codes of every item of the batch at ``slot``, in item order.
+
+        Args:
+            slot: the batch's place in ``batches``.
+
+        Returns:
+            A 1-D long tensor, one code per item.
+        """
+        return self._rows(self.batches[slot]) * self.width[slot] + self.origin[slot]
+
+    def items(self, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
+        """The codes of items ``index`` (each item ``offset`` of the batch at ``slot``), as long tensors.
+
+        Args:
+            slot: each item's batch, by its place in ``batches``.
+            offset: each item's place in its batch.
+            index: each item's place in the whole column.
+
+        Returns:
+            A 1-D long tensor, one code per item.
+        """
+        row = self.lookup[index] if self.lookup is not None else self.first[slot] + offset
+        return row * self.width[slot] + self.origin[slot]
+
+    def gather(self, codes: Tensor) -> Tensor:
+        """The items ``codes`` name, in that order: one ``index_select`` per source they lie in.
+
+        Args:
+            codes: a 1-D long tensor of codes (``codes``'s, ``items``').
+
+        Returns:
+            ``(len(codes), *item_shape)``, a new tensor in the column's dtype.
+        """
+        number, row = codes >> SHIFT, codes & ROW
+        if not len(codes) or bool((number == number[0]).all()):  # every item in one file: one gather
+            return self._read(int(number[0]) if len(codes) else 0, row)
+        values, counts = torch.unique(number, return_counts=True)
+        most = int(values[counts.argmax()])
+        here = number == most
+        found = self._read(most, torch.where(here, row, row[here][0]))  # the others' places are filled next
+        for value in (v for v in values.tolist() if v != most):
+            at = (number == value).nonzero().squeeze(1)
+            found.index_copy_(0, at, self._read(value, row[at]))
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:  # a worker maps the files itself, nothing is copied
+        return {**self.__dict__, "_views": {}}
+
+    def _rows(self, batch: int) -> Tensor:
+        """The rows of ``batch``'s items in its array: a range, or the mask's rows where padding is left out."""
+        _, first, count = self.column.places[batch]
+        rows = self.column.masks.get(batch)
+        return torch.arange(first, first + count) if rows is None else rows
+
+    def _read(self, number: int, rows: Tensor) -> Tensor:
+        if not self.keys:  # a column without a batch
+            return torch.empty(0)
+        item = self.keys[number][-1]
+        if number not in self._views:
+            kind, *named, _ = self.keys[number]
+            elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
+            width = math.prod(item)
+            self._views[number] = elements.as_strided((max(elements.numel() - width + 1, 0), width), (1, 1))
+        return torch.index_select(self._views[number], 0, rows).reshape(len(rows), *item)
+
+    def _source(self, where: tuple[Any, ...]) -> tuple[int, int, int, int]:
+        """The array ``where``'s source number, its first element in that source, an item's width and bytes."""
+        file, start, dtype, shape, offsets, _, flat = where
+        item = (shape[-1],) if flat else tuple(shape[1:])
+        width, begin = math.prod(item), start + offsets[0]
+        size = torch.empty((), dtype=DTYPES[dtype]).element_size() if dtype in DTYPES else 0
+        aligned = size > 0 and begin % size == 0
+        if aligned and start + offsets[1] > self.column.whole(file, dtype).numel() * size:
+            self.column.array(where)  # a file shorter than its header says: reading the array names the damage
+        key = ("file", file, dtype, item) if aligned else ("array", where, item)
+        if key not in self.numbers:
+            self.numbers[key] = len(self.keys)
+            self.keys.append(key)
+        return self.numbers[key], begin // size if aligned else 0, width, width * max(size, 1)
