@@ -148,3 +148,18 @@ def test_arrays_not_aligned_to_their_dtype_are_read_as_copies(tmp_path: Path) ->
     assert torch.equal(data[list(range(len(want)))], want)
     stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=4, max_memory=90, seed=5)
     _same(list(stream), reference(want, counts, 12, seed=5, epoch=0, minibatch=4, limit=90))
+
+
+def test_a_minibatchs_memory_comes_back_only_when_nothing_holds_it(tmp_path: Path) -> None:
+    model = TinyLM()
+    run = _extract(tmp_path / "s", model, n=40)
+    want = expected(model, token_batches(40), "mlp", tokens=True)
+    counts = [int(b["attention_mask"].sum()) for b in token_batches(40)]
+    stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=4, max_memory=200, seed=3)
+    wanted = reference(want, counts, 12, seed=3, epoch=0, minibatch=4, limit=200)
+    places = {x.data_ptr() for x in stream}  # each dropped as the next comes: their memory is taken again
+    assert len(wanted) > 30 and len(places) <= 3
+    views = [x[1:] for x in stream]  # a view holds its minibatch's memory, a NumPy array too
+    assert all(torch.equal(v, w[1:]) for v, w in zip(views, wanted, strict=True))
+    arrays = [x.numpy() for x in stream]
+    assert all(torch.equal(torch.from_numpy(a), w) for a, w in zip(arrays, wanted, strict=True))

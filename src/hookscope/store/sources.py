@@ -10,6 +10,12 @@ every batch in the file is one row of it, and a minibatch drawn from anywhere in
 number above bit ``SHIFT``. An array that is not aligned to its dtype (a file written elsewhere) is a
 source of its own, copied once, as ``Column.array`` reads it. Views are made on first use, in the
 process that reads them (a ``DataLoader`` worker maps its own).
+
+A minibatch's memory comes back (``Outputs``): fresh memory is pages the kernel must fault in and
+zero, which cost as much as the gather itself. The memory of a minibatch handed out before is
+written again only when nothing holds it any more: no tensor over it (the minibatch, a view of it,
+a NumPy array made from it, autograd's saved tensors) and not shared with another process (a
+``DataLoader`` worker's minibatches are moved to shared memory as they are sent).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from torch import Tensor
 from .columns import Column
 from .shards import DTYPES
 
+KEPT = 8  # the minibatches whose memory may come back: a consumer holding more gets fresh memory
 SHIFT = 40  # a code's source number sits above bit 40: a file of up to 2**40 elements
 ROW = (1 << SHIFT) - 1
 
@@ -40,6 +47,7 @@ class Sources:
         self.numbers: dict[tuple[Any, ...], int] = {}  # ("file", file, dtype, item) or ("array", where, item)
         self.keys: list[tuple[Any, ...]] = []
         self._views: dict[int, Tensor] = {}
+        self._outputs = Outputs()
         placed = [self._source(column.places[b][0]) for b in batches]
         self.origin = torch.tensor([(n << SHIFT) + start for n, start, _, _ in placed], dtype=torch.long)
         self.width = torch.tensor([width for _, _, width, _ in placed], dtype=torch.long)
@@ -92,11 +100,11 @@ class Sources:
         found = self._read(most, torch.where(here, row, row[here][0]))  # the others' places are filled next
         for value in (v for v in values.tolist() if v != most):
             at = (number == value).nonzero().squeeze(1)
-            found.index_copy_(0, at, self._read(value, row[at]))
+            found.index_copy_(0, at, self._read(value, row[at], fresh=True))
         return found
 
     def __getstate__(self) -> dict[str, Any]:  # a worker maps the files itself, nothing is copied
-        return {**self.__dict__, "_views": {}}
+        return {**self.__dict__, "_views": {}, "_outputs": Outputs()}
 
     def _rows(self, batch: int) -> Tensor:
         """The rows of ``batch``'s items in its array: a range, or the mask's rows where padding is left out."""
@@ -104,7 +112,8 @@ class Sources:
         rows = self.column.masks.get(batch)
         return torch.arange(first, first + count) if rows is None else rows
 
-    def _read(self, number: int, rows: Tensor) -> Tensor:
+    def _read(self, number: int, rows: Tensor, *, fresh: bool = False) -> Tensor:
+        """Rows ``rows`` of source ``number``, into memory that comes back (``fresh``: new memory)."""
         if not self.keys:  # a column without a batch
             return torch.empty(0)
         item = self.keys[number][-1]
@@ -113,7 +122,11 @@ class Sources:
             elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
             width = math.prod(item)
             self._views[number] = elements.as_strided((max(elements.numel() - width + 1, 0), width), (1, 1))
-        return torch.index_select(self._views[number], 0, rows).reshape(len(rows), *item)
+        view = self._views[number]
+        if fresh:
+            return torch.index_select(view, 0, rows).reshape(len(rows), *item)
+        out = self._outputs.empty((len(rows), view.shape[1]), view.dtype)
+        return torch.index_select(view, 0, rows, out=out).reshape(len(rows), *item)
 
     def _source(self, where: tuple[Any, ...]) -> tuple[int, int, int, int]:
         """The array ``where``'s source number, its first element in that source, an item's width and bytes."""
@@ -129,3 +142,36 @@ class Sources:
             self.numbers[key] = len(self.keys)
             self.keys.append(key)
         return self.numbers[key], begin // size if aligned else 0, width, width * max(size, 1)
+
+
+class Outputs:
+    """The memory of the last ``KEPT`` minibatches handed out, taken again once nothing holds it."""
+
+    def __init__(self) -> None:
+        self.given: list[torch.UntypedStorage] = []
+
+    def empty(self, shape: tuple[int, int], dtype: torch.dtype) -> Tensor:
+        """A tensor of ``shape`` and ``dtype`` to fill: over memory handed out before that nothing holds, or new.
+
+        Args:
+            shape: the minibatch's shape, ``(items, width)``.
+            dtype: its dtype.
+
+        Returns:
+            A contiguous tensor whose values are to be written.
+        """
+        nbytes = shape[0] * shape[1] * torch.empty((), dtype=dtype).element_size()
+        free = next((n for n, s in enumerate(self.given) if s.nbytes() == nbytes and _alone(s)), None)
+        if free is None:
+            found = torch.empty(shape, dtype=dtype)
+        else:
+            found = torch.empty(0, dtype=dtype).set_(self.given.pop(free), 0, shape, (shape[1], 1))
+        if nbytes:
+            self.given = [*self.given[-(KEPT - 1) :], found.untyped_storage()]
+        return found
+
+
+def _alone(storage: torch.UntypedStorage) -> bool:
+    """Nothing but this handle holds ``storage``: no tensor over it, and no other process maps it."""
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    return count is not None and count(storage._cdata) == 1 and not storage.is_shared()
