@@ -158,7 +158,7 @@ def test_a_minibatchs_memory_comes_back_only_when_nothing_holds_it(tmp_path: Pat
     stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=4, max_memory=200, seed=3)
     wanted = reference(want, counts, 12, seed=3, epoch=0, minibatch=4, limit=200)
     places = {x.data_ptr() for x in stream}  # each dropped as the next comes: their memory is taken again
-    assert len(wanted) > 30 and len(places) <= 3
+    assert len(wanted) > 30 and len(places) <= 4
     views = [x[1:] for x in stream]  # a view holds its minibatch's memory, a NumPy array too
     assert all(torch.equal(v, w[1:]) for v, w in zip(views, wanted, strict=True))
     arrays = [x.numpy() for x in stream]

@@ -85,22 +85,28 @@ class Sources:
     def gather(self, codes: Tensor) -> Tensor:
         """The items ``codes`` name, in that order: one ``index_select`` per source they lie in.
 
+        The source most of them lie in is read straight into draw order (the places of the others
+        reading one of its rows), then the others' items are read and put in their places.
+
         Args:
             codes: a 1-D long tensor of codes (``codes``'s, ``items``').
 
         Returns:
             ``(len(codes), *item_shape)``, a new tensor in the column's dtype.
         """
+        if not self.keys:  # a column without a batch
+            return torch.empty(0)
         number, row = codes >> SHIFT, codes & ROW
-        if not len(codes) or bool((number == number[0]).all()):  # every item in one file: one gather
-            return self._read(int(number[0]) if len(codes) else 0, row)
-        values, counts = torch.unique(number, return_counts=True)
-        most = int(values[counts.argmax()])
-        here = number == most
-        found = self._read(most, torch.where(here, row, row[here][0]))  # the others' places are filled next
-        for value in (v for v in values.tolist() if v != most):
-            at = (number == value).nonzero().squeeze(1)
-            found.index_copy_(0, at, self._read(value, row[at], fresh=True))
+        held = torch.bincount(number).tolist() if len(codes) else [0]
+        most = held.index(max(held))
+        if held[most] == len(codes):  # every item in one file: one gather
+            return self._read(most, row)
+        others = (number != most).nonzero().squeeze(1)
+        found = self._read(most, row.index_fill(0, others, row[int((number == most).byte().argmax())]))
+        for value in (v for v, count in enumerate(held) if count and v != most):
+            at = others if len(others) == held[value] else others[number[others] == value]
+            theirs = torch.index_select(self._view(value), 0, row[at])
+            found.index_copy_(0, at, theirs.reshape(len(at), *found.shape[1:]))
         return found
 
     def __getstate__(self) -> dict[str, Any]:  # a worker maps the files itself, nothing is copied
@@ -112,21 +118,20 @@ class Sources:
         rows = self.column.masks.get(batch)
         return torch.arange(first, first + count) if rows is None else rows
 
-    def _read(self, number: int, rows: Tensor, *, fresh: bool = False) -> Tensor:
-        """Rows ``rows`` of source ``number``, into memory that comes back (``fresh``: new memory)."""
-        if not self.keys:  # a column without a batch
-            return torch.empty(0)
-        item = self.keys[number][-1]
+    def _view(self, number: int) -> Tensor:
+        """Source ``number``'s row view (made on first use)."""
         if number not in self._views:
-            kind, *named, _ = self.keys[number]
+            kind, *named, item = self.keys[number]
             elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
             width = math.prod(item)
             self._views[number] = elements.as_strided((max(elements.numel() - width + 1, 0), width), (1, 1))
-        view = self._views[number]
-        if fresh:
-            return torch.index_select(view, 0, rows).reshape(len(rows), *item)
+        return self._views[number]
+
+    def _read(self, number: int, rows: Tensor) -> Tensor:
+        """Rows ``rows`` of source ``number``, into memory that comes back."""
+        view = self._view(number)
         out = self._outputs.empty((len(rows), view.shape[1]), view.dtype)
-        return torch.index_select(view, 0, rows, out=out).reshape(len(rows), *item)
+        return torch.index_select(view, 0, rows, out=out).reshape(len(rows), *self.keys[number][-1])
 
     def _source(self, where: tuple[Any, ...]) -> tuple[int, int, int, int]:
         """The array ``where``'s source number, its first element in that source, an item's width and bytes."""
