@@ -38,9 +38,9 @@ from ..base.words import parse_size
 from ..base.world import World
 from ..core.select import Selector
 from ..errors import OptionError
+from .addresses import Addresses
 from .columns import Column, Source, align, columns
 from .format import MAX_MEMORY
-from .sources import Sources
 
 Item = Tensor | tuple[Tensor, ...]
 
@@ -82,7 +82,7 @@ class StoreDataset(Dataset[Item]):
     ) -> None:
         self.columns: list[Column] = columns(source, select, kind, key, by, verify)
         self.batches, self.starts = align(self.columns)
-        self.sources = [Sources(column, self.batches) for column in self.columns]
+        self.addresses = [Addresses(column, self.batches) for column in self.columns]
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -115,7 +115,7 @@ class StoreDataset(Dataset[Item]):
             raise IndexError(f"index out of range for a StoreDataset of {len(self)} items")
         slot = torch.searchsorted(self.starts, index, right=True) - 1  # the batch (position in self.batches)
         offset = index - self.starts[slot]
-        return [source.gather(source.items(slot, offset, index)) for source in self.sources]
+        return [source.gather(source.items(slot, offset, index)) for source in self.addresses]
 
 
 class StoreStream(IterableDataset[Item]):
@@ -166,7 +166,7 @@ class StoreStream(IterableDataset[Item]):
             slot, slots = self.rank * worker.num_workers + worker.id, self.world * worker.num_workers
         order = torch.randperm(len(self.data.batches), generator=_generator(self.seed, self.epoch))
         shuffle = _generator(self.seed, self.epoch, slot + 1)
-        window = _Window(self.data.sources, self.limit, shuffle, self.minibatch or 1)
+        window = _Window(self.data.addresses, self.limit, shuffle, self.minibatch or 1)
         for position in order[slot::slots].tolist():
             window.add(position)
             if window.full():
@@ -183,17 +183,17 @@ class StoreStream(IterableDataset[Item]):
 
 class _Window:
     """The shuffle buffer: the items of the batches read so far and not yet drawn, at most ``limit`` bytes
-    of them, held as codes of their places in the mapped files (``store.sources``: not copies); a drawn
+    of them, held as codes of their places in the mapped files (``store.addresses``: not copies); a drawn
     minibatch is gathered from those files straight into draw order."""
 
-    def __init__(self, sources: list[Sources], limit: int, generator: torch.Generator, minibatch: int) -> None:
-        self.sources, self.generator, self.minibatch = sources, generator, minibatch
-        self.held: list[list[Tensor]] = [[] for _ in sources]  # per column: the codes of the held items
-        self.count, self.limit, self.per_item = 0, limit, sum(source.item_bytes for source in sources)
+    def __init__(self, addresses: list[Addresses], limit: int, shuffle: torch.Generator, minibatch: int) -> None:
+        self.addresses, self.generator, self.minibatch = addresses, shuffle, minibatch
+        self.held: list[list[Tensor]] = [[] for _ in addresses]  # per column: the codes of the held items
+        self.count, self.limit, self.per_item = 0, limit, sum(source.item_bytes for source in addresses)
 
     def add(self, slot: int) -> None:
         """Hold every item of the batch at ``slot`` (its place in ``StoreDataset.batches``)."""
-        for held, source in zip(self.held, self.sources, strict=True):
+        for held, source in zip(self.held, self.addresses, strict=True):
             held.append(source.codes(slot))
         self.count += len(self.held[0][-1])
 
@@ -214,7 +214,7 @@ class _Window:
 
     def gather(self, codes: list[Tensor]) -> list[Tensor]:
         """The items ``codes`` name, of every column (one per column), in that order."""
-        return [source.gather(c) for source, c in zip(self.sources, codes, strict=True)]
+        return [source.gather(c) for source, c in zip(self.addresses, codes, strict=True)]
 
 
 def _one(parts: list[Tensor], *, squeeze: bool) -> Item:

@@ -1,4 +1,4 @@
-"""The one-gather read of ``StoreStream`` and ``StoreDataset`` (``hookscope.store.sources``) yields what the shuffle
+"""The one-gather read of ``StoreStream`` and ``StoreDataset`` (``hookscope.store.addresses``) yields what the shuffle
 buffer has always yielded: the same tokens in the same order, bit for bit, checked against a reference written
 here (the documented buffer, drawn over the model's outputs computed here), across shards, sites, padding,
 dtypes, ranks and ``DataLoader`` workers."""

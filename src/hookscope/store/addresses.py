@@ -3,7 +3,7 @@
 A column's arrays are views of its mapped shard files (``hookscope.store.columns``). Gathering a
 random minibatch array by array (one ``index_select`` per batch it draws from, then an
 ``index_copy_`` back into draw order) copies every item twice and takes a Python step per batch.
-``Sources`` sees each file instead as one *row view*: row ``a`` of it is the ``width`` elements from
+``Addresses`` sees each file instead as one *row view*: row ``a`` of it is the ``width`` elements from
 element ``a`` of the file (strides ``(1, 1)``: the rows overlap, nothing is copied), so every item of
 every batch in the file is one row of it, and a minibatch drawn from anywhere in one file is one
 ``index_select``, straight into draw order. An item's *code* is its row in that view, with the view's
@@ -34,7 +34,7 @@ SHIFT = 40  # a code's source number sits above bit 40: a file of up to 2**40 el
 ROW = (1 << SHIFT) - 1
 
 
-class Sources:
+class Addresses:
     """The row views of one column's files, and the codes of its items in them, for the batches given.
 
     Args:
