@@ -97,10 +97,11 @@ class Addresses:
         if not self.keys:  # a column without a batch
             return torch.empty(0)
         number, row = codes >> SHIFT, codes & ROW
-        held = torch.bincount(number).tolist() if len(codes) else [0]
+        low, high = torch.aminmax(number) if len(codes) else (torch.zeros(()), torch.zeros(()))
+        if low == high:  # every item in one file: one gather
+            return self._read(int(low), row)
+        held = torch.bincount(number).tolist()
         most = held.index(max(held))
-        if held[most] == len(codes):  # every item in one file: one gather
-            return self._read(most, row)
         others = (number != most).nonzero().squeeze(1)
         found = self._read(most, row.index_fill(0, others, row[int((number == most).byte().argmax())]))
         for value in (v for v, count in enumerate(held) if count and v != most):
@@ -165,7 +166,7 @@ class Outputs:
         Returns:
             A contiguous tensor whose values are to be written.
         """
-        nbytes = shape[0] * shape[1] * torch.empty((), dtype=dtype).element_size()
+        nbytes = shape[0] * shape[1] * dtype.itemsize
         free = next((n for n, s in enumerate(self.given) if s.nbytes() == nbytes and _alone(s)), None)
         if free is None:
             found = torch.empty(shape, dtype=dtype)
