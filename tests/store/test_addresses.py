@@ -163,3 +163,16 @@ def test_a_minibatchs_memory_comes_back_only_when_nothing_holds_it(tmp_path: Pat
     assert all(torch.equal(v, w[1:]) for v, w in zip(views, wanted, strict=True))
     arrays = [x.numpy() for x in stream]
     assert all(torch.equal(torch.from_numpy(a), w) for a, w in zip(arrays, wanted, strict=True))
+
+
+def test_threads_reading_one_dataset_get_their_own_memory(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = TinyLM()
+    run = _extract(tmp_path / "s", model, n=40, layout="tokens")
+    want = expected(model, token_batches(40), "mlp", tokens=True)
+    data = hookscope.StoreDataset(run.path, "mlp", by="tokens")
+    asked = [torch.randint(len(want), (64,), generator=torch.Generator().manual_seed(i)) for i in range(200)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(data.__getitem__, asked))
+    assert all(torch.equal(x, want[i]) for x, i in zip(got, asked, strict=True))

@@ -21,6 +21,7 @@ a NumPy array made from it, autograd's saved tensors) and not shared with anothe
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import torch
@@ -111,7 +112,7 @@ class Addresses:
         return found
 
     def __getstate__(self) -> dict[str, Any]:  # a worker maps the files itself, nothing is copied
-        return {**self.__dict__, "_views": {}, "_outputs": Outputs()}
+        return {**self.__dict__, "_views": {}}
 
     def _rows(self, batch: int) -> Tensor:
         """The rows of ``batch``'s items in its array: a range, or the mask's rows where padding is left out."""
@@ -151,10 +152,19 @@ class Addresses:
 
 
 class Outputs:
-    """The memory of the last ``KEPT`` minibatches handed out, taken again once nothing holds it."""
+    """The memory of the last ``KEPT`` minibatches handed out, taken again once nothing holds it (at most
+    ``KEPT`` minibatches' memory stays held after they are dropped). Threads reading one dataset take
+    memory one at a time; another process gets none of it."""
 
     def __init__(self) -> None:
         self.given: list[torch.UntypedStorage] = []
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
 
     def empty(self, shape: tuple[int, int], dtype: torch.dtype) -> Tensor:
         """A tensor of ``shape`` and ``dtype`` to fill: over memory handed out before that nothing holds, or new.
@@ -167,13 +177,14 @@ class Outputs:
             A contiguous tensor whose values are to be written.
         """
         nbytes = shape[0] * shape[1] * dtype.itemsize
-        free = next((n for n, s in enumerate(self.given) if s.nbytes() == nbytes and _alone(s)), None)
-        if free is None:
-            found = torch.empty(shape, dtype=dtype)
-        else:
-            found = torch.empty(0, dtype=dtype).set_(self.given.pop(free), 0, shape, (shape[1], 1))
-        if nbytes:
-            self.given = [*self.given[-(KEPT - 1) :], found.untyped_storage()]
+        with self.lock:
+            free = next((n for n, s in enumerate(self.given) if s.nbytes() == nbytes and _alone(s)), None)
+            if free is None:
+                found = torch.empty(shape, dtype=dtype)
+            else:
+                found = torch.empty(0, dtype=dtype).set_(self.given.pop(free), 0, shape, (shape[1], 1))
+            if nbytes:
+                self.given = [*self.given[-(KEPT - 1) :], found.untyped_storage()]
         return found
 
 
