@@ -87,7 +87,7 @@ class Addresses:
         """The items ``codes`` name, in that order: one ``index_select`` per source they lie in.
 
         The source most of them lie in is read straight into draw order (the places of the others
-        reading one of its rows), then the others' items are read and put in their places.
+        reading its row 0), then the others' items are read and put in their places.
 
         Args:
             codes: a 1-D long tensor of codes (``codes``'s, ``items``').
@@ -104,7 +104,7 @@ class Addresses:
         held = torch.bincount(number).tolist()
         most = held.index(max(held))
         others = (number != most).nonzero().squeeze(1)
-        found = self._read(most, row.index_fill(0, others, row[int((number == most).byte().argmax())]))
+        found = self._read(most, row.index_fill(0, others, 0))  # the others' places read row 0, then are filled
         for value in (v for v, count in enumerate(held) if count and v != most):
             at = others if len(others) == held[value] else others[number[others] == value]
             theirs = torch.index_select(self._view(value), 0, row[at])
