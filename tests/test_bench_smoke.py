@@ -28,6 +28,9 @@ def test_the_smoke_benchmark_runs_and_prints_a_ratio_for_every_tool() -> None:
     leaves = next(row for row in hookscope_rows if "every leaf" in row["case"])
     assert leaves["peak_mb"] is not None and leaves["peak_mb"] > 0
     assert "| tool | ms | bare ms | ratio to bare |" in done.stdout
+    stream = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("STREAM ")]
+    assert [row["reader"] for row in stream] == ["hf arrow, shuffled", "StoreStream, row store"]  # the token stream
+    assert all(math.isfinite(row["cpu_rate"]) and row["cpu_vs_arrow"][1] <= row["cpu_vs_arrow"][0] for row in stream)
 
 
 def test_the_watch_benchmark_runs_and_prints_a_ratio_for_every_tool() -> None:

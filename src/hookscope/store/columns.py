@@ -45,6 +45,7 @@ class Column:
     masks: dict[int, Tensor] = field(default_factory=dict)  # batch -> the rows its tokens are (padding left out)
     verify: bool = True
     _mapped: dict[tuple[Any, ...], Tensor] = field(default_factory=dict, repr=False)
+    _files: dict[tuple[str, str], Tensor] = field(default_factory=dict, repr=False)
 
     def array(self, where: tuple[Any, ...]) -> Tensor:
         """The array ``where`` names: ``(file, data_start, dtype, shape, offsets, crc32, flat)``."""
@@ -57,6 +58,12 @@ class Column:
             self._mapped[where] = tensor.reshape(-1, tensor.shape[-1]) if flat else tensor
         return self._mapped[where]
 
+    def whole(self, file: str, dtype: str) -> Tensor:
+        """The file ``file`` of the store as one 1-D ``dtype`` view (mapped once; bytes already checked)."""
+        if (file, dtype) not in self._files:
+            self._files[file, dtype] = MappedShards(self.run.path, verify=False).whole(file, dtype)
+        return self._files[file, dtype]
+
     def items(self, batch: int) -> Tensor:
         """Every item of ``batch``, in order (a view where there is no padding to leave out)."""
         where, first, count = self.places[batch]
@@ -64,7 +71,7 @@ class Column:
         return rows[self.masks[batch]] if batch in self.masks else rows[first : first + count]
 
     def __getstate__(self) -> dict[str, Any]:  # a worker maps the files itself, nothing is copied
-        return {**self.__dict__, "_mapped": {}}
+        return {**self.__dict__, "_mapped": {}, "_files": {}}
 
 
 def columns(source: Source | Sequence[Source], select: Selector | None, kind: str, key: str | None,

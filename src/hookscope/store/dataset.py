@@ -28,8 +28,6 @@ full, it is shuffled and half of it yielded.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,6 +38,7 @@ from ..base.words import parse_size
 from ..base.world import World
 from ..core.select import Selector
 from ..errors import OptionError
+from .addresses import Addresses
 from .columns import Column, Source, align, columns
 from .format import MAX_MEMORY
 
@@ -83,7 +82,7 @@ class StoreDataset(Dataset[Item]):
     ) -> None:
         self.columns: list[Column] = columns(source, select, kind, key, by, verify)
         self.batches, self.starts = align(self.columns)
-        self._plans = [_plan(column, self.batches) for column in self.columns]
+        self.addresses = [Addresses(column, self.batches) for column in self.columns]
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -116,7 +115,7 @@ class StoreDataset(Dataset[Item]):
             raise IndexError(f"index out of range for a StoreDataset of {len(self)} items")
         slot = torch.searchsorted(self.starts, index, right=True) - 1  # the batch (position in self.batches)
         offset = index - self.starts[slot]
-        return [_gather(plan, slot, offset, index) for plan in self._plans]
+        return [source.gather(source.items(slot, offset, index)) for source in self.addresses]
 
 
 class StoreStream(IterableDataset[Item]):
@@ -166,119 +165,56 @@ class StoreStream(IterableDataset[Item]):
         if worker is not None:
             slot, slots = self.rank * worker.num_workers + worker.id, self.world * worker.num_workers
         order = torch.randperm(len(self.data.batches), generator=_generator(self.seed, self.epoch))
-        mine = [self.data.batches[p] for p in order[slot::slots].tolist()]
-        window = _Window(
-            self.data.columns, self.limit, _generator(self.seed, self.epoch, slot + 1), self.minibatch or 1
-        )
-        for batch in mine:
-            window.add(batch)
+        shuffle = _generator(self.seed, self.epoch, slot + 1)
+        window = _Window(self.data.addresses, self.limit, shuffle, self.minibatch or 1)
+        for position in order[slot::slots].tolist():
+            window.add(position)
             if window.full():
                 yield from self._emit(window, window.draw(half=True))
         yield from self._emit(window, window.draw(half=False))
 
-    def _emit(self, window: _Window, drawn: tuple[Tensor, Tensor]) -> Iterator[Item]:
+    def _emit(self, window: _Window, drawn: list[Tensor]) -> Iterator[Item]:
         """The drawn items, as minibatches of ``minibatch`` (the last one shorter) or one by one."""
         size = self.minibatch or 1
         for start in range(0, len(drawn[0]), size):
-            parts = window.gather(drawn[0][start : start + size], drawn[1][start : start + size])
+            parts = window.gather([codes[start : start + size] for codes in drawn])
             yield _one(parts, squeeze=self.minibatch is None)
 
 
 class _Window:
     """The shuffle buffer: the items of the batches read so far and not yet drawn, at most ``limit`` bytes
-    of them, held as (batch, row) pairs over the batches' mapped arrays (not copies); drawn items are
-    gathered from those arrays into the minibatch (``select``)."""
+    of them, held as codes of their places in the mapped files (``store.addresses``: not copies); a drawn
+    minibatch is gathered from those files straight into draw order."""
 
-    def __init__(self, found: list[Column], limit: int, generator: torch.Generator, minibatch: int) -> None:
-        self.columns, self.generator, self.minibatch = found, generator, minibatch
-        self.parts: dict[int, list[Tensor]] = {}  # batch -> its items, one tensor per column
-        self.batch: list[Tensor] = []  # the held items: their batch, ...
-        self.row: list[Tensor] = []  # ... and row in it
-        self.count, self.limit, self.per_item, self.drew = 0, limit, 0, False
+    def __init__(self, addresses: list[Addresses], limit: int, shuffle: torch.Generator, minibatch: int) -> None:
+        self.addresses, self.generator, self.minibatch = addresses, shuffle, minibatch
+        self.held: list[list[Tensor]] = [[] for _ in addresses]  # per column: the codes of the held items
+        self.count, self.limit, self.per_item = 0, limit, sum(source.item_bytes for source in addresses)
 
-    def add(self, batch: int) -> None:
-        if self.drew:  # the batches whose every item was drawn are let go
-            live = set(torch.unique(torch.cat(self.batch)).tolist()) if self.count else set()
-            self.parts, self.drew = {b: p for b, p in self.parts.items() if b in live}, False
-        parts = [column.items(batch) for column in self.columns]
-        self.per_item = self.per_item or sum(p.shape[1:].numel() * p.element_size() for p in parts)
-        self.parts[batch] = parts
-        self.batch.append(torch.full((len(parts[0]),), batch, dtype=torch.long))
-        self.row.append(torch.arange(len(parts[0])))
-        self.count += len(parts[0])
+    def add(self, slot: int) -> None:
+        """Hold every item of the batch at ``slot`` (its place in ``StoreDataset.batches``)."""
+        for held, source in zip(self.held, self.addresses, strict=True):
+            held.append(source.codes(slot))
+        self.count += len(self.held[0][-1])
 
     def full(self) -> bool:
         return self.count * max(self.per_item, 1) >= self.limit and self.count >= 2
 
-    def draw(self, *, half: bool) -> tuple[Tensor, Tensor]:
-        """A random half of the held items (whole minibatches of them; all at the end), taken out."""
+    def draw(self, *, half: bool) -> list[Tensor]:
+        """A random half of the held items (whole minibatches of them; all at the end), taken out: their codes."""
         if not self.count:
-            return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
-        batch, row = torch.cat(self.batch), torch.cat(self.row)
+            return [torch.empty(0, dtype=torch.long) for _ in self.held]
+        held = [torch.cat(codes) for codes in self.held]
         order = torch.randperm(self.count, generator=self.generator)
         taken = self.count // 2 if half else self.count
         taken -= taken % self.minibatch if half and taken >= self.minibatch else 0
         kept, drawn = order[taken:], order[:taken]
-        self.batch, self.row, self.count, self.drew = [batch[kept]], [row[kept]], self.count - taken, True
-        return batch[drawn], row[drawn]
+        self.held, self.count = [[codes[kept]] for codes in held], self.count - taken
+        return [codes[drawn] for codes in held]
 
-    def gather(self, batch: Tensor, row: Tensor) -> list[Tensor]:
-        """The items at (``batch``, ``row``) of every column, one gather per batch they lie in."""
-        ordered = torch.argsort(batch, stable=True)
-        values, counts = torch.unique_consecutive(batch[ordered], return_counts=True)
-        groups = list(zip(values.tolist(), counts.tolist(), strict=True))
-        return [select(ordered, row, [(self.parts[v][n], c) for v, c in groups]) for n in range(len(self.columns))]
-
-
-def select(ordered: Tensor, row: Tensor, groups: list[tuple[Tensor, int]]) -> Tensor:
-    """Rows ``row`` of arrays: item ``ordered[k]`` is in the array of the group that ``k`` falls in (groups in
-    order, each ``(array, items)``); ``index_select`` per group (far faster than ``array[rows]``)."""
-    if len(groups) == 1:
-        return torch.index_select(groups[0][0], 0, row)
-    sample = groups[0][0]
-    found = torch.empty((len(row), *sample.shape[1:]), dtype=sample.dtype)
-    start = 0
-    for array, count in groups:
-        picked = ordered[start : start + count]
-        torch.index_select(array, 0, row[picked], out=found[start : start + count])
-        start += count
-    return torch.empty_like(found).index_copy_(0, ordered, found)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Where a column's items lie, for a gather: each batch's array and first row (a token's row when
-    padding is left out: ``lookup``, one row per item)."""
-
-    column: Column
-    arrays: list[tuple[Any, ...]]
-    array_of: Tensor  # batch position -> array number
-    first: Tensor  # batch position -> first row in its array
-    lookup: Tensor | None  # item -> row in its array, where a batch's padding is left out
-
-
-def _plan(column: Column, batches: list[int]) -> _Plan:
-    wheres = [column.places[b][0] for b in batches]
-    numbers = {where: n for n, where in enumerate(dict.fromkeys(wheres))}
-    first = torch.tensor([column.places[b][1] for b in batches], dtype=torch.long)
-    lookup = None
-    if column.masks:
-        lookup = torch.cat([column.masks[b] if b in column.masks else torch.arange(f, f + column.places[b][2])
-                            for b, f in zip(batches, first.tolist(), strict=True)])  # fmt: skip
-    return _Plan(column, list(numbers), torch.tensor([numbers[w] for w in wheres], dtype=torch.long), first, lookup)
-
-
-def _gather(plan: _Plan, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
-    """The column's items ``index`` (batch ``slot``, ``offset`` in it), one gather per array they lie in."""
-    array_of = plan.array_of[slot]
-    row = plan.lookup[index] if plan.lookup is not None else plan.first[slot] + offset
-    if not len(index):
-        sample = plan.column.array(plan.arrays[0])
-        return torch.empty((0, *sample.shape[1:]), dtype=sample.dtype)
-    ordered = torch.argsort(array_of, stable=True)
-    values, counts = torch.unique_consecutive(array_of[ordered], return_counts=True)
-    groups = [(plan.column.array(plan.arrays[v]), c) for v, c in zip(values.tolist(), counts.tolist(), strict=True)]
-    return select(ordered, row, groups)
+    def gather(self, codes: list[Tensor]) -> list[Tensor]:
+        """The items ``codes`` name, of every column (one per column), in that order."""
+        return [source.gather(c) for source, c in zip(self.addresses, codes, strict=True)]
 
 
 def _one(parts: list[Tensor], *, squeeze: bool) -> Item:

@@ -149,6 +149,17 @@ class MappedShards:
             return raw.clone().view(kind).reshape(shape)
         return torch.empty(0, dtype=kind).set_(storage, begin // itemsize, shape, _strides(shape))
 
+    def whole(self, file: str, dtype: str) -> Tensor:
+        """Every whole element of ``file`` (header too), as one 1-D ``dtype`` view of its mapping.
+
+        Raises:
+            DamagedShardError: the file is missing, empty or cannot be mapped.
+        """
+        kind = DTYPES[dtype]
+        storage = self._storage(file, 0)
+        count = storage.nbytes() // torch.empty((), dtype=kind).element_size()
+        return torch.empty(0, dtype=kind).set_(storage, 0, (count,), (1,))
+
     def _storage(self, file: str, needed: int) -> torch.UntypedStorage:
         if file not in self._storages:
             path = inside(self.root, file)
