@@ -1,6 +1,7 @@
-"""Every ``hookscope ...`` line of README.md runs as written, and says what its comment claims.
+"""Every ``hookscope ...`` line of the documentation (README.md and every docs/**/*.md page, tests/pages.py)
+runs as written, and says what its comment claims.
 
-The lines come from the README's shell blocks (```bash, ```console, or a line starting with
+The lines come from the pages' shell blocks (```bash, ```console, or a line starting with
 ``hookscope `` / ``$ hookscope``). Each is matched, by its longest prefix, to a plan in ``PLANS``:
 
 - ``run``: run through ``hookscope.cli.main`` in a folder holding the files it names (``cat.jpg``,
@@ -11,9 +12,9 @@ The lines come from the README's shell blocks (```bash, ```console, or a line st
   and its command's ``--help`` must work;
 - ``skip``: not a hookscope run at all (``make``), with the reason.
 
-A README line without a plan fails ``test_every_readme_command_has_a_plan``. Beside them: the
-README's sample error line is what a model that raises prints, and the ``print(...)  # output``
-claims of its Python blocks are what they print (tests/test_api.py runs those blocks; this checks
+A line without a plan fails ``test_every_readme_command_has_a_plan``. Beside them: the sample
+error line (docs/guide/command-line.md) is what a model that raises prints, and the ``print(...)  # output``
+claims of the pages' Python blocks are what they print (tests/test_api.py runs those blocks; this checks
 their comments).
 """
 
@@ -33,8 +34,8 @@ import torch
 
 from hookscope.cli import main
 from hookscope.cli.parser import build_parser
+from tests import pages
 
-README = Path(__file__).parents[1] / "README.md"
 SHELL_BLOCKS = ("bash", "console", "sh", "shell")
 Check = Callable[[Path, str, str], None]  # (folder, stdout, stderr): assert the comment's claim
 
@@ -48,15 +49,17 @@ class Plan:
 
 
 def readme_commands() -> list[tuple[str, str]]:
-    """``(command, claim)`` for every command line of the README's shell blocks, the claim being its comment."""
+    """``(command, claim)`` for every command line of the pages' shell blocks, the claim being its comment;
+    a command shown on two pages is run once."""
     found = []
-    for lang, body in re.findall(r"```(\w*)\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
-        for raw in body.splitlines():
+    for block in (b for page in pages.pages() for b in pages.blocks(page)):
+        for raw in block.body.splitlines():
             line = raw.strip().removeprefix("$ ")
-            shell = lang in SHELL_BLOCKS or line.startswith("hookscope ")
+            shell = block.lang in SHELL_BLOCKS or line.startswith("hookscope ")
             if shell and re.match(r"(hookscope|torchrun|make|python -m hookscope)\s", line):
                 command, _, claim = line.partition(" # ")
-                found.append((command.strip(), claim.strip()))
+                if (command.strip(), claim.strip()) not in found:
+                    found.append((command.strip(), claim.strip()))
     return found
 
 
@@ -195,7 +198,7 @@ PLANS: dict[str, Plan] = {
 def plan_of(command: str) -> Plan:
     """The plan of the longest prefix of ``command`` in PLANS."""
     prefixes = [p for p in PLANS if command.startswith(p)]
-    assert prefixes, f"README line without a plan in tests/test_readme_commands.py: {command}"
+    assert prefixes, f"documentation line without a plan in tests/test_readme_commands.py: {command}"
     return PLANS[max(prefixes, key=len)]
 
 
@@ -312,8 +315,8 @@ def test_readme_command(command: str, claim: str, tmp_path: Path, monkeypatch, c
 
 
 def test_the_sample_error_line_is_what_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The README's one-line error of a model whose forward raises, word for word."""
-    sample = next(line for line in README.read_text(encoding="utf-8").splitlines()
+    """The documentation's one-line error of a model whose forward raises, word for word."""
+    sample = next(line for page in pages.pages() for line in page.read_text(encoding="utf-8").splitlines()
                   if line.startswith("hookscope: error: the model's forward raised"))  # fmt: skip
     monkeypatch.chdir(tmp_path)
     make_files(tmp_path, "my_model.py:broken batch.pt")
@@ -327,21 +330,21 @@ def test_the_sample_error_line_is_what_runs(tmp_path: Path, monkeypatch, capsys)
 NOT_LITERAL = ("~0.98", "what `hookscope info")  # a claim about the output, not the output itself
 
 
-def printed_claims() -> list[tuple[str, list[str]]]:
-    """``(code, claims)`` for each ```python block with ``print(...)  # what it prints`` lines; the code
+def printed_claims() -> list[tuple[pages.Block, str, list[str]]]:
+    """``(block, code, claims)`` for each ```python block with ``print(...)  # what it prints`` lines; the code
     is the block up to its last such line (what follows cannot change what was printed), or the whole
     block where that part alone is not valid Python."""
     found = []
-    for block in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
-        matches = [m for m in re.finditer(r"^[ \t]*print\(.*\)[ \t]+#[ \t]+(.+)$", block, re.M)
+    for block in pages.runnable():
+        matches = [m for m in re.finditer(r"^[ \t]*print\(.*\)[ \t]+#[ \t]+(.+)$", block.body, re.M)
                    if not m.group(1).startswith(NOT_LITERAL)]  # fmt: skip
         if matches:
-            head = block[: matches[-1].end()]
+            head = block.body[: matches[-1].end()]
             try:
-                compile(head, str(README), "exec")
+                compile(head, str(block.page), "exec")
             except SyntaxError:
-                head = block
-            found.append((head, [m.group(1) for m in matches]))
+                head = block.body
+            found.append((block, head, [m.group(1) for m in matches]))
     return found
 
 
@@ -353,13 +356,17 @@ def as_pattern(claim: str) -> str:
 PRINTED = printed_claims()
 
 
-@pytest.mark.parametrize(("block", "claims"), PRINTED, ids=[claims[0][:40] for _, claims in PRINTED])
-def test_readme_prints_what_its_comments_say(block: str, claims: list[str], tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize(("block", "code", "claims"), PRINTED, ids=[block.id for block, _, _ in PRINTED])
+def test_readme_prints_what_its_comments_say(
+    block: pages.Block, code: str, claims: list[str], tmp_path: Path, monkeypatch
+) -> None:
+    """A block's printed claims, checked in a folder of its own: the block may not need its page's earlier
+    blocks' files (each page's blocks also run in order in one folder in tests/test_api.py)."""
     monkeypatch.chdir(tmp_path)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tests/test_api.py runs the blocks with warnings as errors
-        exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
+        exec(compile(code, str(block.page), "exec"), {"__name__": "__main__"})
     lines = printed.getvalue().splitlines()
     for claim in claims:
         assert any(re.fullmatch(as_pattern(claim), line) for line in lines), (claim, lines)
