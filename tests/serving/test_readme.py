@@ -1,4 +1,4 @@
-"""The "Inside vLLM" example (docs/guide/serving.md) runs as written (in its own process) and prints what its comments say.
+"""docs/guide/serving.md's vLLM example runs as written (in its own process) and prints what its comments say.
 
 The main suite leaves the block out (``python vllm``, not ``python``: tests/test_api.py and
 tests/test_readme_commands.py read ``python`` blocks only); this is the one test that runs it.
