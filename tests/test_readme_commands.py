@@ -20,6 +20,7 @@ their comments).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import re
@@ -37,6 +38,13 @@ from hookscope.cli.parser import build_parser
 from tests import pages
 
 SHELL_BLOCKS = ("bash", "console", "sh", "shell")
+# outside a shell block, a line is a command only as `hookscope COMMAND` (not a table row such as benchmarks.md's)
+COMMAND_NAMES = {
+    name
+    for action in build_parser()._actions
+    if isinstance(action, argparse._SubParsersAction)
+    for name in action.choices
+}
 Check = Callable[[Path, str, str], None]  # (folder, stdout, stderr): assert the comment's claim
 
 
@@ -55,7 +63,9 @@ def readme_commands() -> list[tuple[str, str]]:
     for block in (b for page in pages.pages() for b in pages.blocks(page)):
         for raw in block.body.splitlines():
             line = raw.strip().removeprefix("$ ")
-            shell = block.lang in SHELL_BLOCKS or line.startswith("hookscope ")
+            words = line.split()
+            named = len(words) > 1 and words[0] == "hookscope" and words[1] in COMMAND_NAMES
+            shell = block.lang in SHELL_BLOCKS or named
             if shell and re.match(r"(hookscope|torchrun|make|python -m hookscope)\s", line):
                 command, _, claim = line.partition(" # ")
                 if (command.strip(), claim.strip()) not in found:
