@@ -1,9 +1,10 @@
 """Write llms.txt and llms-full.txt (https://llmstxt.org) from the documentation, so they cannot drift from it.
 
 ``llms.txt``: the README's opening, then one link per README section and per page under docs/ (the
-user guide, docs/guide/, and the others) with its first sentence, then the assistant's tools and skills. ``llms-full.txt``: the README, every
-guide and skill, and the API reference (every public name's signature and docstring, as the
-``api`` tool gives it), in one file. Run ``python scripts/llms_txt.py [OUT_DIR]`` (``make llms``);
+user guide, docs/guide/, and the others) with its first sentence, then the assistant's tools and
+skills. ``llms-full.txt``: the README, every page and skill, and the API reference (every public
+name's signature and docstring, as the ``api`` tool gives it), in one file. Run
+``python scripts/llms_txt.py [OUT_DIR]`` (``make llms``);
 tests/test_llms_txt.py checks that the committed llms.txt is what this writes.
 """
 
@@ -14,7 +15,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = sorted(p for p in (ROOT / "docs").rglob("*.md") if not {"_build", "_generated"} & set(p.parts))
+GUIDES = sorted(  # every page under docs/ but a build's folders (_build, _static...) and the generated API pages
+    p
+    for p in (ROOT / "docs").rglob("*.md")
+    if not any(part.startswith(("_", ".")) or part == "api" for part in p.relative_to(ROOT / "docs").parts)
+)
 SKILLS = sorted((ROOT / "skills").glob("*/SKILL.md"))
 LONGEST = 220  # characters of a link's description
 

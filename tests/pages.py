@@ -22,8 +22,12 @@ NOT_RUN = ("vllm", "norun")  # the second words a ```python fence may carry
 
 
 def pages() -> list[Path]:
-    """README.md, then every Markdown page under docs/, sorted."""
-    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    """README.md, then every Markdown page under docs/, sorted; a build's folders (``_build``, ``_static``,
+    any ``_`` or ``.`` name) are no pages."""
+    docs = ROOT / "docs"
+    built = ("_", ".")
+    found = (p for p in docs.rglob("*.md") if not any(d.startswith(built) for d in p.relative_to(docs).parts))
+    return [README, *sorted(found)]
 
 
 def name(page: Path) -> str:
