@@ -68,3 +68,17 @@ def python_blocks(page: Path, word: str = "") -> list[Block]:
 def runnable() -> list[Block]:
     """Every ```python block run in the test venv, page by page, in order."""
     return [b for page in pages() for b in python_blocks(page)]
+
+
+NOT_LITERAL = ("~0.98", "what `hookscope info")  # a claim about the output, not the output itself
+CLAIM = re.compile(r"^[ \t]*print\(.*\)[ \t]+#[ \t]+(.+)$", re.M)
+
+
+def claims(block: Block) -> list[str]:
+    """What the block's ``print(...)  # what it prints`` lines claim, each a line of its output."""
+    return [m.group(1) for m in CLAIM.finditer(block.body) if not m.group(1).startswith(NOT_LITERAL)]
+
+
+def as_pattern(claim: str) -> str:
+    """A claim as a regular expression: ``...`` stands for anything."""
+    return ".*?".join(re.escape(part) for part in claim.split("...")).strip()

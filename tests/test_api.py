@@ -171,13 +171,32 @@ def page_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, Path]:
     return {page: tmp_path_factory.mktemp(page.stem) for page in pages.pages()}
 
 
+@pytest.fixture(scope="module")
+def page_names() -> dict[Path, dict[str, object]]:
+    """One namespace per page: a block uses what the page's earlier blocks defined, as a reader's session has."""
+    return {}
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
-def test_page_examples_run(block: pages.Block, page_folders: dict[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_page_examples_run(
+    block: pages.Block,
+    page_folders: dict[Path, Path],
+    page_names: dict[Path, dict[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Every ```python block of README.md and of each docs/**/*.md page runs as written, without warnings, in
-    order in ONE folder per page: no block trips over a file an earlier one wrote (a store that exists without
-    force=True), and no page needs another page's variables."""
+    order in ONE folder and namespace per page: no block trips over a file an earlier one wrote (a store that
+    exists without force=True), and no page needs another page's variables. What a ``print(...)  # text``
+    line claims is a line of what the block printed (``...`` stands for anything)."""
     monkeypatch.chdir(page_folders[block.page])
-    exec(compile(block.body, str(block.page), "exec"), {"__name__": "__main__"})
+    names = page_names.setdefault(block.page, {"__name__": "__main__"})
+    exec(compile(block.body, str(block.page), "exec"), names)
+    if block == pages.python_blocks(block.page)[-1]:
+        del page_names[block.page]  # the page is done: its models and tensors go
+    printed = capsys.readouterr().out.splitlines()
+    for claim in pages.claims(block):
+        assert any(re.fullmatch(pages.as_pattern(claim), line) for line in printed), (claim, printed)
 
 
 def test_the_pages_have_examples() -> None:

@@ -13,19 +13,15 @@ The lines come from the pages' shell blocks (```bash, ```console, or a line star
 - ``skip``: not a hookscope run at all (``make``), with the reason.
 
 A line without a plan fails ``test_every_readme_command_has_a_plan``. Beside them: the sample
-error line (docs/guide/command-line.md) is what a model that raises prints, and the ``print(...)  # output``
-claims of the pages' Python blocks are what they print (tests/test_api.py runs those blocks; this checks
-their comments).
+error line (docs/guide/command-line.md) is what a model that raises prints. The ``print(...)  # output``
+claims of the pages' Python blocks are checked where tests/test_api.py runs the blocks.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import re
 import shlex
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,49 +330,3 @@ def test_the_sample_error_line_is_what_runs(tmp_path: Path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert code == 1 and sample in err.splitlines()
     assert not (tmp_path / "report").exists()
-
-
-# -- the Python blocks' printed claims ---------------------------------------------------------------
-NOT_LITERAL = ("~0.98", "what `hookscope info")  # a claim about the output, not the output itself
-
-
-def printed_claims() -> list[tuple[pages.Block, str, list[str]]]:
-    """``(block, code, claims)`` for each ```python block with ``print(...)  # what it prints`` lines; the code
-    is the block up to its last such line (what follows cannot change what was printed), or the whole
-    block where that part alone is not valid Python."""
-    found = []
-    for block in pages.runnable():
-        matches = [m for m in re.finditer(r"^[ \t]*print\(.*\)[ \t]+#[ \t]+(.+)$", block.body, re.M)
-                   if not m.group(1).startswith(NOT_LITERAL)]  # fmt: skip
-        if matches:
-            head = block.body[: matches[-1].end()]
-            try:
-                compile(head, str(block.page), "exec")
-            except SyntaxError:
-                head = block.body
-            found.append((block, head, [m.group(1) for m in matches]))
-    return found
-
-
-def as_pattern(claim: str) -> str:
-    """A claim as a regular expression: ``...`` stands for anything."""
-    return ".*?".join(re.escape(part) for part in claim.split("...")).strip()
-
-
-PRINTED = printed_claims()
-
-
-@pytest.mark.parametrize(("block", "code", "claims"), PRINTED, ids=[block.id for block, _, _ in PRINTED])
-def test_readme_prints_what_its_comments_say(
-    block: pages.Block, code: str, claims: list[str], tmp_path: Path, monkeypatch
-) -> None:
-    """A block's printed claims, checked in a folder of its own: the block may not need its page's earlier
-    blocks' files (each page's blocks also run in order in one folder in tests/test_api.py)."""
-    monkeypatch.chdir(tmp_path)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tests/test_api.py runs the blocks with warnings as errors
-        exec(compile(code, str(block.page), "exec"), {"__name__": "__main__"})
-    lines = printed.getvalue().splitlines()
-    for claim in claims:
-        assert any(re.fullmatch(as_pattern(claim), line) for line in lines), (claim, lines)
