@@ -17,7 +17,7 @@ Last, a store of 100,000 small tensors: how long ``load`` takes (it reads the ma
 and ``1`` one after the other (the order turning each round: the first run of a round is often
 the slowest), and the median over rounds of each one's ratio to ``None`` in the same round.
 
-Results go to docs/extract.md by hand; the numbers depend on the machine and its disk.
+Results go to docs/guide/stores.md by hand; the numbers depend on the machine and its disk.
 """
 
 from __future__ import annotations

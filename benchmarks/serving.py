@@ -15,7 +15,7 @@ saved once; ``--prompts`` prompts of 8 to 23 tokens, greedy, ``--new`` new token
 
 Throughput is the tokens whose activations are produced, per second: the prompt and fed tokens of
 every request (the same count in the three). The table gives each one's median over rounds and the
-ratio of ``capture`` to the other two. Results go to docs/serving.md by hand.
+ratio of ``capture`` to the other two. Results go to docs/guide/serving.md by hand.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python examples/compare_pictures.py                 # writes examples/output/compare/cka.png
     python examples/compare_pictures.py --out FOLDER    # writes FOLDER/cka.png
-    python examples/compare_pictures.py --docs          # regenerates the README's docs/images/cka.png
+    python examples/compare_pictures.py --docs          # regenerates the guide's docs/images/cka.png
 
 Every leaf of hookscope's LeNet (trained on scikit-learn's digits, shipped in the package) down,
 the same leaves of the same architecture at its random initialisation (seed 0) across, over the
@@ -29,7 +29,7 @@ def where() -> Path:
     or in docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--out", default=str(OUTPUT / "compare"), help="the folder to write cka.png into")
-    options.add_argument("--docs", action="store_true", help="write the README's docs/images/cka.png instead")
+    options.add_argument("--docs", action="store_true", help="write the guide's docs/images/cka.png instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "cka.png"
 

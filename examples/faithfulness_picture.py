@@ -1,5 +1,5 @@
 """docs/images/faithfulness.png: deletion and insertion curves of two CAMs and a saliency map of
-EfficientNet-Lite0 on the bundled CC0 cat, beside a random and an edge map (the README's example).
+EfficientNet-Lite0 on the bundled CC0 cat, beside a random and an edge map (docs/guide/pictures.md's example).
 
     .venv/bin/python examples/faithfulness_picture.py [OUT.png]
 """

@@ -2,7 +2,7 @@
 
     python examples/graph_picture.py                 # writes examples/output/graph/graph.png
     python examples/graph_picture.py --out FOLDER    # writes FOLDER/graph.png
-    python examples/graph_picture.py --docs          # regenerates the README's docs/images/graph.png
+    python examples/graph_picture.py --docs          # regenerates the guide's docs/images/graph.png
 
 ResNet-18 at its random initialisation (seed 0, no download) on one 64 x 64 input: ``build_report``
 traces the graph in its own pass (``hookscope.graph.trace``) and the page is opened in Chromium
@@ -33,7 +33,7 @@ def where() -> Path:
     or in docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--out", default=str(OUTPUT / "graph"), help="the folder to write graph.png into")
-    options.add_argument("--docs", action="store_true", help="write the README's docs/images/graph.png instead")
+    options.add_argument("--docs", action="store_true", help="write the guide's docs/images/graph.png instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "graph.png"
 

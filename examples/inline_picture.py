@@ -1,4 +1,4 @@
-"""Draws docs/images/inline.png, README's picture of a notebook cell: what `cap` shows inline.
+"""Draws docs/images/inline.png, docs/guide/notebooks.md's picture of a notebook cell: what `cap` shows inline.
 
 The capture's own `_repr_html_` (what Jupyter, VS Code and GitHub show) under a cell prompt, drawn by
 Chromium through Playwright. Run inside the venv: `python examples/inline_picture.py`.

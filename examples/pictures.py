@@ -1,10 +1,10 @@
-"""Draws the pictures shown in README.md (ImageNet EfficientNet-Lite0, CC0 photos).
+"""Draws the pictures shown in the user guide, docs/guide/ (ImageNet EfficientNet-Lite0, CC0 photos).
 
 Run inside the venv:
 
     python examples/pictures.py                 # writes them into examples/output/pictures/
     python examples/pictures.py --out FOLDER    # into FOLDER
-    python examples/pictures.py --docs          # regenerates the README's tracked docs/images/
+    python examples/pictures.py --docs          # regenerates the guide's tracked docs/images/
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def where() -> Path:
     or the tracked docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--out", default=str(OUTPUT / "pictures"), help="the folder to write the pictures into")
-    options.add_argument("--docs", action="store_true", help="write the README's docs/images/ instead")
+    options.add_argument("--docs", action="store_true", help="write the guide's docs/images/ instead")
     args = options.parse_args()
     return DOCS if args.docs else Path(args.out)
 

@@ -2,7 +2,7 @@
 
     python examples/rollout_digits.py                 # writes examples/output/rollout-digits/rollout.jpg
     python examples/rollout_digits.py --out FOLDER    # writes FOLDER/rollout.jpg
-    python examples/rollout_digits.py --docs          # regenerates the README's docs/images/rollout.jpg
+    python examples/rollout_digits.py --docs          # regenerates the guide's docs/images/rollout.jpg
 
 A torchvision ``VisionTransformer`` (32 x 32 input, 4 x 4 patches, 3 layers, 3 heads, 48 wide) is
 trained for a minute on one CPU thread on scikit-learn's handwritten digits (the train split
@@ -55,7 +55,7 @@ def where() -> Path:
     or the tracked docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--out", default=str(OUTPUT / "rollout-digits"), help="the folder to write rollout.jpg into")
-    options.add_argument("--docs", action="store_true", help="write the README's docs/images/rollout.jpg instead")
+    options.add_argument("--docs", action="store_true", help="write the guide's docs/images/rollout.jpg instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "rollout.jpg"
 

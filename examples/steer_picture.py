@@ -1,10 +1,10 @@
-"""Draws steer_sweep.png: the README's steering sweep ("Steer a model") on a tiny random GPT-2.
+"""Draws steer_sweep.png: the steering sweep of docs/guide/steer.md on a tiny random GPT-2.
 
     python examples/steer_picture.py                 # writes examples/output/steer/steer_sweep.png
     python examples/steer_picture.py --out FOLDER    # writes FOLDER/steer_sweep.png
-    python examples/steer_picture.py --docs          # regenerates the README's docs/images/steer_sweep.png
+    python examples/steer_picture.py --docs          # regenerates the guide's docs/images/steer_sweep.png
 
-The same model, direction, prompts and scales as the README's example: the direction ``W[7] - W[9]``
+The same model, direction, prompts and scales as docs/guide/steer.md's example: the direction ``W[7] - W[9]``
 (two rows of the unembedding) added to block 1's output over 16 random prompts, the propensity
 ``log p(7) - log p(9)`` read after each, and the KL divergence on 8 neutral prompts.
 """
@@ -28,7 +28,7 @@ def where() -> Path:
     or in docs/images with ``--docs``."""
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--out", default=str(OUTPUT / "steer"), help="the folder to write steer_sweep.png into")
-    options.add_argument("--docs", action="store_true", help="write the README's docs/images/steer_sweep.png instead")
+    options.add_argument("--docs", action="store_true", help="write the guide's docs/images/steer_sweep.png instead")
     args = options.parse_args()
     return (DOCS if args.docs else Path(args.out)) / "steer_sweep.png"
 

@@ -1,9 +1,10 @@
 """Write llms.txt and llms-full.txt (https://llmstxt.org) from the documentation, so they cannot drift from it.
 
-``llms.txt``: the README's opening, then one link per README section and per guide in docs/ with
-its first sentence, then the assistant's tools and skills. ``llms-full.txt``: the README, every
-guide and skill, and the API reference (every public name's signature and docstring, as the
-``api`` tool gives it), in one file. Run ``python scripts/llms_txt.py [OUT_DIR]`` (``make llms``);
+``llms.txt``: the README's opening, then one link per README section and per page under docs/ (the
+user guide, docs/guide/, and the others) with its first sentence, then the assistant's tools and
+skills. ``llms-full.txt``: the README, every page and skill, and the API reference (every public
+name's signature and docstring, as the ``api`` tool gives it), in one file. Run
+``python scripts/llms_txt.py [OUT_DIR]`` (``make llms``);
 tests/test_llms_txt.py checks that the committed llms.txt is what this writes.
 """
 
@@ -14,7 +15,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = sorted((ROOT / "docs").glob("*.md"))
+GUIDES = sorted(  # every page under docs/ but a build's folders (_build, _static...) and the generated API pages
+    p
+    for p in (ROOT / "docs").rglob("*.md")
+    if not any(part.startswith(("_", ".")) or part == "api" for part in p.relative_to(ROOT / "docs").parts)
+)
 SKILLS = sorted((ROOT / "skills").glob("*/SKILL.md"))
 LONGEST = 220  # characters of a link's description
 
@@ -77,7 +82,7 @@ def llms_txt() -> str:
         text = guide.read_text(encoding="utf-8")
         title = text.splitlines()[0].lstrip("# ").strip()
         body = text.split("\n", 1)[1]
-        lines.append(f"- [{title}](docs/{guide.name}): {first_sentence(body)}")
+        lines.append(f"- [{title}]({guide.relative_to(ROOT).as_posix()}): {first_sentence(body)}")
     lines += [
         "", "## Tools for assistants", "",
         "- MCP server: `python -m hookscope.mcp` (`pip install 'hookscope[mcp]'`) serves read-only tools over "

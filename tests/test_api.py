@@ -1,4 +1,5 @@
-"""The public surface: what `import hookscope` exports, and the README's examples, run as written."""
+"""The public surface: what `import hookscope` exports, and the documentation's examples (README.md and every
+docs/**/*.md page), run as written."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import hookscope
+from tests import pages
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+BLOCKS = pages.runnable()
 
 
 def test_exported_members() -> None:
@@ -165,18 +166,50 @@ def test_import_is_light() -> None:
 
 
 @pytest.fixture(scope="module")
-def readme_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder for all the README's blocks, as a reader running them top to bottom has."""
-    return tmp_path_factory.mktemp("readme")
+def page_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, Path]:
+    """One folder per page for all its blocks, as a reader running them top to bottom has."""
+    return {page: tmp_path_factory.mktemp(page.stem) for page in pages.pages()}
 
 
-@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"block{i}" for i in range(len(PYTHON_BLOCKS))])
-def test_readme_examples_run(block: str, readme_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every ```python block in README.md runs as written, without warnings, in order in ONE folder: no block
-    trips over a file an earlier one wrote (a store that exists without force=True)."""
-    monkeypatch.chdir(readme_folder)
-    exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
+@pytest.fixture(scope="module")
+def page_names() -> dict[Path, dict[str, object]]:
+    """One namespace per page: a block uses what the page's earlier blocks defined, as a reader's session has."""
+    return {}
 
 
-def test_readme_has_examples() -> None:
-    assert len(PYTHON_BLOCKS) >= 15
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
+def test_page_examples_run(
+    block: pages.Block,
+    page_folders: dict[Path, Path],
+    page_names: dict[Path, dict[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every ```python block of README.md and of each docs/**/*.md page runs as written, without warnings, in
+    order in ONE folder and namespace per page: no block trips over a file an earlier one wrote (a store that
+    exists without force=True), and no page needs another page's variables. What a ``print(...)  # text``
+    line claims is a line of what the block printed (``...`` stands for anything)."""
+    monkeypatch.chdir(page_folders[block.page])
+    names = page_names.setdefault(block.page, {"__name__": "__main__"})
+    exec(compile(block.body, str(block.page), "exec"), names)
+    if block == pages.python_blocks(block.page)[-1]:
+        del page_names[block.page]  # the page is done: its models and tensors go
+    printed = capsys.readouterr().out.splitlines()
+    for claim in pages.claims(block):
+        assert any(re.fullmatch(pages.as_pattern(claim), line) for line in printed), (claim, printed)
+
+
+def test_the_pages_have_examples() -> None:
+    """A quick start per main use in the README, the rest in the guide: no page's blocks went missing unseen."""
+    assert len(pages.python_blocks(pages.README)) >= 6 and len(BLOCKS) >= 60
+
+
+@pytest.mark.parametrize("page", pages.pages(), ids=pages.name)
+def test_a_block_not_run_here_says_where_or_why(page: Path) -> None:
+    """The fence rule: ```python alone runs here; a second word means it does not: ```python vllm runs under
+    `make test-vllm`, ```python norun says why on its first line (`# not run: <reason>`)."""
+    for block in pages.blocks(page):
+        if block.lang == "python" and block.word:
+            assert block.word in pages.NOT_RUN, f"{block.id}: ```python {block.word} is neither vllm nor norun"
+            first = block.body.splitlines()[0] if block.body.strip() else ""
+            assert block.word != "norun" or re.fullmatch(r"# not run: \S.*", first), f"{block.id}: {first!r}"

@@ -1,4 +1,4 @@
-"""examples/train_lenet_watch.py runs as README says: it trains, prints the history and alerts, and
+"""examples/train_lenet_watch.py runs as docs/guide/watch.md says: it trains, prints the history and alerts, and
 writes a store that ``hookscope info`` reads and a training report."""
 
 from __future__ import annotations

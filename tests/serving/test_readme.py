@@ -1,4 +1,4 @@
-"""README's "Inside vLLM" example runs as written (in its own process) and prints what its comments say.
+"""docs/guide/serving.md's vLLM example runs as written (in its own process) and prints what its comments say.
 
 The main suite leaves the block out (``python vllm``, not ``python``: tests/test_api.py and
 tests/test_readme_commands.py read ``python`` blocks only); this is the one test that runs it.
@@ -14,11 +14,11 @@ from .tiny import needs_vllm, result
 
 needs_vllm()
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "serving.md"
 
 
 def test_the_vllm_example_prints_what_its_comments_say(engines: dict[str, subprocess.Popen[str]]) -> None:
-    block = re.findall(r"```python vllm\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    block = re.findall(r"```python vllm\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
     assert len(block) == 1
     claims = re.findall(r"^print\(.*\)\s+# (.*)$", block[0], flags=re.M)
     assert len(claims) == 2

@@ -31,7 +31,7 @@ def build():
 
 
 def _nan_run(folder: Path, monkeypatch: pytest.MonkeyPatch, **options: object) -> hookscope.NonFiniteError:
-    """The README's NaN example, its model in a module of ``folder``, under nan_guard(**options)."""
+    """docs/guide/nan-guard.md's example, its model in a module of ``folder``, under nan_guard(**options)."""
     (folder / "nan_model.py").write_text(NAN_MODEL)
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.delitem(sys.modules, "nan_model", raising=False)
@@ -109,7 +109,7 @@ def test_bad_evidence_options_are_refused_before_training(tmp_path: Path) -> Non
 
 
 def test_the_dead_units_alert_bundle_has_the_dead_fraction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's watch example: 20 of 32 ReLUs can never fire."""
+    """docs/guide/watch.md's example: 20 of 32 ReLUs can never fire."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
     with torch.no_grad():

@@ -30,7 +30,7 @@ the model. It is the one way ``probe``, ``directions``, ``StoreDataset``, ``Stor
 ``compare.cka`` read a store's sites.
 
 Each public function's default and what ``select=None`` picks there (``tests/test_vocabulary.py``
-reads this table; the README's vocabulary table says the same):
+reads this table; docs/guide/vocabulary.md's table says the same):
 
 | function | default | ``select=None`` picks |
 |---|---|---|

@@ -2,7 +2,7 @@
 
 ::
 
-    graph.plot().save("graph.png")     # what the notebook shows as a picture, and the README's
+    graph.plot().save("graph.png")     # what the notebook shows as a picture, and the guide's
 
 Curves are drawn as straight lines and back edges as elbows up the right side; colours, names
 and types are the SVG's. Pillow is imported here (``pip install 'hookscope[viz]'``).

@@ -9,8 +9,8 @@ A store is a folder::
       stats/r0-1a2b3c4d-000003.safetensors    while a statistics run is going: each rank's latest checkpoint
       .lock                                   while a run writes it: its process and host (``hookscope.store.lock``)
 
-The manifest (``"format": "hookscope.store"``, ``"version": 2``, docs/store-format.md) holds ``status`` (``running``
-until the run finishes, then ``complete``), ``provenance`` (hookscope, torch and Python versions,
+The manifest (``"format": "hookscope.store"``, ``"version": 2``, docs/guide/store-format.md) holds ``status``
+(``running`` until the run finishes, then ``complete``), ``provenance`` (hookscope, torch and Python versions,
 the model's class, parameter count and the SHA-256 of its state dict), ``config`` (selectors as
 text, kinds, the reduction's name, statistics mode, processes), ``sites`` (name, type, kinds,
 parameters, why something is missing), ``batches``, ``shards``, and ``tensors``: one row per
@@ -50,7 +50,7 @@ from .schema import check_manifest, with_target
 from .shards import MappedShards, one_line, read_index, read_stats, write_stats
 
 FORMAT = "hookscope.store"
-VERSION = 2  # 2: tensors named site/kind/key/call/batch (docs/store-format.md); 1 reads as before
+VERSION = 2  # 2: tensors named site/kind/key/call/batch (docs/guide/store-format.md); 1 reads as before
 MANIFEST = "manifest.json"
 SHARDS = "shards"  # folder of tensor shards
 STATS = "stats.safetensors"  # the merged statistics of a finished statistics-only store
@@ -60,7 +60,7 @@ _END = "\n}\n"  # how the text of a manifest ends
 # flush_every's one default (extract, watch, --flush-every): what a run finished is on disk within this many
 # seconds (extract: plus one shard write; watch: at the end of the first step after it), so a kill loses no more
 FLUSH_EVERY = 5.0
-# Sizes, one default per idea (README "Captures on disk"): SHARD_SIZE, one file a store or an export writes (save,
+# Sizes, one default per idea (docs/guide/stores.md): SHARD_SIZE, one file a store or an export writes (save,
 # extract, export: few files, yet a damaged one loses little); MAX_MEMORY, the tensors a streaming job holds in
 SHARD_SIZE, MAX_MEMORY = "256MB", "1GB"  # memory (extract's finished batches, StoreStream's shuffle buffer)
 _CRC = re.compile(r',\n "manifest_crc32": (\d{1,10})\n}\n\Z')

@@ -8,7 +8,7 @@ tensor stored under several names) takes the name of its first entry. A token-ma
 ``{site}/{kind}/{key}/call{call}/b{first}-{last}``; the inputs a store keeps (token ids, the attention
 mask) are ``inputs/{key}/b{batch}`` (``inputs/{key}/b{first}-{last}`` token-major). Stores of format
 version 1 named them ``b{batch}.{n}`` or ``t{n}``; only the manifest says what those hold, and they read as
-before (``docs/store-format.md``).
+before (``docs/guide/store-format.md``).
 """
 
 from __future__ import annotations
