@@ -58,8 +58,8 @@ test-vllm: $(VLLM_STAMP)
 	HOOKSCOPE_VLLM=1 CI=true $(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/serving
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples scripts
-	$(VENV)/bin/ruff format --check src tests examples scripts
+	$(VENV)/bin/ruff check src tests examples scripts docs/conf.py docs/_ext
+	$(VENV)/bin/ruff format --check src tests examples scripts docs/conf.py docs/_ext
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
