@@ -55,18 +55,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "html"
 
 
-def pages(site: Path) -> dict[str, BeautifulSoup]:
-    """Every built HTML page, parsed, by its path in the site."""
-    return {
-        p.relative_to(site).as_posix(): BeautifulSoup(p.read_text(encoding="utf-8"), "html.parser")
-        for p in site.rglob("*.html")
-    }
+def described(site: Path) -> list[BeautifulSoup]:
+    """The built pages that describe objects (the API pages, the error index), parsed."""
+    texts = (p.read_text(encoding="utf-8") for p in site.rglob("*.html"))
+    return [BeautifulSoup(text, "html.parser") for text in texts if "sig-object" in text]
 
 
+@pytest.fixture(scope="module")
 def entries(site: Path) -> dict[str, Tag]:
-    """Every documented object's description (its ``<dd>``) by its id (``hookscope.capture``, ``hookscope.Run.history``)."""
+    """Every documented object's description (its ``<dd>``) by its id: ``hookscope.capture``, ``hookscope.Run.plot``."""
     found: dict[str, Tag] = {}
-    for soup in pages(site).values():
+    for soup in described(site):
         for dt in soup.select("dt.sig-object[id]"):
             dd = dt.find_next_sibling("dd")
             assert isinstance(dd, Tag)
@@ -86,10 +85,10 @@ def listed(dd: Tag, *fields: str) -> list[str] | None:
     return None
 
 
-def test_every_public_name_has_an_api_entry_with_its_parameters(site: Path) -> None:
+def test_every_public_name_has_an_api_entry_with_its_parameters(entries: dict[str, Tag]) -> None:
     """Functions, classes and their methods (tests/test_docstrings.py's walk): an entry whose table of
     parameters (a dataclass's: its variables) names exactly what the signature takes, in order."""
-    found = entries(site)
+    found = entries
     wrong = []
     for name, (fn, bound, _) in CALLABLES.items():
         dd = found.get(f"hookscope.{name}")
@@ -111,7 +110,7 @@ def test_every_public_name_has_an_api_entry_with_its_parameters(site: Path) -> N
     assert len(CALLABLES) > 150 and not wrong, "\n".join(wrong)
 
 
-def test_the_error_index_has_every_error_class_and_no_other(site: Path) -> None:
+def test_the_error_index_has_every_error_class_and_no_other(entries: dict[str, Tag]) -> None:
     """docs/errors.md: a section per class of hookscope.errors (its docstring, a cause, the fix), and none
     for a class that is gone."""
     text = (DOCS / "errors.md").read_text(encoding="utf-8")
@@ -124,8 +123,7 @@ def test_the_error_index_has_every_error_class_and_no_other(site: Path) -> None:
             and "**Typical cause**" in section
             and "**Fix**" in section
         ), name
-    built = entries(site)
-    assert all(f"hookscope.{name}" in built for name in ERRORS)
+    assert all(f"hookscope.{name}" in entries for name in ERRORS)
     assert all(name in hookscope.__all__ for name in ERRORS)
 
 
