@@ -54,7 +54,6 @@ suppress_warnings: list[str] = []
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented"
 autodoc_member_order = "bysource"
-autodoc_class_signature = "separated"
 autoclass_content = "class"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

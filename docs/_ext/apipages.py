@@ -62,6 +62,14 @@ MODULES = [
     "hookscope.integrations.accelerate",
 ]
 SUBMODULES = {"compare", "edits", "zoo"}  # names of hookscope.__all__ that are modules
+# Public names that are values, not functions or classes: what each is (a value has no docstring of its own).
+VALUES = {
+    "KINDS": "The built-in kinds, in table order: what ``kinds=`` of ``capture`` and ``extract`` takes.",
+    "Kind": "The type of one kind, for type checkers.",
+    "Selector": "What ``select=`` takes: a name or glob, a module, a module class, a predicate ``(name, module) -> "
+    "bool``, or a list of them (``select_modules`` says what it picks).",
+    "EDIT_KINDS": "What an edit can change: what a module receives, what it returns, the gradient of what it returns.",
+}
 
 
 def module_names(dotted: str) -> list[str]:
@@ -85,7 +93,14 @@ def entries() -> dict[str, list[str]]:
     for dotted in MODULES:
         room = dotted.split(".")[1]
         pages[room] += [f"{dotted}.{n}" for n in module_names(dotted)]
-    return {room: names for room, names in pages.items() if names}
+    return {room: sorted(names, key=order) for room, names in pages.items() if names}
+
+
+def order(dotted: str) -> int:
+    """A room's verbs first, then its classes, then its values (a stable sort keeps ``__all__``'s order within)."""
+    owner, _, name = dotted.rpartition(".")
+    obj = getattr(importlib.import_module(owner), name)
+    return 0 if inspect.isfunction(obj) else 1 if inspect.isclass(obj) else 2
 
 
 def directive(dotted: str) -> str:
@@ -97,7 +112,10 @@ def directive(dotted: str) -> str:
         return f".. autoclass:: {dotted}\n" + (f"   :members: {members}\n" if members else "")
     if inspect.isfunction(obj):
         return f".. autofunction:: {dotted}\n"
-    return f".. autodata:: {dotted}\n   :no-value:\n"
+    if name not in VALUES:
+        raise ValueError(f"{dotted} is a value: say what it is in apipages.VALUES")
+    value = " ".join(repr(obj).split())
+    return f".. py:data:: {dotted}\n   :value: {value}\n\n   {VALUES[name]}\n"
 
 
 def own_members(cls: type) -> list[str]:
@@ -116,7 +134,8 @@ def own_members(cls: type) -> list[str]:
 def first_line(dotted: str) -> str:
     """The first line of a name's docstring, for the index's table."""
     owner, _, name = dotted.rpartition(".")
-    doc = inspect.getdoc(getattr(importlib.import_module(owner), name)) or ""
+    obj = getattr(importlib.import_module(owner), name)
+    doc = (inspect.getdoc(obj) or "") if inspect.isclass(obj) or inspect.isfunction(obj) else VALUES[name]
     return doc.split("\n")[0].replace("|", "\\|")
 
 
