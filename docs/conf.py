@@ -76,6 +76,7 @@ FOREIGN = {
         "torch.utils.data.IterableDataset",
         "torch.utils.data.DataLoader",
         "torch.optim.Optimizer",
+        "Optimizer",
         "torch.optim.optimizer.Optimizer",
         "torch._C.Generator",
         "torch.utils.hooks.RemovableHandle",
@@ -102,7 +103,8 @@ FOREIGN = {
 # aliases written by their short name, and the parts of a result that are reached through it.
 INTERNAL = {
     "py:class": [
-        "Pick", "Normalize", "RGB", "Picture", "Heat", "FlowRow", "Target", "Progress",
+        "Pick", "Normalize", "RGB", "Picture", "Heat", "FlowRow", "Target", "Progress", "Reducer", "EditSpec",
+        "Probe", "Source", "LossScale", "worker.Spec",
         "hookscope.core.tree.Leaf", "hookscope.core.tree.Node", "hookscope.core.tree.NotKept",
         "hookscope.core.tree.Plain", "hookscope.edits.tally.EditReport", "hookscope.edits.tokens.Tokens",
         "hookscope.graph.nodes.Edge", "hookscope.graph.nodes.Node", "hookscope.report.content.CamView",
