@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +218,7 @@ def skills() -> list[Path]:
 
 
 def skill_line(path: Path) -> str:
-    """One skill as a line of llms.txt: its name, its path in the repository, and its description."""
+    """One skill as a line of llms.txt: its name, its path (in the repository and in the site), and its description."""
     text = path.read_text(encoding="utf-8")
     head = text.split("---", 2)[1] if text.startswith("---") else ""
     front = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in head.splitlines()) if v}
@@ -226,8 +227,8 @@ def skill_line(path: Path) -> str:
 
 
 def append_reference(app: Sphinx, exception: BaseException | None) -> None:
-    """``build-finished`` (after sphinx-llms-txt): the skills added to llms.txt; the skills and the
-    API reference to llms-full.txt."""
+    """``build-finished`` (after sphinx-llms-txt): the skills added to llms.txt (and copied beside it); the
+    skills and the API reference to llms-full.txt."""
     out = Path(app.outdir)
     short, full = out / app.config.llms_txt_filename, out / app.config.llms_txt_full_filename
     if exception is not None or not short.is_file() or not full.is_file():
@@ -240,6 +241,10 @@ def append_reference(app: Sphinx, exception: BaseException | None) -> None:
     ]  # fmt: skip
     with short.open("a", encoding="utf-8") as stream:
         stream.write("\n".join(tools))
+    for skill in skills():  # beside llms.txt, so that its links work in the built site too
+        copy = out / skill.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(skill, copy)
     with full.open("a", encoding="utf-8") as stream:
         for skill in skills():
             stream.write(
