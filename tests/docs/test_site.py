@@ -166,3 +166,26 @@ def test_pages_fit_a_desktop_and_a_phone_in_chromium(site: Path, page: str, chro
         assert problems == []
     finally:
         view.close()
+
+
+# Each migration page, and whether its peer is a test dependency (so that both sides run).
+PEERS = {"captum": True, "pytorch-grad-cam": True, "torchcam": True, "transformerlens": True}
+PEERS |= {"torchlens": False, "nnsight": False}
+
+
+@pytest.mark.parametrize(("page", "runs"), PEERS.items())
+def test_a_migration_page_checks_both_sides_where_both_run(page: str, runs: bool) -> None:
+    """A peer that is a test dependency: its result and hookscope's compared in a block that runs. One that
+    is not: its side in ```python norun blocks that say why, hookscope's side run."""
+    text = (DOCS / "migrate" / f"{page}.md").read_text(encoding="utf-8")
+    run = re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+    shown = re.findall(r"^```python norun\n(.*?)^```", text, flags=re.M | re.S)
+    assert run, page
+    if runs:
+        assert any("torch.testing.assert_close(" in block for block in run) and not shown, page
+    else:
+        assert shown and all(b.startswith(f"# not run: {page} is not a test dependency") for b in shown), page
+
+
+def test_every_migration_page_is_checked() -> None:
+    assert sorted(PEERS) == sorted(p.stem for p in (DOCS / "migrate").glob("*.md") if p.stem != "index")
