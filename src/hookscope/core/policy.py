@@ -100,7 +100,7 @@ class Policy:
 
     @property
     def to_host(self) -> bool:
-        """Detached copies bound for the CPU: what may take the asynchronous path off an accelerator."""
+        """The detached copies bound for the CPU, which may take the asynchronous path off an accelerator."""
         return self.detach and self.device is not None and self.device.type == "cpu"
 
 

@@ -272,7 +272,7 @@ def project_out(
     call: int | None = None,
 ) -> EditOp:
     """Remove the component along ``direction``: shaped like the tensor's trailing dims (a (D,) vector
-    of tokens, a (C, H, W) map of images), or (k, *those) to remove the span of k directions.
+    of tokens, a (C, H, W) map of images), or ``(k, *those)`` to remove the span of k directions.
 
     Args:
         direction: shaped like the tensor's trailing dims (a ``(D,)`` vector, a ``(C, H, W)`` map), or

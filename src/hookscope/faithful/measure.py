@@ -80,7 +80,7 @@ def faithfulness(
     Args:
         model: the network the maps explain.
         x: the input the maps were made for: an image batch (B, C, H, W), or token ids (B, T).
-        maps: one map (a tensor: (B, H, W) or (B, h, w) resized bilinearly, (B, C, H, W) summed as |value|
+        maps: one map (a tensor: (B, H, W) or (B, h, w) resized bilinearly, (B, C, H, W) summed as ``|value|``
             over channels, (B, T) for tokens; or a ``TokenAttribution``), or a mapping of names to maps.
         target: what the score is: None (each image's top-1 class on ``x``), a class, one class per
             image, or a callable ``logits -> (B,)`` (see ``hookscope.explain.targets``).

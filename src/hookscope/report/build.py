@@ -107,9 +107,9 @@ def build_report(
     (``hookscope.report.sections``). ``graph``: the module graph drawn, a ``Graph`` (``module_graph``, as
     ``save``, ``extract`` and ``build_training_report`` take it), ``True`` (the default): traced by hooks in
     the same pass (which then records gradients, to measure what each module leaves saved for the backward),
-    coloured by mean |gradient| with ``grads``, else by those saved bytes; ``False``: none. ``faithfulness``: measure
-    each CAM's deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC badge
-    under each CAM and a section with the curves.
+    coloured by mean ``|gradient|`` with ``grads``, else by those saved bytes; ``False``: none. ``faithfulness``:
+    measure each CAM's deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC
+    badge under each CAM and a section with the curves.
 
     Args:
         model: the network; it runs once in eval mode, its flags restored after.

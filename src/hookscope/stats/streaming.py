@@ -237,7 +237,7 @@ class RunningStats(Shows):
 
     @property
     def n(self) -> int:
-        """Finite values: what the moments, extremes and histogram cover."""
+        """How many finite values the moments, extremes and histogram cover."""
         return int(self.all.n[0])
 
     @property

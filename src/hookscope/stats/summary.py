@@ -73,7 +73,7 @@ class Summary(Shows):
         std: their population standard deviation (ddof=0).
         min: the smallest finite value.
         max: the largest finite value.
-        mean_abs: the mean of |x| over the finite values.
+        mean_abs: the mean of ``|x|`` over the finite values.
         l2: the Euclidean norm of the finite values.
         zero_fraction: exact zeros over ``count``.
         nan_count: how many elements are NaN.
@@ -151,7 +151,7 @@ class GradientFlow(Sequence[FlowRow], Shows):
     ``plot()`` the chart of ``gradient_flow_plot``.
 
     Args:
-        rows: one ``FlowRow`` per site (name, mean |grad|, max |grad|, elements), in forward order.
+        rows: one ``FlowRow`` per site (name, mean ``|grad|``, max ``|grad|``, elements), in forward order.
         kind: the gradient kind the rows measure (``grad_output``, ``grad_input`` or ``param_grad``).
     """
 
@@ -183,7 +183,7 @@ class GradientFlow(Sequence[FlowRow], Shows):
         return f"<GradientFlow of {self.kind} at {len(self.rows)} sites>"
 
     def table(self) -> str:
-        """A row per site: mean and max |gradient| and the elements pooled, as text.
+        """A row per site: mean and max ``|gradient|`` and the elements pooled, as text.
 
         Returns:
             The table, as text.
@@ -191,11 +191,11 @@ class GradientFlow(Sequence[FlowRow], Shows):
         return table_of(self)
 
     def plot(self, *, vanish: float = 1e-6, explode: float = 1e3) -> Image:
-        """The chart of ``gradient_flow_plot``: mean and max |gradient| per site, log scale, both thresholds.
+        """The chart of ``gradient_flow_plot``: mean and max ``|gradient|`` per site, log scale, both thresholds.
 
         Args:
-            vanish: mean |gradient| below this is drawn as vanishing (orange).
-            explode: max |gradient| above this is drawn as exploding (red).
+            vanish: mean ``|gradient|`` below this is drawn as vanishing (orange).
+            explode: max ``|gradient|`` above this is drawn as exploding (red).
 
         Returns:
             A PIL image of the chart.
@@ -256,7 +256,7 @@ def summarize(
 
 
 def gradient_flow(capture: Mapping[str, Record], *, kind: Kind = "grad_output") -> GradientFlow:
-    """Mean and max |gradient| of ``kind`` at every site that holds some, in forward order (a ``GradientFlow``).
+    """Mean and max ``|gradient|`` of ``kind`` at every site that holds some, in forward order (a ``GradientFlow``).
 
     ``grad_output`` / ``grad_input``: every key of every call, pooled element by element.
     ``param_grad``: the latest backward pass's gradient of each of the site's parameters.

@@ -64,7 +64,7 @@ def steer_sweep(
     batch_size: int = 8,
     progress: Progress = None,
 ) -> SteerSweep:
-    """Add ``vector`` times each scale at the ``select``ed modules and measure each prompt's propensity (module doc).
+    """Add ``vector`` times each scale at the modules of ``select`` and measure each prompt's propensity (module doc).
 
     Args:
         model: the network; it runs in eval mode, under no_grad.

@@ -143,7 +143,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
 
     @property
     def lost(self) -> dict[int, str]:
-        """The batches left out with a damaged shard: batch -> that shard's file (``damaged`` says why)."""
+        """The batches left out with a damaged shard, each with that shard's file (``damaged`` says why)."""
         return dict(self._index.lost())
 
     @property

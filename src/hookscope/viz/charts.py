@@ -79,7 +79,7 @@ def gradient_flow_plot(
     vanish: float = 1e-6,
     explode: float = 1e3,
 ) -> Image:
-    """Mean and max |gradient| per layer, on a log scale, with the vanishing and exploding lines.
+    """Mean and max ``|gradient|`` per layer, on a log scale, with the vanishing and exploding lines.
 
     Takes a capture (``stats.gradient_flow(capture, kind=kind)`` is computed) or its rows. A bar
     below ``vanish`` is orange, one above ``explode`` red; a zero gradient is an orange x on
@@ -89,8 +89,8 @@ def gradient_flow_plot(
         capture_or_rows: a capture (name -> ``Record``) that ran a backward pass, or the rows of
             ``gradient_flow``.
         kind: the gradient kind read from a capture (default ``grad_output``).
-        vanish: mean |gradient| below this is vanishing (orange).
-        explode: max |gradient| above this is exploding (red).
+        vanish: mean ``|gradient|`` below this is vanishing (orange).
+        explode: max ``|gradient|`` above this is exploding (red).
 
     Returns:
         A PIL image of the chart.
@@ -281,7 +281,7 @@ def _flow_cells(row: FlowRow) -> tuple[str, ...]:
 
 
 def flow_table(flow: GradientFlow) -> str:
-    """A row per site: mean and max |gradient| of the flow's kind, and the elements pooled."""
+    """A row per site: mean and max ``|gradient|`` of the flow's kind, and the elements pooled."""
     if not flow.rows:
         return f"no site holds {flow.kind}"
     lines = text_columns([FLOW_HEADER, *(_flow_cells(r) for r in flow.rows)], right=(1, 2, 3))
