@@ -335,12 +335,12 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat record
             calls, (kind, label) = record.calls, self._labels[record.name]
-            call = Call(record.name, len(calls))
-            calls.append(call)
-            call.order = next(self._order)
-            call._one = (kind, self._keeper.keep(output, label))  # its dicts are built when read (Call.tensors)
+            made = Call(record.name, len(calls))
+            calls.append(made)
+            made.order = next(self._order)
+            made._one = (kind, self._keeper.keep(output, label))  # its dicts are built when read (Call.tensors)
             for grad_kind in self._output_grads:
-                self._watch(call, grad_kind, [("out", output)], "output", FORWARD)
+                self._watch(made, grad_kind, [("out", output)], "output", FORWARD)
             return
         pending = self._open.get(record.name) if self._before_call else None  # calls a pre-hook opened
         if pending:
