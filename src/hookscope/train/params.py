@@ -10,14 +10,12 @@ reports it as such when no module was found producing it.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from ..core.inference import INFERENCE, version
 from ..errors import NonFiniteError
 from . import finite
 
@@ -55,9 +53,6 @@ class StepCheck:
     def __init__(self, names: dict[int, str]) -> None:
         self.names = names
         self._before: dict[int, tuple[tuple[int, float], tuple[int, float]]] = {}
-        # id(param) -> (the param, its version and memory, its level) read after the last step: a parameter
-        # untouched since (forward and backward passes do not write it) is not read again before the next
-        self._after: dict[int, tuple[weakref.ref[Tensor], int, int, tuple[int, float]]] = {}
 
     def name(self, optimizer: Optimizer, param: Tensor) -> str:
         if id(param) in self.names:
@@ -73,28 +68,15 @@ class StepCheck:
     def before(self, optimizer: Optimizer) -> tuple[str, Tensor] | None:
         """Remember the parameters; the first one whose gradient is non-finite, if any."""
         params = _params(optimizer)
-        known = {id(p): level for p in params if (level := self._unchanged(p)) is not None}
-        again = [p for p in params if id(p) not in known]
-        levels = _levels([*again, *(p.grad for p in params)])
-        known.update((id(p), level) for p, level in zip(again, levels, strict=False))
-        grads = levels[len(again) :]
-        self._before = {id(p): (known[id(p)], grads[i]) for i, p in enumerate(params)}
-        bad = next((p for i, p in enumerate(params) if grads[i][0] > finite.FINITE), None)
+        levels = _levels([*params, *(p.grad for p in params)])
+        self._before = {id(p): (levels[i], levels[len(params) + i]) for i, p in enumerate(params)}
+        bad = next((p for i, p in enumerate(params) if levels[len(params) + i][0] > finite.FINITE), None)
         return None if bad is None else (self.name(optimizer, bad), bad)
-
-    def _unchanged(self, param: Tensor) -> tuple[int, float] | None:
-        """The level read after the last step, if ``param`` is the same tensor, unchanged since (else None)."""
-        seen = self._after.get(id(param))
-        if seen is None or seen[0]() is not param or seen[1] == INFERENCE:
-            return None
-        return seen[3] if seen[1] == version(param) and seen[2] == param.data_ptr() else None
 
     def after(self, optimizer: Optimizer, step: int) -> NonFiniteError | None:
         """The error for the first parameter the step made non-finite, or None."""
         params = _params(optimizer)
-        levels = _levels(params)
-        self._after = {id(p): (weakref.ref(p), version(p), p.data_ptr(), lv) for p, lv in zip(params, levels, strict=True)}
-        for param, (lvl, _) in zip(params, levels, strict=True):
+        for param, (lvl, _) in zip(params, _levels(params), strict=True):
             (was, size), (grad_level, grad_size) = self._before.get(id(param), ((0, 0.0), (0, 0.0)))
             if lvl > finite.FINITE and was == finite.FINITE and grad_level == finite.FINITE:
                 return self._error(optimizer, param, step, size, grad_size)
