@@ -104,6 +104,15 @@ def histogram_hooks(model: nn.Module, step: Callable[[], Any], logdir: str) -> C
     return run
 
 
+def logged_step(model_name: str = "lenet", rounds: int = 3) -> list[harness.Row]:
+    """The plain step and ``watch(every=1)``'s logged step (the default selection), measured (the smoke run)."""
+    model, x, y = build(model_name)
+    bare = stepper(model, torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9), x, y)
+    logged = _tool(model_name, lambda m, o, s: inside(hookscope.watch(m, o, every=1), s))()
+    return harness.measure(f"train step, {model_name}", bare, {"watch, logged step": logged}, rounds=rounds,
+                           memory=False)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("resnet18", "lite0", "lenet"), default="resnet18")

@@ -42,10 +42,10 @@ from .experts import ExpertSites, left_out_note
 from .hooks import HandleGroup
 from .inference import swapped, transform
 from .kinds import Kind, at, choose, misspelled, names
-from .phase import CallPhase, Regions, call_phase, stopped
+from .phase import FORWARD, CallPhase, Regions, call_phase, ordinary, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
-from .records import Call, Record, SitesPlot
+from .records import Call, Label, Record, SitesPlot
 from .scripted import hookable
 from .select import Selector, experts_selected, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
@@ -147,6 +147,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._param_grads = bool(at("param", self.kinds))
         self._before_call = bool(self._pre or self._input_grads)  # a pre-hook opens each call
         self._call_kinds, self._return_kinds = (*self._pre, *self._input_grads), (*self._forward, *self._output_grads)
+        # a call may take _after's short way: one kind kept at the forward hook, nothing before the call or per site
+        self._plain = len(self._forward) == 1 and not self._before_call and not self._param_grads
         if model is None and select is not None:
             raise CaptureError("a selector needs a model: call hookscope.capture(model, select)")
         self._modules = [] if model is None else hookable(model, select_modules(model, select), select, "capture")
@@ -171,6 +173,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._cleared: set[str] = set()  # sites that had calls before a clear()
         self._raised: dict[int, tuple[str, int]] = {}  # id(exception) -> the call it escaped from first
         self._regions: Regions[Call] = Regions()  # checkpointed calls, for their recomputation (core.phase)
+        self._labels: dict[str, tuple[Kind, Label]] = {}  # site -> (kind, label) of its output, on the short way
 
     # -- the mapping -------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Record:
@@ -289,6 +292,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
     # -- hooks -------------------------------------------------------------------------------
     def _hook(self, record: Record, module: nn.Module) -> None:
+        if self._plain:
+            self._labels[record.name] = (self._forward[0], (record.name, self._forward[0], "out"))
         if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
         self._handles.on_forward(module, partial(self._after, record))
@@ -328,6 +333,15 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat record
+            calls, (kind, label) = record.calls, self._labels[record.name]
+            made = Call(record.name, len(calls))
+            calls.append(made)
+            made.order = next(self._order)
+            made._one = (kind, self._keeper.keep(output, label))  # its dicts are built when read (Call.tensors)
+            for grad_kind in self._output_grads:
+                self._watch(made, grad_kind, [("out", output)], "output", FORWARD)
+            return
         pending = self._open.get(record.name) if self._before_call else None  # calls a pre-hook opened
         if pending:
             opened, phase = pending.pop()
@@ -416,7 +430,7 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
 
 
 def _copies(records: Iterable[Record]) -> list[Tensor]:
-    return [t for record in records for call in record.calls for held in call.tensors.values() for t in held.values()]
+    return [t for record in records for call in record.calls for t in call.kept()]
 
 
 def _unknown_site(name: str, names: list[str]) -> str:

@@ -69,6 +69,26 @@ class CallPhase:
 
 FORWARD = CallPhase("forward")
 
+# read on every hooked call: bound once (each is one C call)
+_interpreter = torch._C._functorch.peek_interpreter_stack
+_graph_task = torch._C._current_graph_task_id
+_saved_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+_grad_enabled, _fwd_grad_enabled = torch.is_grad_enabled, torch._C._is_fwd_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
+
+
+def ordinary() -> bool:
+    """True for the common call, at a few C calls' cost: no ``torch.func`` transform runs
+    (``inference.transform()`` is None), no backward pass, no saved-tensors hooks and not an
+    ``autograd.Function``'s forward under no_grad, so ``call_phase()`` is ``FORWARD``. False says
+    nothing: the caller asks ``call_phase()`` and ``transform()`` themselves."""
+    return (
+        _interpreter() is None
+        and _graph_task() == -1
+        and _saved_hooks(False) is None
+        and (_grad_enabled() or _fwd_grad_enabled() or _inference_mode())
+    )
+
 
 def call_phase() -> CallPhase:
     """The phase of the module call running now (see the module doc)."""

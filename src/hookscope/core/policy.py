@@ -40,7 +40,7 @@ from .pool import Pool
 from .records import Label
 
 Reducer = Callable[[str, str, str, Tensor], "Tensor | None"]
-_AliasKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...], int]
+_AliasKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...], int]  # ptr ... version
 
 
 @dataclass(frozen=True)
@@ -134,14 +134,15 @@ class Keeper:
         return kept
 
     def _copied(self, tensor: Tensor, label: Label) -> Tensor:
-        key = _alias_key(tensor)
-        if key is not None:
-            hit = self._seen.get(key)
-            if hit is not None and hit[0]() is not None:
-                return hit[1]
+        if tensor.layout != torch.strided or tensor.is_inference() or tensor.is_meta:
+            return self._take(tensor)  # inference tensors have no version counter: copied every time
+        # same memory, same view, same version, source still alive: same values (the key inline: every call)
+        key = (tensor.data_ptr(), tensor.device, tensor.dtype, tensor.shape, tensor.stride(), tensor._version)
+        hit = self._seen.get(key)
+        if hit is not None and hit[0]() is not None:
+            return hit[1]
         kept = self._take(tensor)
-        if key is not None:
-            self._seen[key] = (weakref.ref(tensor), kept)
+        self._seen[key] = (weakref.ref(tensor), kept)
         return kept
 
     def _copy(self, tensor: Tensor) -> Tensor:
@@ -209,17 +210,3 @@ def _same(tensor: Tensor) -> Tensor:
 def _format(label: Label) -> str:
     site, kind, key = label
     return f"{site!r} {kind} {key}"
-
-
-def _alias_key(tensor: Tensor) -> _AliasKey | None:
-    """Same key and source still alive: same memory, same view, same version: same values."""
-    if tensor.layout != torch.strided or tensor.is_inference() or tensor.is_meta:
-        return None  # inference tensors have no version counter; we copy them every time
-    return (
-        tensor.data_ptr(),
-        tensor.device,
-        tensor.dtype,
-        tensor.shape,
-        tensor.stride(),
-        tensor._version,
-    )

@@ -119,6 +119,7 @@ class Call(_Shortcuts, Shows):
     error: str | None = None  # the exception the module's forward raised, if it did
     layouts: dict[str, Layout] | None = None  # kind -> the structure its tensors sat in; None: one tensor
     _tensors: dict[str, dict[str, Tensor]] | None = None  # the containers, made when first used
+    _one: tuple[Kind, Tensor | None] | None = None  # (kind, kept) of a call that returned one tensor: see tensors
     _missing: dict[str, str] | None = None
     _watched: dict[str, list[str]] | None = None
     _reached: set[str] | None = None
@@ -149,8 +150,18 @@ class Call(_Shortcuts, Shows):
     @property
     def tensors(self) -> dict[str, dict[str, Tensor]]:
         if self._tensors is None:
-            self._tensors = {}
+            self._tensors = {} if self._one is None else _one_kind(*self._one)
         return self._tensors
+
+    def kept(self) -> list[Tensor]:
+        """Every tensor this call holds, without building its containers (what ``clear()`` hands back).
+
+        Returns:
+            The stored tensors of every kind and key.
+        """
+        if self._tensors is None:
+            return [] if self._one is None or self._one[1] is None else [self._one[1]]
+        return [t for held in self._tensors.values() for t in held.values()]
 
     @property
     def missing(self) -> dict[str, str]:
@@ -470,6 +481,12 @@ def forward_order(sites: Mapping[str, Record]) -> list[Record]:
     """The sites in the order their first call returned; sites never called last, in capture order."""
     # the sort is stable: ties (never called) keep the capture's site order
     return sorted(sites.values(), key=lambda r: r.calls[0].order if r.calls else math.inf)
+
+
+def _one_kind(kind: Kind, kept: Tensor | None) -> dict[str, dict[str, Tensor]]:
+    """The containers of a call that returned one tensor: ``{kind: {"out": kept}}`` (``{}`` when a
+    reducer kept nothing). The hook files ``(kind, kept)`` and this builds them when first read."""
+    return {kind: {} if kept is None else {"out": kept}}
 
 
 def _has_tensors(layout: Layout) -> bool:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from ..core.placement import local
 from ..errors import NonFiniteError
 from . import finite
 
@@ -37,14 +38,22 @@ def _levels(tensors: Iterable[Tensor | None]) -> list[tuple[int, float]]:
     listed = list(tensors)
     chosen = [i for i, t in enumerate(listed) if t is not None and finite.checkable(t)]
     out = [(finite.FINITE, 0.0)] * len(listed)
-    by_device: dict[torch.device, list[int]] = {}
-    for i in chosen:
-        by_device.setdefault(listed[i].device, []).append(i)  # type: ignore[union-attr]
-    for indices in by_device.values():
-        stacked = torch.stack([finite.extremes(listed[i]).double() for i in indices]).tolist()  # type: ignore[arg-type]
-        for i, (low, high) in zip(indices, stacked, strict=True):
+    values = {i: _real(listed[i]) for i in chosen}  # type: ignore[arg-type]
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, v in values.items():
+        groups.setdefault((v.device, v.dtype), []).append(i)
+    for indices in groups.values():  # one stack per device and dtype, not one small stack per tensor
+        ends = torch.stack([end for i in indices for end in torch.aminmax(values[i])]).double().tolist()
+        for k, i in enumerate(indices):
+            low, high = ends[2 * k], ends[2 * k + 1]
             out[i] = (finite.level(low, high), finite.absmax(low, high))
     return out
+
+
+def _real(tensor: Tensor) -> Tensor:
+    """What ``finite.extremes`` reduces: this rank's piece, a complex one as its real and imaginary parts."""
+    values = local(tensor)
+    return torch.view_as_real(values) if values.is_complex() else values
 
 
 class StepCheck:
