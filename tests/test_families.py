@@ -21,8 +21,8 @@ from hookscope.core.blocks import blocks
 
 transformers = pytest.importorskip("transformers")
 
-SMALL = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
-             head_dim=8)  # fmt: skip
+SMALL: dict[str, Any] = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2,
+                         "num_key_value_heads": 1, "head_dim": 8}  # fmt: skip
 
 
 def qwen3_moe() -> nn.Module:
