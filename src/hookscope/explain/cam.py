@@ -172,8 +172,10 @@ def cam(
 
     ``select`` is a selector (``hookscope.core.select``) that must match exactly one module; None
     (the default) uses the last layer whose output is still a spatial map, or on a vision
-    transformer the tokens its last attention reads (``hookscope.explain.layers``; the choice is
-    logged on the "hookscope" logger), found in the same forward pass that computes the map.
+    transformer the tokens its last attention reads, and the target depends on (a map before it
+    when the gradient there is 0; never an output without one row per image) (``hookscope.explain.
+    layers``; the choice is logged on the "hookscope" logger), found in the same forward pass that
+    computes the map.
     ``call`` picks the layer's call when it runs several times, 0-based, negative from the end
     (None, the default: the last). ``key`` picks the tensor of a layer that returns several
     (default: the first, with a ``CaptureWarning``); ``output`` the tensor of the model's output
@@ -240,9 +242,9 @@ def _forward(model: nn.Module, x: Tensor, where: Where, target: Target, *, grad:
     runs with gradients then, also for a forward-only method): no probe pass. A named layer without
     ``grad`` is copied, as any capture, so an in-place op after it cannot change what is kept."""
     grad = grad or where.layer is None
-    leaf = x.detach().clone().requires_grad_(grad)
     with warnings.catch_warnings(), torch.inference_mode(False), torch.set_grad_enabled(grad):
         warnings.simplefilter("ignore", CaptureWarning)  # what could go wrong is checked below, and by a second pass
+        leaf = x.detach().clone().requires_grad_(grad)  # a normal tensor, also from an inference one
         with capture(model, where.layer or _every, detach=not grad, clone=not grad) as live:
             out = model(leaf.clone())
         if where.layer is None:

@@ -103,9 +103,9 @@ def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
 
     One forward pass that keeps every module's output by reference, and the gradient probe
     (``hookscope.explain.reach``) on the top-1 class score: a backward pass down to the pick."""
-    leaf = x.detach().clone().requires_grad_(x.is_floating_point())
     with torch.inference_mode(False), torch.enable_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureWarning)
+        leaf = x.detach().clone().requires_grad_(x.is_floating_point())  # a normal tensor, also from an inference one
         with capture(model, lambda name, module: True, detach=False, clone=False) as live:
             out = model(leaf)
         return choose_among(model, live, batch=len(x), reached=reaching(model, top_score(out)))
