@@ -56,6 +56,16 @@ def test_inception_v3_blocks_are_its_eleven_inception_blocks(aux: bool) -> None:
     assert names(blocks(model)) == [f"Mixed_{m}" for m in mixed]
 
 
+def test_maxvit_blocks_are_its_layers_not_its_four_stages() -> None:
+    """Oracle: torchvision's MaxViT-T definition, stages of 2, 2, 5 and 2 ``MaxVitLayer`` (``blocks.N``,
+    the stages, are ``MaxVitBlock``s: named blocks, built as stages)."""
+    model = torchvision.models.maxvit_t()
+    depths = [len(stage.layers) for stage in model.blocks]
+    assert depths == [2, 2, 5, 2]
+    assert names(blocks(model)) == [f"blocks.{s}.layers.{i}" for s, d in enumerate(depths) for i in range(d)]
+    assert {type(m).__name__ for _, m in blocks(model)} == {"MaxVitLayer"}
+
+
 @pytest.mark.parametrize(
     ("name", "depths"),
     [("efficientnet_b0", [1, 2, 2, 3, 3, 4, 1]), ("mobilenetv3_large_100", [1, 2, 3, 4, 2, 3]),

@@ -91,3 +91,62 @@ def test_a_tuple_whose_first_tensor_is_not_the_hidden_states_still_asks_for_key(
     sweep = hookscope.patch_sweep(Pooled(), x, -x, target=lambda out: out.sum(-1), select="pair", key="out[1]")
     last, mean = x[:, -1].sum(-1).mean(), x.mean(1).sum(-1).mean()  # 62 and 46: the clean metric's two terms
     assert sweep.fraction("pair", 2) == pytest.approx(float(last / (last + mean)))  # the mean stays corrupted
+
+
+class Seq2Seq(nn.Module):
+    """A T5 translating with a fixed decoder prompt: one tensor in (the source ids), the logits out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        config = transformers.T5Config(vocab_size=50, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_decoder_layers=2,
+                                       num_heads=2, decoder_start_token_id=0)  # fmt: skip
+        torch.manual_seed(0)
+        self.t5 = transformers.T5ForConditionalGeneration(config).double().eval()
+        self.register_buffer("prompt", torch.tensor([[0, 11, 12]]))  # 3 positions, not the input's 5
+
+    def forward(self, input_ids: Tensor) -> Tensor:  # any number of rows: patch_sweep stacks copies of the batch
+        return self.t5(input_ids=input_ids, decoder_input_ids=self.prompt.expand(len(input_ids), -1)).logits
+
+
+def next_token(output: Tensor) -> Tensor:
+    return output[:, -1, 7] - output[:, -1, 3]
+
+
+def patched_by_hand(model: nn.Module, site: str, position: int) -> float:
+    """The restored fraction with torch's own hooks on a model returning a tensor (``by_hand`` for ``next_token``)."""
+    module, held = model.get_submodule(site), []
+    handle = module.register_forward_hook(lambda m, a, out: held.append(out[0]))
+    with torch.no_grad():
+        m_clean = float(next_token(model(CLEAN)).mean())
+    handle.remove()
+
+    def patch(m: nn.Module, a: Any, out: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        hidden = out[0].clone()
+        hidden[:, position] = held[0][:, position]
+        return (hidden, *out[1:])
+
+    with torch.no_grad():
+        m_corrupt = float(next_token(model(CORRUPT)).mean())
+        handle = module.register_forward_hook(patch)
+        m_patched = float(next_token(model(CORRUPT)).mean())
+    handle.remove()
+    return (m_patched - m_corrupt) / (m_clean - m_corrupt)
+
+
+def test_an_encoder_decoder_patches_its_encoder_blocks_by_default_and_its_decoder_blocks_when_named() -> None:
+    model = Seq2Seq()
+    sweep = hookscope.patch_sweep(model, CLEAN, CORRUPT, target=next_token, batch_size=4)
+    encoder = ["t5.encoder.block.0", "t5.encoder.block.1"]
+    assert list(sweep.restored) == encoder  # the decoder's blocks (3 positions, not the input's 5) are not asked for
+    for site in encoder:
+        assert [sweep.fraction(site, p) for p in range(5)] == pytest.approx(
+            [patched_by_hand(model, site, p) for p in range(5)], abs=1e-9
+        )
+    decoder = hookscope.patch_sweep(model, CLEAN, CORRUPT, target=next_token, select=r"re:t5\.decoder\.block\.\d$")
+    assert list(decoder.restored) == ["t5.decoder.block.0", "t5.decoder.block.1"]
+    for site in decoder.restored:
+        assert len(decoder.restored[site]) == 3  # type: ignore[arg-type]  # the decoder's own positions
+        assert [decoder.fraction(site, p) for p in range(3)] == pytest.approx(
+            [patched_by_hand(model, site, p) for p in range(3)], abs=1e-9
+        )
+    assert decoder.fraction("t5.decoder.block.1", 2) == pytest.approx(1.0)  # the last position's whole stream

@@ -25,7 +25,9 @@ def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     every block of a class that a stage holds twice in a row (a ResNet's ``layer1.0``, an
     EfficientNet's ``features.1.0`` ... ``features.7.0``, MNASNet's one-block stage too), and the
     block alone in a stage of its own beside them (timm's EfficientNet and MobileNetV3 begin with a
-    ``DepthwiseSeparableConv`` as ``blocks.0.0``); else the blocks found below it (BERT's
+    ``DepthwiseSeparableConv`` as ``blocks.0.0``), or, when each of those holds such a run of its
+    own, those runs (torchvision's MaxViT: ``blocks.0`` ... ``blocks.3`` are its stages, each a
+    list of ``MaxVitLayer``, ``blocks.0.layers.0`` ...); else the blocks found below it (BERT's
     ``encoder.layer.N``, T5's two stacks); else the blocks of the most repeated class at that level
     and those built of the same kinds of layer (GoogLeNet's ``inception3a`` ... ``inception5b``,
     Inception v3's ``Mixed_5b`` ... ``Mixed_7c`` of five classes; not the auxiliary classifier, which
@@ -46,7 +48,8 @@ def _blocks_under(prefix: str, module: nn.Module) -> list[tuple[str, nn.Module]]
     level = _units(prefix, module, staged=_is_stage(module))
     repeated = _repeated(level, prefix, layers=2)
     if repeated:
-        return repeated
+        inner = [_repeated(_units(f"{name}.", m, staged=False), f"{name}.", layers=2) for name, m in repeated]
+        return [pair for found in inner for pair in found] if all(inner) else repeated  # stages named blocks
     below = [pair for name, m, _ in level for pair in _blocks_under(f"{name}.", m)]
     if below:
         return below

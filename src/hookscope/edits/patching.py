@@ -8,8 +8,9 @@
     effects.plot()                # a heatmap, PIL
 
 The clean and the corrupted inputs run once each (the clean run under a capture of the selected
-sites, ``select=``, the model's blocks by default); then, for every site, and for every position of
-a token output ``(B, T, D)`` (batch first), the clean activation is put into the corrupted run
+sites, ``select=``, the model's blocks by default: an encoder-decoder's encoder blocks); then, for
+every site, and for every position of a token output ``(B, T, D)`` (batch first; a decoder block's
+own positions), the clean activation is put into the corrupted run
 (``edits.replace``) and the metric, ``target=``, measured. The restored fraction is
 ``(m_patched - m_corrupt) / (m_clean - m_corrupt)``: 0 where the patch does nothing, 1 where it
 brings the clean answer back. The target is a callable of the model's output returning one
@@ -38,9 +39,10 @@ from torch import Tensor, nn
 
 from ..base.deprecation import renamed
 from ..base.words import closest
+from ..core.blocks import blocks
 from ..core.capture import capture
 from ..core.modes import evaluating
-from ..core.select import Selector
+from ..core.select import BLOCKS, Selector
 from ..core.tree import flatten_layout, rebuild
 from ..errors import CaptureWarning, EditError, EditWarning, NotCapturedError, OptionError
 from ..explain.targets import Target, call_target, rows, scores
@@ -80,10 +82,12 @@ def patch_sweep(
     ``target``: a callable of the model's output (``hookscope.explain.targets``' one contract: one
     number, or one per image, averaged), a class index (an int, a list, a tensor), or None (the
     default): the logit of each image's top-1 class on the clean input. ``select``: the sites
-    (``":blocks"``, the default: the model's repeated blocks). ``positions``: patch token outputs
-    one position at a time (None: for 3-D outputs ``(B, T, D)``). ``key``: the tensor of a
+    (``":blocks"``, the default: the model's repeated blocks; on an encoder-decoder model, T5 or
+    BART, the encoder's, at the input's positions: name the decoder's, ``["decoder.block.0", ...]``,
+    to patch them at the decoder's own positions). ``positions``: patch token outputs one position at
+    a time (None: for 3-D outputs ``(B, T, D)``). ``key``: the tensor of a
     structured output that is patched (None: its only tensor, or the first of a tuple that is the
-    hidden states, ``(B, T, D)`` with the input's ``(B, T)``, as a T5 layer's ``(hidden,
+    hidden states, ``(B, T, D)`` with the input's batch, as a T5 layer's ``(hidden,
     position_bias)``; other outputs ask for it). ``call``: patch only call ``call`` (0-based) of a
     module that runs several times (None: every call). ``batch_size``: patched runs per forward
     pass. ``output``: the tensor of a structured model output the target reads (``"logits"``; None:
@@ -97,7 +101,8 @@ def patch_sweep(
         clean_x: the clean input batch.
         corrupt_x: the corrupted input, of the same shape.
         target: the metric: a callable of the model's output, or a class index (an int, a list, a tensor).
-        select: the sites patched; ``":blocks"`` (the default) is the model's repeated blocks.
+        select: the sites patched; ``":blocks"`` (the default) is the model's repeated blocks (an
+            encoder-decoder's encoder blocks).
         positions: patch one position at a time; None does so for ``(B, T, D)`` outputs.
         key: the tensor of a structured output that is patched; None picks it (see above).
         call: patch only this call (0-based) of a module that runs several times; None patches every call.
@@ -127,7 +132,7 @@ def patch_sweep(
     with torch.no_grad(), evaluating(model, "patch_sweep()", wrappers=1):  # 1: @renamed
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CaptureWarning)  # sites that never ran: said once, below
-            with capture(model, select) as cap:
+            with capture(model, _sweep_sites(model) if select == BLOCKS else select) as cap:
                 clean_out = model(clean_x)
         metric = _metric(target, output, clean_out)
         m_clean = _scalar(metric(clean_out))
@@ -147,6 +152,23 @@ def patch_sweep(
             step(start // batch_size + 1, passes)
     forwards = 2 + math.ceil(len(units) / batch_size)
     return PatchSweep.made(values, m_clean, m_corrupt, forwards=forwards)
+
+
+def _sweep_sites(model: nn.Module) -> list[str] | str:
+    """What ``select=":blocks"`` patches: the model's blocks, or on an encoder-decoder model (T5, BART:
+    blocks below a module named ``encoder`` and below one named ``decoder``) the encoder's alone, whose
+    positions are the input's tokens. Decoder blocks are patched when selected by name
+    (``["decoder.block.0", ...]``), at the decoder's own positions.
+
+    Args:
+        model: the network.
+
+    Returns:
+        The encoder blocks' names, or ``":blocks"`` when the model is not an encoder-decoder.
+    """
+    names = [name for name, _ in blocks(model)]
+    encoder = [n for n in names if "encoder" in n.split(".")]
+    return encoder if encoder and any("decoder" in n.split(".") for n in names) else BLOCKS
 
 
 def _metric(target: Metric | Target, key: str | None, clean: Any) -> Metric:
@@ -199,7 +221,7 @@ def _clean_values(
         if chosen is None:
             raise OptionError(
                 f"site {site!r} returns {', '.join(held) or 'no tensor'} and its first is not (B, T, D) hidden states "
-                f"of the input's {shape[:2]}; pass key= to name the one to patch"
+                f"of the input's {shape[0]} rows; pass key= to name the one to patch"
             )
         clean[site], keys[site] = [call.get("output", chosen) for call in calls], chosen
     return clean, keys
@@ -207,13 +229,14 @@ def _clean_values(
 
 def _default_key(held: list[str], first: Any, shape: tuple[int, ...]) -> str | None:
     """The key patched without ``key=``: the only tensor; or a tuple's first, when it is the layer's
-    hidden states, ``(B, T, D)`` with the input's ``(B, T)`` (a T5 or BLOOM block's ``(hidden, bias, ...)``)."""
+    hidden states, ``(B, T, D)`` with the input's batch (a T5 or BLOOM block's ``(hidden, bias, ...)``;
+    ``T`` is the input's length, or a decoder's own)."""
     if len(held) == 1:
         return held[0]
     if not held or held[0] != "out[0]":
         return None
     hidden = first.get("output", "out[0]")
-    return "out[0]" if hidden.dim() == 3 and tuple(hidden.shape[:2]) == shape[:2] else None
+    return "out[0]" if hidden.dim() == 3 and hidden.shape[0] == shape[0] and hidden.is_floating_point() else None
 
 
 def _units(clean: dict[str, list[Tensor]], positions: bool | None) -> list[Unit]:

@@ -36,18 +36,17 @@ from torch import Tensor, nn
 
 from ..base.deprecation import renamed
 from ..core.capture import capture
-from ..core.channels import channel_count, is_channels_last, spatial_maps
-from ..core.compiled import unwrap
 from ..core.modes import evaluating
 from ..core.records import Call
 from ..core.select import Selector
-from ..errors import CaptureWarning, OptionError
+from ..errors import CaptureWarning, HookscopeError, OptionError, ShapeError
 from ..progress import Callback, Progress, callback
 from .keys import layer_key
 from .layers import choose_among, one_module
 from .normalize import flat_reason
 from .normalize import normalize_maps as normalize_maps
 from .notes import once_each
+from .reach import as_maps, reaching
 from .signed import warn_if_signed
 from .targets import Target, scores
 
@@ -173,8 +172,10 @@ def cam(
 
     ``select`` is a selector (``hookscope.core.select``) that must match exactly one module; None
     (the default) uses the last layer whose output is still a spatial map, or on a vision
-    transformer the tokens its last attention reads (``hookscope.explain.layers``; the choice is
-    logged on the "hookscope" logger), found in the same forward pass that computes the map.
+    transformer the tokens its last attention reads, and the target depends on (a map before it
+    when the gradient there is 0; never an output without one row per image) (``hookscope.explain.
+    layers``; the choice is logged on the "hookscope" logger), found in the same forward pass that
+    computes the map.
     ``call`` picks the layer's call when it runs several times, 0-based, negative from the end
     (None, the default: the last). ``key`` picks the tensor of a layer that returns several
     (default: the first, with a ``CaptureWarning``); ``output`` the tensor of the model's output
@@ -205,6 +206,8 @@ def cam(
     Raises:
         OptionError: an unknown method, or ``x`` is not 4-D.
         SelectionError: ``select`` matches no module or several, or no module returns spatial maps.
+        ShapeError: the layer's output does not have one row per image (an LSTM over rows folds them
+            into its batch axis).
         TargetError: ``target`` does not fit the model's output.
     """
     if method not in CAM_METHODS:
@@ -219,7 +222,7 @@ def cam(
                 warn_if_signed(model, x, method, activations, str(where.layer), where.call)
             raw = GRAD_METHODS[method](activations, gradients)
         elif method == "eigencam":
-            passed, activations = _activations(model, x, where)
+            passed, activations = _activations(model, x, where, target)
             where, raw = passed.where, eigen_cam(activations)
         else:
             where, raw = _score_cam(model, x, target, where, batch_size, callback(progress))
@@ -232,22 +235,32 @@ def _every(name: str, module: nn.Module) -> bool:
     return True
 
 
-def _forward(model: nn.Module, x: Tensor, where: Where, *, grad: bool) -> Pass:
+def _forward(model: nn.Module, x: Tensor, where: Where, target: Target, *, grad: bool) -> Pass:
     """One forward pass of a copy of ``x`` (the model may change its input in place). The layer's
     outputs are kept by reference, or, when no layer was named, every module's, and the layer is
-    chosen from this pass (``choose_among``): no probe pass. A named layer without ``grad`` is
-    copied, as any capture, so an in-place op after it cannot change what is kept."""
-    leaf = x.detach().clone().requires_grad_(grad)
-    by_reference = grad or where.layer is None
-    with warnings.catch_warnings():  # what could go wrong is checked below, and by a second pass
-        warnings.simplefilter("ignore", CaptureWarning)
-        with capture(model, where.layer or _every, detach=not grad, clone=not by_reference) as live:
+    chosen from this pass (``choose_among``, its gradient probe on ``target``'s scores: the pass
+    runs with gradients then, also for a forward-only method): no probe pass. A named layer without
+    ``grad`` is copied, as any capture, so an in-place op after it cannot change what is kept."""
+    grad = grad or where.layer is None
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.set_grad_enabled(grad):
+        warnings.simplefilter("ignore", CaptureWarning)  # what could go wrong is checked below, and by a second pass
+        leaf = x.detach().clone().requires_grad_(grad)  # a normal tensor, also from an inference one
+        with capture(model, where.layer or _every, detach=not grad, clone=not grad) as live:
             out = model(leaf.clone())
-    if where.layer is None:
-        choice = choose_among(model, live)
-        where = where._replace(layer=choice.layer, call=choice.call)
+        if where.layer is None:
+            score = _probe_score(out, target, where.output)
+            choice = choose_among(model, live, batch=len(x), reached=reaching(model, score))
+            where = where._replace(layer=choice.layer, call=choice.call)
     changed = any(label.startswith(f"{where.layer!r} ") for label in live.changed_in_place())
     return Pass(out, live[str(where.layer)].calls, changed, where)
+
+
+def _probe_score(out: Any, target: Target, output: str | None) -> Tensor | None:
+    """The target's scores for the gradient probe; None when they cannot be read (the caller says why later)."""
+    try:
+        return scores(out, target, output)[0]
+    except HookscopeError:
+        return None
 
 
 def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> tuple[Where, Tensor, Tensor]:
@@ -255,7 +268,7 @@ def _gradient_cam(model: nn.Module, x: Tensor, target: Target, where: Where) -> 
     with torch.inference_mode(False), torch.enable_grad():  # also under the caller's no_grad
         where, found = _at_the_layer(model, x, target, where)
         activations, gradients = found or _through_the_input(model, x, target, where)
-    return where, _maps(model, where, activations), _maps(model, where, gradients)
+    return where, _maps(model, where, activations, len(x)), _maps(model, where, gradients, len(x))
 
 
 def _at_the_layer(
@@ -266,7 +279,7 @@ def _at_the_layer(
     ``layer_key`` picks among those the gradient reaches. None when an in-place op changed an output
     of the layer after the hook saw it (the values and the gradient would be those of the changed
     tensor), or no output requires grad: then ``_through_the_input`` runs the forward pass again."""
-    passed = _forward(model, x, where, grad=True)
+    passed = _forward(model, x, where, target, grad=True)
     where = passed.where
     picked, _ = scores(passed.out, target, where.output)
     if passed.chosen is None or passed.changed:
@@ -293,27 +306,27 @@ def _through_the_input(model: nn.Module, x: Tensor, target: Target, where: Where
     return chosen.get("output", key), chosen.get("grad_output", key)
 
 
-def _activations(model: nn.Module, x: Tensor, where: Where) -> tuple[Pass, Tensor]:
+def _activations(model: nn.Module, x: Tensor, where: Where, target: Target) -> tuple[Pass, Tensor]:
     """One forward pass without gradients and the layer's activations as maps (a second pass, copying
     the layer's outputs, only when the first kept references that an in-place op changed)."""
     with torch.no_grad():
-        passed = _forward(model, x, where, grad=False)
+        passed = _forward(model, x, where, target, grad=False)
         if passed.changed:
-            passed = _forward(model, x, passed.where, grad=False)  # the layer is named now: copies
+            passed = _forward(model, x, passed.where, target, grad=False)  # the layer is named now: copies
     chosen = _one_call(passed.calls, passed.where)
     key = layer_key(chosen, str(passed.where.layer), passed.where.key)
-    return passed, _maps(model, passed.where, chosen.get("output", key))
+    return passed, _maps(model, passed.where, chosen.get("output", key).detach(), len(x))
 
 
-def _maps(model: nn.Module, where: Where, tensor: Tensor) -> Tensor:
-    """``tensor`` as ``(B, C, H, W)`` maps: tokens on their patch grid; a channels-last output of a layer
-    whose own weight states its channels (Swin's final norm, ``(B, H, W, C)``) read in place."""
-    try:
-        module = unwrap(model).get_submodule(str(where.layer))
-    except AttributeError:  # a name inside a compiled submodule
-        module = None
-    count = None if module is None else channel_count(module, inside=False)
-    return spatial_maps(tensor, tokens=True, channels_last=is_channels_last(tensor.shape, count))
+def _maps(model: nn.Module, where: Where, tensor: Tensor, batch: int) -> Tensor:
+    """``tensor`` as ``(B, C, H, W)`` maps (``reach.as_maps``), refused when its first axis is not the batch."""
+    maps = as_maps(model, str(where.layer), tensor)
+    if len(maps) != batch:
+        raise ShapeError(
+            f"cam() reads layer {where.layer!r}, whose output {tuple(tensor.shape)} has {len(maps)} rows for a batch "
+            f"of {batch} (it folds another axis into the batch, as an LSTM over rows does); pass select= another layer"
+        )
+    return maps
 
 
 def _score_cam(
@@ -325,7 +338,7 @@ def _score_cam(
     progress: Callback,
 ) -> tuple[Where, Tensor]:
     """The layer Score-CAM read (named, when cam() picked it) and its raw maps."""
-    passed, activations = _activations(model, x, where)
+    passed, activations = _activations(model, x, where, target)
     with torch.no_grad():
         _, classes = scores(passed.out, target, passed.where.output)
     masks = score_cam_masks(activations, size=(x.shape[2], x.shape[3]))  # (B, C, H, W)

@@ -2,7 +2,8 @@
 
 ``choose_among(model, cap)`` picks from the calls of a capture of every module (``cam()`` reads the
 capture of its own forward pass, so it runs no extra one); ``choose_layer(model, x)`` runs a probe
-pass (shapes only, no memory) for it. The pick:
+pass for it (outputs kept by reference, gradients on). Outputs whose first axis is not the batch
+are never picked (timm's Sequencer2D runs an LSTM over rows: ``(B * H, W, C)``). The pick:
 
 - the last module call (in the order calls return) whose output is a spatial map ``(B, C, H, W)``
   larger than 1x1: ``layer4`` on a ResNet, the head's activation on an EfficientNet. Its channels
@@ -22,7 +23,14 @@ pass (shapes only, no memory) for it. The pick:
   attention (``encoder.layers.encoder_layer_11.ln_1`` on torchvision's ViT, ``blocks[-1].norm1``
   on timm's). Later token grids are no use: the classifier reads the class token alone, so the
   gradient of the score with respect to every patch token after the last attention is zero and
-  the map would be flat.
+  the map would be flat. An attention is a module whose class or own name says ``attention`` or
+  ``attn`` (timm's CaiT ``ClassAttn``, ConViT's ``blocks.N.attn``), the innermost when they nest;
+- and then the gradient probe (``hookscope.explain.reach``): when the score does not depend on the
+  pick's map (PiT's last stage returns a map its head never reads: only the class token goes on),
+  the last map before it, outside any attention, that the score depends on. One short backward
+  pass when the pick is reached (the pooling and the head on a CNN), one more down to the earliest
+  map when it is not; shapes alone cannot tell (the final norm of a class-token model has the
+  shape of a map and a zero gradient on it).
 
 ``LayerChoice.words`` names the choice for people: the module, which of its calls when it runs
 more than once and the module that ran just before it, and the block it belongs to.
@@ -31,17 +39,21 @@ more than once and the module that ran just before it, and the block it belongs 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import torch
 from torch import Tensor, nn
 
-from ..core.capture import shapes_of
+from ..core.capture import capture
 from ..core.channels import channel_count, is_channels_last, tokens_to_grid
 from ..core.compiled import unwrap
 from ..core.records import Call, Record
 from ..core.select import Selector, select_modules
-from ..errors import SelectionError, ShapeError
+from ..errors import CaptureWarning, HookscopeError, SelectionError, ShapeError
+from .reach import Reached, reaching
+from .targets import scores
 
 log = logging.getLogger("hookscope")
 
@@ -87,33 +99,74 @@ def pick_layer(model: nn.Module, x: Tensor) -> tuple[str, int]:
 
 
 def choose_layer(model: nn.Module, x: Tensor) -> LayerChoice:
-    """The layer a CAM reads without ``select=`` (see the module docstring), logged on "hookscope"."""
-    return choose_among(model, shapes_of(model, x))
+    """The layer a CAM reads without ``select=`` (see the module docstring), logged on "hookscope".
+
+    One forward pass that keeps every module's output by reference, and the gradient probe
+    (``hookscope.explain.reach``) on the top-1 class score: a backward pass down to the pick."""
+    with torch.inference_mode(False), torch.enable_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureWarning)
+        leaf = x.detach().clone().requires_grad_(x.is_floating_point())  # a normal tensor, also from an inference one
+        with capture(model, lambda name, module: True, detach=False, clone=False) as live:
+            out = model(leaf)
+        return choose_among(model, live, batch=len(x), reached=reaching(model, top_score(out)))
 
 
-def choose_among(model: nn.Module, sites: Mapping[str, Record]) -> LayerChoice:
-    """The layer a CAM reads, from the calls of one forward pass that recorded every module's output."""
+def top_score(output: object) -> Tensor | None:
+    """The top-1 class scores ``(B,)`` of a classifier's output; None when it is not one."""
+    try:
+        return scores(output, None)[0]
+    except HookscopeError:
+        return None
+
+
+def choose_among(
+    model: nn.Module, sites: Mapping[str, Record], *, batch: int | None = None, reached: Reached | None = None
+) -> LayerChoice:
+    """The layer a CAM reads, from the calls of one forward pass that recorded every module's output:
+    ``batch`` leaves out outputs whose first axis is not the batch, ``reached`` (``reach.reaching``)
+    those whose map the score does not depend on."""
     calls = sorted((c for name, r in sites.items() if name for c in r.calls), key=lambda c: c.order)
     spatial, channels_last = _spatial_maps(model, calls), _channels_last_maps(model, calls)
     maps = [c for c in calls if id(c) in spatial or id(c) in channels_last or _is_token_grid(c)]
+    maps = [c for c in maps if batch is None or c.get("output").shape[0] == batch]  # an LSTM's (B * H, W, C)
     if not maps:
         raise SelectionError(
             f"no module of {type(model).__name__} returns a (B, C, H, W) map larger than 1x1 (channels first) "
             "or (B, N, C) tokens on a patch grid; pass select=NAME"
         )
-    chosen, why = maps[-1], "the last spatial map"
-    if id(chosen) in channels_last:
-        why = "the last spatial map (channels last)"
-    elif id(chosen) not in spatial:
-        attentions = [c for c in calls if "attention" in _type(model, c.site).lower()]
-        if attentions:
-            last = attentions[-1]
-            before = [c for c in maps if c.order < last.order and not _inside(c.site, last.site)]
-            if before:
-                chosen, why = before[-1], f"the tokens the last attention (`{last.site}`) reads"
+    attentions = [c for c in calls if _is_attention(model, c.site)]
+    chosen, why = _preferred(maps, attentions, channels_last, spatial)
+    if reached is not None and not reached([chosen])[0]:
+        inner = [c for c in maps if c.order < chosen.order and not any(_inside(c.site, a.site) for a in attentions)]
+        earlier = next((c for c, ok in reversed(list(zip(inner, reached(inner), strict=True))) if ok), None)
+        if earlier is not None:
+            why = f"the last map the score depends on (not `{chosen.site}`'s: its gradient there is 0)"
+            chosen = earlier
     words = _words(chosen, calls, why)
     log.info("hookscope.cam: heatmaps at %s, output %s", words, tuple(chosen.get("output").shape))
     return LayerChoice(chosen.site, chosen.index, words)
+
+
+def _preferred(
+    maps: list[Call], attentions: list[Call], channels_last: set[int], spatial: set[int]
+) -> tuple[Call, str]:
+    """The pick by shapes alone, and why (see the module docstring)."""
+    chosen, why = maps[-1], "the last spatial map"
+    if id(chosen) in channels_last:
+        why = "the last spatial map (channels last)"
+    elif id(chosen) not in spatial and attentions:
+        last = [a for a in attentions if not any(_inside(b.site, a.site) for b in attentions)][-1]  # not its block
+        before = [c for c in maps if c.order < last.order and not _inside(c.site, last.site) and _is_token_grid(c)]
+        if before:  # tokens: not a module the attention calls on its heads (CoaT's shared `crpe4`, (B, h, N, C))
+            chosen, why = before[-1], f"the tokens the last attention (`{last.site}`) reads"
+    return chosen, why
+
+
+def _is_attention(model: nn.Module, site: str) -> bool:
+    """An attention module: its class or its own name says so (``Attention``, ``ClassAttn``, timm's
+    ConViT ``GPSA`` as ``blocks.0.attn``)."""
+    words = (_type(model, site).lower(), site.rpartition(".")[2].lower())
+    return any("attention" in w or "attn" in w for w in words) and not site.endswith(("_drop", "_dropout"))
 
 
 def _words(chosen: Call, calls: list[Call], why: str) -> str:
@@ -190,12 +243,13 @@ def _channels_last_maps(model: nn.Module, calls: list[Call]) -> set[int]:
 
 def _channels_first(shape: tuple[int, ...], count: int | None, *, strict: bool = True) -> bool:
     """Whether a 4-D output of a module with ``count`` channels has them on axis 1 (``strict``: must;
-    else, for a container whose last layer need not give its channels, only not channels-last)."""
+    else, for a container whose last layer need not give its channels: not channels-last, and at least
+    ``count`` of them, as branches concatenated give; CoaT's ``crpe`` returns ``(B, heads, N, C)``)."""
     if len(shape) != 4 or count is None:
         return len(shape) == 4
     if is_channels_last(shape, count):
         return False
-    return shape[1] == count or not strict
+    return shape[1] == count or (not strict and shape[1] > count)  # more: branches concatenated; fewer: heads
 
 
 def _module(root: nn.Module, site: str) -> nn.Module | None:
