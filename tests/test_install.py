@@ -108,10 +108,17 @@ def named_for(title: str) -> set[str]:
     return {d for extra, comment in found if f'"{title}"' in comment for d in provided(extra)}
 
 
+def pinned_on(page: Path) -> set[str]:
+    """A migration page's peer: the distribution its own ``pip install NAME==VERSION`` line names."""
+    if page.parent.name != "migrate":
+        return set()
+    return {normal(name) for name in re.findall(r"pip install ([\w-]+)==", page.read_text(encoding="utf-8"))}
+
+
 @pytest.mark.parametrize("index", range(1, len(BLOCKS)), ids=[block.id for block in BLOCKS[1:]])
 def test_every_other_block_needs_only_examples_and_the_no_deps_line(index: int) -> None:
     """[examples] and the MiniLM line, or the extra an install line names for the block's section."""
-    allowed = BASE | provided("examples") | NO_DEPS | named_for(section_of(index))
+    allowed = BASE | provided("examples") | NO_DEPS | named_for(section_of(index)) | pinned_on(BLOCKS[index].page)
     needed = distributions(BLOCKS[index])
     assert needed <= allowed, f"{BLOCKS[index].id} needs {sorted(needed - allowed)}, not in [examples]"
 

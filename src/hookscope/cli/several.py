@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..core.hooks import HandleGroup
 from .inputs import LoadedInput
 
 
@@ -48,8 +49,9 @@ def first_input(model: nn.Module, batch: LoadedInput, device: str) -> Iterator[t
             return (), {key: given[0], **named, **more} if given else {**more, **named}
         return (*given, *rest), {**named, **more}
 
-    handle = model.register_forward_pre_hook(the_rest, with_kwargs=True)
+    handles = HandleGroup()
+    handles.on_forward_pre(model, the_rest)
     try:
         yield x, f"input: the first of the model's inputs is reported, {held} held as given"
     finally:
-        handle.remove()
+        handles.remove()
