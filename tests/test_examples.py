@@ -213,3 +213,14 @@ def test_inline_picture_draws_a_notebook_cell(tmp_path: Path, chromium: object) 
     printed = _run("inline_picture", tmp_path, "--out", str(tmp_path))
     _assert_picture(tmp_path / "inline.png", "PNG", (980, 200))
     assert printed.strip() == str(tmp_path / "inline.png")
+
+
+def test_every_example_is_linked_from_a_guide_page_and_run_by_a_test() -> None:
+    """Issue 38's point 5: a page that uses an example links it, and a test here runs it (the notebook's:
+    tests/test_walkthrough.py); a new script without either fails here."""
+    guide = "\n".join(page.read_text(encoding="utf-8") for page in (EXAMPLES.parent / "docs" / "guide").glob("*.md"))
+    tests = Path(__file__).read_text(encoding="utf-8")
+    for path in sorted([*EXAMPLES.glob("*.py"), *EXAMPLES.glob("*.ipynb")]):
+        assert f"](../../examples/{path.name})" in guide, f"no page of docs/guide links {path.name}"
+        if path.suffix == ".py":
+            assert f'_run("{path.stem}"' in tests or f'"{path.name}"' in tests, f"no test runs {path.name}"
