@@ -1,11 +1,16 @@
 """Draws docs/images/inline.png, docs/guide/notebooks.md's picture of a notebook cell: what `cap` shows inline.
 
+    python examples/inline_picture.py                 # writes examples/output/inline/inline.png
+    python examples/inline_picture.py --out FOLDER    # writes FOLDER/inline.png
+    python examples/inline_picture.py --docs          # regenerates the guide's docs/images/inline.png
+
 The capture's own `_repr_html_` (what Jupyter, VS Code and GitHub show) under a cell prompt, drawn by
-Chromium through Playwright. Run inside the venv: `python examples/inline_picture.py`.
+Chromium through Playwright.
 """
 
 from __future__ import annotations
 
+import argparse
 import html
 import shutil
 import tempfile
@@ -16,7 +21,8 @@ import torch
 import hookscope
 from hookscope.zoo import lenet
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "images" / "inline.png"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "images"
+OUTPUT = Path(__file__).resolve().parent / "output"  # every example writes under examples/output/ (ignored)
 CELL = 'with hookscope.capture(model, "conv*", kinds=("input", "output", "grad_output")) as cap:\n    ...\ncap'
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><style>
 body {{ margin: 0; padding: 14px 18px; background: #fff; font: 13px system-ui, sans-serif; }}
@@ -26,7 +32,19 @@ pre {{ margin: 0 0 10px; padding: 8px 10px; background: #f5f5f5; border: 1px sol
 </style></head><body><p class="prompt">[3]:</p><pre>{cell}</pre>{view}</body></html>"""
 
 
+def where() -> Path:
+    """The file to draw: ``inline.png`` in ``--out FOLDER`` (default ``examples/output/inline/``),
+    or in docs/images with ``--docs``."""
+    options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    options.add_argument("--out", default=str(OUTPUT / "inline"), help="the folder to write inline.png into")
+    options.add_argument("--docs", action="store_true", help="write the guide's docs/images/inline.png instead")
+    args = options.parse_args()
+    return (DOCS if args.docs else Path(args.out)) / "inline.png"
+
+
 def main() -> None:
+    out = where()
+    out.parent.mkdir(parents=True, exist_ok=True)
     from playwright.sync_api import sync_playwright
 
     model, (digits, _) = lenet.lenet(), lenet.digits("test")
@@ -40,9 +58,9 @@ def main() -> None:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 980, "height": 300}, device_scale_factor=1)
         page.goto(path.as_uri())
-        page.screenshot(path=str(OUT), full_page=True)
+        page.screenshot(path=str(out), full_page=True)
         browser.close()
-    print(OUT)
+    print(out)
 
 
 if __name__ == "__main__":
