@@ -1,6 +1,7 @@
-"""The logged step's cheaper reads change no value: the update taken in place in the kept copies and the
-row norms checked for overflow once per group give the History rows, bit for bit, of the computation
-they replace (written out here: a new ``p - before`` per parameter, each tensor's row norms on its own),
+"""The logged step's cheaper reads change no value: the update taken in place in the kept copies, the row
+norms checked for overflow once per group and the activation moments' temporaries reused in place give
+the History rows, bit for bit, of the computation they replace (written out here: a new ``p - before``
+per parameter, each tensor's row norms on its own, a new tensor for the moments' squares and signs),
 with SGD, SGD with momentum and AdamW, on float32 and bfloat16 parameters."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch.optim import Optimizer
 import hookscope
 from hookscope.core.placement import local, replicas
 from hookscope.stats.norms import each_row_norms, row_norms
+from hookscope.train import measures
 from hookscope.train.collect import Gathered
 from hookscope.train.optimizer_reads import OptimizerReads
 from hookscope.train.rank_sums import Ranks
@@ -52,6 +54,18 @@ def _old_updates(self: OptimizerReads, optimizer: Optimizer, gathered: dict[str,
         g.before_sq = old if g.before_sq is None else g.before_sq + old
 
 
+def _old_moments(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    n = x.numel()
+    mean = x.sum() / n
+    m2 = (x - mean).square().sum()
+    magnitude = x.abs()
+    others = [d for d in range(x.dim()) if d != dim]
+    nonzero = magnitude.sign().sum(dim=others) if others else magnitude.sign().reshape(-1)
+    sums = torch.stack([mean, m2, magnitude.sum(), nonzero.sum()]).to(F64)
+    count = torch.tensor(float(n), dtype=F64, device=x.device)
+    return torch.stack([count, sums[0], sums[1], sums[2], count - sums[3]]), nonzero > 0
+
+
 OPTIMIZERS: dict[str, Callable[[Iterable[Tensor]], Optimizer]] = {
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
     "momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
@@ -81,6 +95,7 @@ def test_rows_bit_identical_to_the_per_tensor_reads(
     new = _rows(optimizer, dtype)
     monkeypatch.setattr(Ranks, "share", _old_share)
     monkeypatch.setattr(OptimizerReads, "updates", _old_updates)
+    monkeypatch.setattr(measures, "_moments", _old_moments)
     old = _rows(optimizer, dtype)
     assert sorted(new) == sorted(old) == ["0", "1", "2"]
     for name, rows in new.items():
