@@ -48,18 +48,38 @@ def squared_norm(tensors: Iterable[Tensor]) -> Tensor | None:
 def row_norms(t: Tensor) -> Tensor:
     """2-norms of ``t``'s elements in rows of ``ROW`` (the last row shorter), a float32 or float64
     vector (half precision and integers are widened to float32 first); finite for a finite ``t``."""
+    flat = _flat(t)
+    tail = _rows(flat)
+    overflowed = torch.isinf(tail)
+    if flat.dtype == F64 or not bool(overflowed.any()):  # float64 overflows only past 1e154: not widened
+        return tail
+    return _widened(flat, tail, overflowed)
+
+
+def each_row_norms(tensors: list[Tensor]) -> list[Tensor]:
+    """``row_norms`` of each of ``tensors``, the same values, with one overflow check for all of them
+    (one flag read from the device, not one per tensor) when they share a device."""
+    flats = [_flat(t) for t in tensors]
+    norms = [_rows(f) for f in flats]
+    narrow = [n for n in norms if n.dtype != F64]
+    if len({n.device for n in narrow}) > 1 or (narrow and bool(torch.cat(narrow).isinf().any())):
+        return [row_norms(t) for t in tensors]  # some row overflowed (rare): each tensor on its own
+    return norms
+
+
+def _flat(t: Tensor) -> Tensor:
     flat = t.detach().reshape(-1)
-    if flat.dtype not in (torch.float32, F64):
-        flat = flat.float()
+    return flat if flat.dtype in (torch.float32, F64) else flat.float()
+
+
+def _rows(flat: Tensor) -> Tensor:
+    """The float32 (or float64) 2-norms of ``flat``'s rows of ``ROW``, the last row shorter."""
     whole = flat.numel() - flat.numel() % ROW
     tail: Tensor = torch.linalg.vector_norm(flat[whole:]).reshape(1)
     if whole:
         rows: Tensor = torch.linalg.vector_norm(flat[:whole].view(-1, ROW), dim=1)
         tail = torch.cat([rows, tail])
-    overflowed = torch.isinf(tail)
-    if flat.dtype == F64 or not bool(overflowed.any()):  # float64 overflows only past 1e154: not widened
-        return tail
-    return _widened(flat, tail, overflowed)
+    return tail
 
 
 def _widened(flat: Tensor, norms: Tensor, overflowed: Tensor) -> Tensor:

@@ -56,11 +56,13 @@ def activation_moments(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
 def _moments(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     n = x.numel()
     mean = x.sum() / n
-    m2 = (x - mean).square().sum()  # a sum: torch's float32 2-norm is 1000x less exact here
+    m2 = (x - mean).square_().sum()  # a sum: torch's float32 2-norm is 1000x less exact here
     magnitude = x.abs()
+    sum_abs = magnitude.sum()
+    signs = magnitude.sign_()  # in place, as square_ above: the same values, one temporary fewer each
     others = [d for d in range(x.dim()) if d != dim]
-    nonzero = magnitude.sign().sum(dim=others) if others else magnitude.sign().reshape(-1)
-    sums = torch.stack([mean, m2, magnitude.sum(), nonzero.sum()]).to(F64)
+    nonzero = signs.sum(dim=others) if others else signs.reshape(-1)
+    sums = torch.stack([mean, m2, sum_abs, nonzero.sum()]).to(F64)
     count = torch.tensor(float(n), dtype=F64, device=x.device)
     return torch.stack([count, sums[0], sums[1], sums[2], count - sums[3]]), nonzero > 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
@@ -38,16 +39,18 @@ class OptimizerReads:
 
     def updates(self, optimizer: Optimizer, gathered: dict[str, Gathered], ranks: Ranks) -> None:
         """Add each site's squared update and weight norms across ``optimizer``'s step."""
-        by_site: dict[str, tuple[list[Tensor], list[Tensor]]] = {}  # site -> (updates, weights before)
+        by_site: dict[str, tuple[list[Tensor], list[Tensor]]] = {}  # site -> (weights after, weights before)
         for p in _params(optimizer):
             before, site = self.before.pop(id(p), None), self.owner.get(id(p))
             if before is not None and site is not None:
-                updates, weights = by_site.setdefault(site, ([], []))
-                updates.append(p.detach() - before)
+                after, weights = by_site.setdefault(site, ([], []))
+                after.append(p.detach())
                 weights.append(before)
-        for site, (updates, weights) in by_site.items():
+        for site, (after, weights) in by_site.items():
             g = gathered[site]
-            delta, old = ranks.share(updates), ranks.share(weights)
+            old = ranks.share(weights)
+            torch._foreach_sub_(weights, after)  # the copies become before - after = -update, in place: no new tensor
+            delta = ranks.share(weights)  # (a - b is -(b - a) exactly in IEEE arithmetic: the same squares)
             assert delta is not None  # both lists hold a tensor
             assert old is not None
             g.delta_sq = delta if g.delta_sq is None else g.delta_sq + delta

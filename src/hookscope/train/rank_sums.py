@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..base.world import World
 from ..core.placement import local, replicas
-from ..stats.norms import row_norms
+from ..stats.norms import each_row_norms
 from ..store.series import COLUMNS, History
 from .collect import SLOTS, host_row
 from .measures import ACT, F64, combine
@@ -49,12 +49,9 @@ class Ranks(World):
         chosen = list(tensors)
         if not chosen:
             return None
-        pieces = [local(t) for t in chosen]
-        device = pieces[0].device
-        parts = [
-            row_norms(p).to(device, F64).square().sum() / replicas(t, self.size)
-            for p, t in zip(pieces, chosen, strict=True)
-        ]
+        norms = each_row_norms([local(t) for t in chosen])
+        device = norms[0].device
+        parts = [n.to(device, F64).square().sum() / replicas(t, self.size) for n, t in zip(norms, chosen, strict=True)]
         return torch.stack(parts).sum()
 
 
