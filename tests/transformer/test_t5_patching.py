@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,13 +32,13 @@ def last_token(output: Any) -> Tensor:
     return output.last_hidden_state[:, -1, :3].sum(-1)
 
 
-def by_hand(model: nn.Module, site: str, position: int) -> float:
-    """The restored fraction with torch's own hooks: the clean hidden states of ``site`` at ``position``."""
+def by_hand(model: nn.Module, site: str, position: int, target: Callable[[Any], Tensor] = last_token) -> float:
+    """The restored fraction of ``target`` by torch's own hooks: clean hidden states of ``site`` at ``position``."""
     module = model.get_submodule(site)
     held: list[Tensor] = []
     handle = module.register_forward_hook(lambda m, a, out: held.append(out[0]))
     with torch.no_grad():
-        m_clean = float(last_token(model(CLEAN)).mean())
+        m_clean = float(target(model(CLEAN)).mean())
     handle.remove()
 
     def patch(m: nn.Module, a: Any, out: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -46,9 +47,9 @@ def by_hand(model: nn.Module, site: str, position: int) -> float:
         return (hidden, *out[1:])
 
     with torch.no_grad():
-        m_corrupt = float(last_token(model(CORRUPT)).mean())
+        m_corrupt = float(target(model(CORRUPT)).mean())
         handle = module.register_forward_hook(patch)
-        m_patched = float(last_token(model(CORRUPT)).mean())
+        m_patched = float(target(model(CORRUPT)).mean())
     handle.remove()
     return (m_patched - m_corrupt) / (m_clean - m_corrupt)
 
@@ -112,27 +113,6 @@ def next_token(output: Tensor) -> Tensor:
     return output[:, -1, 7] - output[:, -1, 3]
 
 
-def patched_by_hand(model: nn.Module, site: str, position: int) -> float:
-    """The restored fraction with torch's own hooks on a model returning a tensor (``by_hand`` for ``next_token``)."""
-    module, held = model.get_submodule(site), []
-    handle = module.register_forward_hook(lambda m, a, out: held.append(out[0]))
-    with torch.no_grad():
-        m_clean = float(next_token(model(CLEAN)).mean())
-    handle.remove()
-
-    def patch(m: nn.Module, a: Any, out: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        hidden = out[0].clone()
-        hidden[:, position] = held[0][:, position]
-        return (hidden, *out[1:])
-
-    with torch.no_grad():
-        m_corrupt = float(next_token(model(CORRUPT)).mean())
-        handle = module.register_forward_hook(patch)
-        m_patched = float(next_token(model(CORRUPT)).mean())
-    handle.remove()
-    return (m_patched - m_corrupt) / (m_clean - m_corrupt)
-
-
 def test_an_encoder_decoder_patches_its_encoder_blocks_by_default_and_its_decoder_blocks_when_named() -> None:
     model = Seq2Seq()
     sweep = hookscope.patch_sweep(model, CLEAN, CORRUPT, target=next_token, batch_size=4)
@@ -140,13 +120,13 @@ def test_an_encoder_decoder_patches_its_encoder_blocks_by_default_and_its_decode
     assert list(sweep.restored) == encoder  # the decoder's blocks (3 positions, not the input's 5) are not asked for
     for site in encoder:
         assert [sweep.fraction(site, p) for p in range(5)] == pytest.approx(
-            [patched_by_hand(model, site, p) for p in range(5)], abs=1e-9
+            [by_hand(model, site, p, next_token) for p in range(5)], abs=1e-9
         )
     decoder = hookscope.patch_sweep(model, CLEAN, CORRUPT, target=next_token, select=r"re:t5\.decoder\.block\.\d$")
     assert list(decoder.restored) == ["t5.decoder.block.0", "t5.decoder.block.1"]
     for site in decoder.restored:
         assert len(decoder.restored[site]) == 3  # type: ignore[arg-type]  # the decoder's own positions
         assert [decoder.fraction(site, p) for p in range(3)] == pytest.approx(
-            [patched_by_hand(model, site, p) for p in range(3)], abs=1e-9
+            [by_hand(model, site, p, next_token) for p in range(3)], abs=1e-9
         )
     assert decoder.fraction("t5.decoder.block.1", 2) == pytest.approx(1.0)  # the last position's whole stream
