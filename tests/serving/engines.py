@@ -2,7 +2,7 @@
 
 ``compiled``: ``enforce_eager=False`` (torch.compile with the eager backend: Dynamo's graph, no
 Inductor build), where no module hook fires: the capture must raise ``ServingError``.
-``readme``: the ``python vllm`` block of docs/guide/serving.md, run in the folder given, what it printed handed back.
+``readme``: the ``python vllm`` blocks of docs/guide/serving.md, run in the folder given, what they printed handed back.
 ``multiprocess``: the default engine, its worker in another process (``VLLM_ENABLE_V1_MULTIPROCESSING=1``,
 ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` so hookscope's worker functions travel by module and name).
 ``killed``: once the file ``STORE.go`` exists, captures ``KILLED`` to the store ``STORE`` (``python -m
@@ -55,12 +55,15 @@ def killed(folder: str, out: str) -> dict[str, object]:
 
 
 def readme(folder: str) -> dict[str, object]:
-    """Run docs/guide/serving.md's vLLM example in ``folder``; what it printed, line by line."""
-    block = re.findall(r"```python vllm\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)[0]
+    """Run docs/guide/serving.md's vLLM examples in ``folder``, in order, in one namespace; what they printed,
+    line by line."""
+    blocks = re.findall(r"```python vllm\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
     os.chdir(folder)
     printed = io.StringIO()
+    namespace = {"__name__": "__main__"}
     with contextlib.redirect_stdout(printed):
-        exec(compile(block, str(PAGE), "exec"), {"__name__": "__main__"})
+        for block in blocks:
+            exec(compile(block, str(PAGE), "exec"), namespace)
     return {"printed": printed.getvalue().splitlines()}
 
 

@@ -55,7 +55,7 @@ def killed(engines: dict[str, subprocess.Popen[str]]) -> tuple[Path, int]:
         assert time.monotonic() < deadline, "the killed engine wrote no 3 requests in 300 s"
         time.sleep(0.01)
     process.send_signal(signal.SIGKILL)
-    process.wait()
+    process.communicate()  # reaped, its pipes closed
     return out, len(done_batches(out))
 
 
