@@ -15,6 +15,7 @@ from torch import nn
 import hookscope
 from hookscope.core.records import Call, Record
 from hookscope.serving.sink import RequestSink, prompt_digest
+from hookscope.store.format import read_manifest, write_manifest
 
 SITES = ["layers.0", "layers.1"]
 LENGTHS = {"0": (5, 4), "1": (2, 1), "2": (3, 6)}  # request -> (prompt tokens, calls: the prefill, then decodes)
@@ -108,9 +109,18 @@ def test_resume_goes_on_numbering_and_skips_prompts_the_store_holds(tmp_path: Pa
     write(tmp_path / "s", ["0", "1"])
     with pytest.raises(hookscope.OutputExistsError, match="resume=True to continue it"):
         write(tmp_path / "s", ["2"])
-    sink = write(tmp_path / "s", ["1", "2", "0"], resume=True)
-    assert sink.skipped == ["1", "0"]
+    sink = write(tmp_path / "s", ["1", "2", "0", "2"], resume=True)
+    assert sink.skipped == ["1", "0", "2"]  # held before, or written earlier in this block
     assert sink.batches == {"2": 2}
     run = hookscope.load(tmp_path / "s")
     assert run.complete and run.batches == [0, 1, 2]
     assert [b["request"] for b in run.manifest["batches"]] == ["0", "1", "2"]
+
+
+def test_a_damaged_request_field_is_named(tmp_path: Path) -> None:
+    write(tmp_path / "s", ["0"])
+    manifest = read_manifest(tmp_path / "s")
+    manifest["batches"][0]["calls"] = {"layers.0": "four"}
+    write_manifest(tmp_path / "s", manifest)
+    with pytest.raises(hookscope.StoreError, match=r"batches\[0\]\.calls must be site -> an integer >= 0"):
+        hookscope.load(tmp_path / "s")

@@ -245,8 +245,10 @@ class LLMCapture(EngineBlock, Mapping[str, Mapping[str, Record]]):
         written = set(self.found.get("written", {}).values())
         if not written:
             return {}
-        rows = self.store().manifest.get("batches", [])
-        return {b["request"]: b["index"] for b in rows if b["index"] in written and "request" in b}
+        if self.found.get("stored") is None:  # read once, after the block
+            rows = self.store().manifest.get("batches", [])
+            self.found["stored"] = {b["request"]: b["index"] for b in rows if b["index"] in written and "request" in b}
+        return dict(self.found["stored"])
 
     @property
     def skipped(self) -> list[str]:

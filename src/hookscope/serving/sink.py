@@ -16,7 +16,8 @@ The manifest's row of each batch says what it is (``run.manifest["batches"]``)::
 ``tokens`` every row of a site over its calls (the prompt, then one per decode step), ``calls`` per
 site, ``prompt_sha256`` the digest of the prompt's token ids (``prompt_digest``). With ``resume``
 the store is continued: batch numbers go on after the last one there, and a request whose prompt
-the store already held is not written again (``skipped``).
+the store already holds (from before, or written earlier in this block) is not written again
+(``skipped``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class RequestSink:
             if self.resume and digest in self.held:
                 self.skipped.append(request)
                 return
+            self.held.add(digest)  # resumed: the store holds each prompt once, this block's too
         index, self.next = self.next, self.next + 1
         self.batches[request] = index
         listed, held, layouts = entries(records, index)
