@@ -252,7 +252,7 @@ class LLMCapture(EngineBlock, Mapping[str, Mapping[str, Record]]):
 
     @property
     def skipped(self) -> list[str]:
-        """The requests of this block not written to the store: ``resume=True`` found their prompt there."""
+        """The requests of this block left out of the store, since ``resume=True`` found their prompt in it."""
         return list(self.found.get("skipped", []))
 
     def pending(self, prompts: Sequence[Any]) -> list[Any]:
