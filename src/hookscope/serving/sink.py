@@ -12,12 +12,12 @@ The manifest's row of each batch says what it is (``run.manifest["batches"]``)::
     {"index": 7, "rows": 1, "request": "3", "prompt": 5, "tokens": 8,
      "calls": {"model.layers.0": 4, ...}, "prompt_sha256": "9f1c..."}
 
-``request`` the id ``generate`` returned, ``prompt`` its prompt tokens (the first rows of call 0),
-``tokens`` every row of a site over its calls (the prompt, then one per decode step), ``calls`` per
-site, ``prompt_sha256`` the digest of the prompt's token ids (``prompt_digest``). With ``resume``
-the store is continued: batch numbers go on after the last one there, and a request whose prompt
-the store already holds (from before, or written earlier in this block) is not written again
-(``skipped``).
+``request`` the id ``generate`` returned, ``prompt`` its prompt tokens (its first rows: call 0,
+unless vLLM chunked the prefill), ``tokens`` every row of a site over its calls (the prompt, then
+one per decode step), ``calls`` per site, ``prompt_sha256`` the digest of the prompt's token ids
+(``prompt_digest``). With ``resume`` the store is continued: batch numbers go on after the last
+one there, and a request whose prompt the store already holds (from before, or written earlier in
+this block) is not written again (``skipped``).
 """
 
 from __future__ import annotations
