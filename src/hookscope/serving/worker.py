@@ -78,7 +78,7 @@ class Session:
         self.tokens: dict[str, list[Tensor]] = {}  # request -> the token ids it fed, step by step
         self.prompts: dict[str, int] = {}  # request -> its prompt's length
         self.errors: dict[str, str] = {}  # request -> the error a hook raised for it
-        self.live: set[str] = set()  # requests of the last step
+        self.live: dict[str, None] = {}  # requests of the last step, in batch order (a finished one's batch follows it)
         names = dict(model.named_modules())
         layered = {
             f"{p}.{c}" if p else c
@@ -134,8 +134,9 @@ class Session:
                 self.prompts.setdefault(piece.request, piece.prompt)
                 if ids is not None and piece.request not in self.errors:
                     self.tokens.setdefault(piece.request, []).append(ids[piece.start : piece.end].to("cpu", copy=True))
-            ended = self.live - {p.request for p in self.step}
-            self.live = {p.request for p in self.step}
+            now = dict.fromkeys(p.request for p in self.step)
+            ended = [r for r in self.live if r not in now]  # in the engine's batch order: stable batch numbers
+            self.live = now
             for request in ended if self.sink is not None else ():
                 self._hand_over(request)
         except Exception as err:  # never into the engine: every request of the step fails with it
