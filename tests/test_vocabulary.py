@@ -276,6 +276,7 @@ METHOD_NAMES = {
     "rtol",  # Divergence.first / .plot: the relative tolerance
     "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
     "overlay",  # Graph.colored(overlay, column=): a number per module (column= names them)
+    "prompts",  # LLMCapture.pending(prompts): what llm.generate takes, those its store lacks
 }  # fmt: skip
 RESULT_LAYER = {"Attention", "LinearAttention"}  # .weights(layer), .mixing(layer): a layer of the result
 

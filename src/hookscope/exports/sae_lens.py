@@ -13,7 +13,10 @@ others (the layout has no mask; ``attention_mask`` says which they are). The sto
 and config are in the dataset info (``description``, JSON). Batches are written one at a time with an
 ``ArrowWriter`` into files of about ``shard_size`` bytes, so memory holds one batch; the folder is
 written beside ``out`` and renamed into place when complete, like ``save``. A row-layout store only:
-a token-major store (``extract(..., layout="tokens")``) no longer has the sequences.
+a token-major store (``extract(..., layout="tokens")``) no longer has the sequences. A vLLM store
+(``capture_llm(..., out=)``: a batch per request, its calls the prefill then one row per decode step)
+is a row per request, its calls joined: ``Array2D(shape=(None, d_in))``, the requests' lengths as
+they were (SAE Lens's cached layout needs one context length: read such a store with ``StoreDataset``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ..base.words import parse_size
 from ..core.select import Selector
 from ..errors import InputError, NotCapturedError, OptionError, StoreError, StoreWarning
 from ..progress import Callback, Progress, callback
-from ..store.columns import Column, columns, read_input
+from ..store.columns import Column, columns, read_input, stepped
 from ..store.format import SHARD_SIZE
 from ..store.reader import Run, load
 from ..store.shards import inside, one_line, read_index
@@ -57,7 +60,7 @@ def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, sele
     picked = columns(run, select, kind, key, "rows", True)
     root = new_output(out, force=force, kind="export")
     kept = _inputs(run)
-    features = _features(picked, kept)
+    features = _features(picked, kept, ragged=stepped(run))
     with staged_folder(root, lambda err, folder: StoreError(f"cannot write {root}: {err} ({folder})")) as staging:
         files = _write_rows(picked, kept, features, staging, parse_size(shard_size), callback(progress))
         _write_state(run, features, staging, files)
@@ -72,18 +75,22 @@ def _store_path(source: Any) -> str | os.PathLike[str]:
     return source
 
 
-def _features(picked: list[Column], kept: dict[int, dict[str, Tensor]]) -> Any:
-    """One ``Array2D(context, d_in)`` per site; ``token_ids`` / ``attention_mask`` where the store has them."""
+def _features(picked: list[Column], kept: dict[int, dict[str, Tensor]], *, ragged: bool) -> Any:
+    """One ``Array2D(context, d_in)`` per site; ``token_ids`` / ``attention_mask`` where the store has them.
+    ``ragged``: a row per vLLM request, ``(None, d_in)``: each its own length."""
     datasets = require("datasets")
     found: dict[str, Any] = {}
     for column in picked:
         where = next(iter(column.places.values()))[0]
         shape, dtype = where[3], where[2]
+        if ragged and len(shape) == 2:
+            found[column.site] = datasets.Array2D(shape=(None, shape[1]), dtype=_arrow_dtype(dtype))
+            continue
         if len(shape) != 3:
             raise OptionError(f"format='datasets' writes (batch, context, d_in) activations; {column.site} "
                               f"{column.kind} is {tuple(shape)}: select the sites of a sequence model")  # fmt: skip
         found[column.site] = datasets.Array2D(shape=tuple(shape[1:]), dtype=_arrow_dtype(dtype))
-    context = found[picked[0].site].shape[0]
+    context = -1 if ragged else found[picked[0].site].shape[0]
     inputs = kept.get(min(picked[0].places), {})
     if "input_ids" in inputs:
         found["token_ids"] = datasets.Sequence(datasets.Value("int32"), length=context)
@@ -148,6 +155,9 @@ def _values(picked: list[Column], inputs: dict[str, Tensor], features: Any, batc
     values = {}
     for column in picked:
         items = column.items(batch)
+        if features[column.site].shape[0] is None:  # a vLLM request: one row, its tokens
+            values[column.site] = _numpy(items[None], features[column.site].dtype)
+            continue
         if tuple(items.shape[1:]) != features[column.site].shape:
             raise OptionError(f"batch {batch} of {column.site} is {tuple(items.shape)} where the first was (rows, "
                               f"{', '.join(map(str, features[column.site].shape))}); SAE Lens's layout needs one "

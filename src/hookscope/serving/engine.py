@@ -27,7 +27,7 @@ import os
 import pickle
 import secrets
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -39,9 +39,10 @@ from ..core.kinds import Kind, forward_kinds
 from ..core.records import Record
 from ..core.select import Selector
 from ..errors import EditError, EditWarning, NotCapturedError, OptionError, ServingError, ServingWarning
-from ..store.format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE
+from ..store.format import FLUSH_EVERY, MANIFEST, MAX_MEMORY, SHARD_SIZE
 from ..store.reader import Run, load
 from . import worker
+from .sink import prompt_digest
 
 COMPILED = "the worker is compiled (enforce_eager=False): its graph never calls a module's hooks; " \
            "build the LLM with enforce_eager=True"  # fmt: skip
@@ -55,6 +56,7 @@ def capture_llm(
     kinds: Kind | Iterable[Kind] = ("output",),
     out: str | os.PathLike[str] | None = None,
     force: bool = False,
+    resume: bool = False,
     max_memory: int | str = MAX_MEMORY,
     shard_size: int | str = SHARD_SIZE,
     flush_every: float | None = FLUSH_EVERY,
@@ -75,6 +77,9 @@ def capture_llm(
         out: a store each finished request streams to, as one batch (``hookscope.load(out)``); None keeps
             the records in memory (``cap[request]``).
         force: replace an existing ``out`` that hookscope wrote.
+        resume: continue an existing ``out`` (a killed run's, or a finished one): batch numbers go on after
+            its last, and a request whose prompt (its token ids) it already holds is not written again
+            (``cap.skipped``); ``cap.pending(prompts)`` lists the prompts it does not hold yet.
         max_memory: the bytes of finished requests held before they are written, in bytes or as text.
         shard_size: the most bytes per shard file, in bytes or as text.
         flush_every: seconds a finished request may wait in memory before it is written.
@@ -88,12 +93,13 @@ def capture_llm(
         ServingError: (at ``with``) a tensor-parallel or unreachable engine; (at its end) a site that never
             fired, or a request whose hook raised.
         SelectionError: ``select`` matches no module of the worker's model.
-        OutputExistsError: ``out`` exists and ``force`` is False.
+        OutputExistsError: ``out`` exists and neither ``resume`` nor ``force`` was given.
+        StoreError: (at ``with``) the store resumed was made with other sites, kinds or weights.
     """
     chosen: tuple[Kind, ...] = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     if not chosen or any(k not in forward_kinds() for k in chosen):
         raise OptionError(f"capture_llm keeps kinds 'input' and 'output' (no gradient flows in vLLM), got {chosen}")
-    store = None if out is None else {"out": os.fspath(out), "force": force, "max_memory": max_memory,
+    store = None if out is None else {"out": os.fspath(out), "force": force, "resume": resume, "max_memory": max_memory,
                                       "shard_size": shard_size, "flush_every": flush_every}  # fmt: skip
     spec = worker.Spec(token(), select=select, kinds=chosen, store=store)
     return LLMCapture(llm, spec, strict=strict)
@@ -234,8 +240,41 @@ class LLMCapture(EngineBlock, Mapping[str, Mapping[str, Record]]):
 
     @property
     def batches(self) -> dict[str, int]:
-        """request id -> its batch in the store (``out=``); empty without a store."""
-        return dict(self.found.get("written", {}))
+        """request id -> its batch in the store (``out=``), as the store's manifest says (its ``batches``
+        rows' ``request``), for the requests this block wrote; empty without a store."""
+        written = set(self.found.get("written", {}).values())
+        if not written:
+            return {}
+        if self.found.get("stored") is None:  # read once, after the block
+            rows = self.store().manifest.get("batches", [])
+            self.found["stored"] = {b["request"]: b["index"] for b in rows if b["index"] in written and "request" in b}
+        return dict(self.found["stored"])
+
+    @property
+    def skipped(self) -> list[str]:
+        """The requests of this block left out of the store, since ``resume=True`` found their prompt in it."""
+        return list(self.found.get("skipped", []))
+
+    def pending(self, prompts: Sequence[Any]) -> list[Any]:
+        """The prompts of ``prompts`` whose token ids the store (``out=``) does not hold yet, in order: what a
+        resumed run still has to generate (``llm.generate(cap.pending(prompts), ...)``).
+
+        Args:
+            prompts: what ``llm.generate`` takes: text (tokenized by the LLM's tokenizer, as vLLM does),
+                ``{"prompt_token_ids": [...]}``, ``{"prompt": text}``, or a list of token ids.
+
+        Returns:
+            Those not in the store, the same objects; every one when there is no store yet.
+
+        Raises:
+            ServingError: the capture has no ``out=``, or a prompt is none of those forms.
+        """
+        if self.spec.store is None:
+            raise ServingError("this capture keeps its records in memory: pass out= to capture_llm for a store")
+        out = self.spec.store["out"]
+        made = os.path.isfile(os.path.join(out, MANIFEST))
+        held = {b.get("prompt_sha256") for b in load(out).manifest["batches"]} if made else set()
+        return [p for p in prompts if prompt_digest(prompt_ids(self.llm, p)) not in held]
 
     def store(self) -> Run:
         """The store the requests streamed to, opened (``hookscope.load(out)``).
@@ -249,6 +288,20 @@ class LLMCapture(EngineBlock, Mapping[str, Mapping[str, Record]]):
         if self.spec.store is None:
             raise ServingError("this capture kept its records in memory: pass out= to capture_llm for a store")
         return load(self.spec.store["out"])
+
+
+def prompt_ids(llm: Any, prompt: Any) -> list[int]:
+    """The token ids vLLM feeds for ``prompt`` (``LLMCapture.pending``'s forms): text through the LLM's
+    tokenizer with its special tokens, as vLLM's renderer encodes it."""
+    if isinstance(prompt, Mapping) and "prompt_token_ids" in prompt:
+        return [int(i) for i in prompt["prompt_token_ids"]]
+    text = prompt.get("prompt") if isinstance(prompt, Mapping) else prompt
+    if isinstance(text, str):
+        return [int(i) for i in llm.get_tokenizer()(text)["input_ids"]]
+    if isinstance(prompt, Sequence) and all(isinstance(i, int) for i in prompt):
+        return [int(i) for i in prompt]
+    raise ServingError(f"a prompt is text, {{'prompt_token_ids': [...]}}, {{'prompt': text}} or token ids, "
+                       f"got {type(prompt).__name__}")  # fmt: skip
 
 
 def check_engine(llm: Any) -> bool:

@@ -2,17 +2,30 @@
 
 The store is the one ``extract`` writes (``hookscope.store.format``): opened here, in the worker
 that holds the records, and finished when the block ends; each request goes to the background
-writer (``hookscope.store.shard_writer``) as soon as the engine stops scheduling it, as batch ``k``
-(the ``k``-th request to finish), with the token ids it fed beside it (``input_ids``). Memory stays
-bounded by ``max_memory`` and a request handed over is on disk within ``flush_every`` seconds, so a
-killed run leaves a store ``load`` opens with every request finished before that bound.
+writer (``hookscope.store.shard_writer``) as soon as the engine stops scheduling it, as the next
+batch, with the token ids it fed beside it (``input_ids``). Memory stays bounded by ``max_memory``
+and a request handed over is on disk within ``flush_every`` seconds, so a killed run leaves a store
+``load`` opens with every request finished before that bound.
+
+The manifest's row of each batch says what it is (``run.manifest["batches"]``)::
+
+    {"index": 7, "rows": 1, "request": "3", "prompt": 5, "tokens": 8,
+     "calls": {"model.layers.0": 4, ...}, "prompt_sha256": "9f1c..."}
+
+``request`` the id ``generate`` returned, ``prompt`` its prompt tokens (its first rows: call 0,
+unless vLLM chunked the prefill), ``tokens`` every row of a site over its calls (the prompt, then
+one per decode step), ``calls`` per site, ``prompt_sha256`` the digest of the prompt's token ids
+(``prompt_digest``). With ``resume`` the store is continued: batch numbers go on after the last
+one there, and a request whose prompt the store already holds (from before, or written earlier in
+this block) is not written again (``skipped``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +39,18 @@ from ..store.format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE, SHARDS
 from ..store.names import by_entry
 from ..store.save import entries, provenance
 from ..store.shard_writer import Pending, ShardWriter
+
+
+def prompt_digest(ids: Iterable[int]) -> str:
+    """The SHA-256 of a prompt's token ids written as decimal text joined by spaces (``"1 5 6"``).
+
+    Args:
+        ids: the prompt's token ids.
+
+    Returns:
+        64 hexadecimal digits: what a batch's ``prompt_sha256`` holds.
+    """
+    return hashlib.sha256(" ".join(str(int(i)) for i in ids).encode()).hexdigest()
 
 
 class RequestSink:
@@ -43,7 +68,11 @@ class RequestSink:
         config = {"source": "vllm", "select": selector_text(select), "kinds": list(kinds), "reduce": None,
                   "stats_only": False, "per_channel": None, "world_size": 1, "target": None}  # fmt: skip
         header = store_format.new_manifest(provenance(model), config, listed)
-        store_format.open_for_extract(self.root, header, resume=False, force=bool(options.get("force")))
+        self.resume = bool(options.get("resume"))
+        store_format.open_for_extract(self.root, header, resume=self.resume, force=bool(options.get("force")))
+        held = store_format.index_parts(self.root)["batches"] if self.resume else []
+        self.next = max((b["index"] for b in held), default=-1) + 1  # batch numbers go on after the store's
+        self.held = {b["prompt_sha256"] for b in held if "prompt_sha256" in b}  # prompts the store holds
         self.writer = ShardWriter(
             self.root / SHARDS, f"r0-{secrets.token_hex(4)}", rank=0,
             limit=parse_size(options.get("max_memory") or MAX_MEMORY),
@@ -51,22 +80,32 @@ class RequestSink:
             flush_every=options.get("flush_every", FLUSH_EVERY),
         )  # fmt: skip
         self.batches: dict[str, int] = {}  # request -> its batch in the store
+        self.skipped: list[str] = []  # requests whose prompt the store already held (resume)
 
-    def put(self, request: str, records: Mapping[str, Record], tokens: Tensor | None) -> None:
-        """Hand request ``request``'s records (and the token ids it fed) to the writer as the next batch."""
-        index = len(self.batches)
+    def put(self, request: str, records: Mapping[str, Record], tokens: Tensor | None, prompt: int) -> None:
+        """Hand request ``request``'s records (and the token ids it fed, ``prompt`` of them its prompt's) to the
+        writer as the next batch; with ``resume``, a prompt the store held before is not written again."""
+        facts: dict[str, Any] = {"request": request, "prompt": prompt, "tokens": _rows(records),
+                                 "calls": {site: len(record.calls) for site, record in records.items()}}  # fmt: skip
+        if tokens is not None:
+            facts["prompt_sha256"] = digest = prompt_digest(tokens[:prompt].tolist())
+            if self.resume and digest in self.held:
+                self.skipped.append(request)
+                return
+            self.held.add(digest)  # resumed: the store holds each prompt once, this block's too
+        index, self.next = self.next, self.next + 1
         self.batches[request] = index
         listed, held, layouts = entries(records, index)
         named, tensors = by_entry(listed, held)
         inputs = {} if tokens is None else {"input_ids": tokens.reshape(1, -1)}
         nbytes = sum(t.nbytes for t in [*tensors.values(), *inputs.values()])
-        self.writer.put(Pending(index, 1, named, tensors, nbytes, layouts, inputs))
+        self.writer.put(Pending(index, 1, named, tensors, nbytes, layouts, inputs, facts))
 
-    def close(self, *, ok: bool) -> dict[str, int]:
+    def close(self, *, ok: bool) -> tuple[dict[str, int], list[str]]:
         """Write what is left and finish the store (``ok``), or keep what was written and let it go.
 
         Returns:
-            request -> its batch in the store.
+            request -> its batch in the store, and the requests not written (their prompt was there).
         """
         try:
             self.writer.close(raise_error=ok)
@@ -75,4 +114,11 @@ class RequestSink:
                 store_format.finish(self.root)
             else:
                 store_format.release(self.root)
-        return self.batches
+        return self.batches, self.skipped
+
+
+def _rows(records: Mapping[str, Record]) -> int:
+    """The rows of a request's first site over its calls (every site has the same: one per token fed)."""
+    for record in records.values():
+        return sum(next((len(t) for kind in call.tensors.values() for t in kind.values()), 0) for call in record.calls)
+    return 0

@@ -76,8 +76,9 @@ class Session:
         self.fired: dict[str, int] = {}  # site -> steps it ran in
         self.records: dict[str, dict[str, Record]] = {}  # request -> site -> Record
         self.tokens: dict[str, list[Tensor]] = {}  # request -> the token ids it fed, step by step
+        self.prompts: dict[str, int] = {}  # request -> its prompt's length
         self.errors: dict[str, str] = {}  # request -> the error a hook raised for it
-        self.live: set[str] = set()  # requests of the last step
+        self.live: dict[str, None] = {}  # requests of the last step, in batch order (a finished one's batch follows it)
         names = dict(model.named_modules())
         layered = {
             f"{p}.{c}" if p else c
@@ -113,14 +114,14 @@ class Session:
 
     def close(self, ok: bool) -> dict[str, Any]:
         self.handles.remove()
-        written: dict[str, int] = {}
+        written: tuple[dict[str, int], list[str]] = ({}, [])
         if self.sink is not None:
             try:
                 for request in list(self.records):
                     self._hand_over(request)
             finally:
                 written = self.sink.close(ok=ok and not self.errors)
-        return {"fired": self.fired, "errors": self.errors, "written": written,
+        return {"fired": self.fired, "errors": self.errors, "written": written[0], "skipped": written[1],
                 "records": self.records, "tokens": {r: torch.cat(t) for r, t in self.tokens.items() if t},
                 "edits": [row for site in self.edits for row in site.rows()]}  # fmt: skip
 
@@ -130,10 +131,12 @@ class Session:
             ids, positions = _argument(args, kwargs, 0, "input_ids"), _argument(args, kwargs, 1, "positions")
             self.step, self.rows = _packing(self.runner, positions)
             for piece in self.step:
+                self.prompts.setdefault(piece.request, piece.prompt)
                 if ids is not None and piece.request not in self.errors:
                     self.tokens.setdefault(piece.request, []).append(ids[piece.start : piece.end].to("cpu", copy=True))
-            ended = self.live - {p.request for p in self.step}
-            self.live = {p.request for p in self.step}
+            now = dict.fromkeys(p.request for p in self.step)
+            ended = [r for r in self.live if r not in now]  # in the engine's batch order: stable batch numbers
+            self.live = now
             for request in ended if self.sink is not None else ():
                 self._hand_over(request)
         except Exception as err:  # never into the engine: every request of the step fails with it
@@ -148,7 +151,7 @@ class Session:
         records = self.records.pop(request, None)
         if records is not None and request not in self.errors and self.sink is not None:
             tokens = self.tokens.get(request)
-            self.sink.put(request, records, torch.cat(tokens) if tokens else None)
+            self.sink.put(request, records, torch.cat(tokens) if tokens else None, self.prompts.get(request, 0))
 
     # -- the hooks ------------------------------------------------------------------------------
     def _before(self, name: str, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -255,7 +258,8 @@ def finish(worker: Any, token: str, ok: bool = True, packed: bool = False) -> di
 
     Returns:
         ``fired`` (site -> steps), ``errors`` (request -> what a hook raised), ``records`` (request ->
-        site -> ``Record``; empty when they went to a store), ``tokens``, ``written`` and ``edits`` rows.
+        site -> ``Record``; empty when they went to a store), ``tokens``, ``written`` (request -> batch),
+        ``skipped`` (requests whose prompt the resumed store held) and ``edits`` rows.
     """
     session = _SESSIONS.pop(token, None)
     found = session.close(ok) if session is not None else {}

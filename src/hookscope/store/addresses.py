@@ -57,6 +57,11 @@ class Addresses:
         self.lookup = None  # item -> row in its array, where a batch's padding is left out
         if column.masks:
             self.lookup = torch.cat([self._rows(b) for b in batches])
+        self.table: Tensor | None = None  # item -> its code, where a batch's items lie in several arrays (its calls)
+        if column.parts:
+            self.table = torch.cat([self._spread(b) for b in batches]) if batches else torch.empty(0, dtype=torch.long)
+            counts = torch.tensor([0] + [column.places[b][2] for b in batches], dtype=torch.long)
+            self.bounds = counts.cumsum(0)
 
     def codes(self, slot: int) -> Tensor:
         """The codes of every item of the batch at ``slot``, in item order.
@@ -67,6 +72,8 @@ class Addresses:
         Returns:
             A 1-D long tensor, one code per item.
         """
+        if self.table is not None:
+            return self.table[self.bounds[slot] : self.bounds[slot + 1]]
         return self._rows(self.batches[slot]) * self.width[slot] + self.origin[slot]
 
     def items(self, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
@@ -80,6 +87,8 @@ class Addresses:
         Returns:
             A 1-D long tensor, one code per item.
         """
+        if self.table is not None:
+            return self.table[index]
         row = self.lookup[index] if self.lookup is not None else self.first[slot] + offset
         return row * self.width[slot] + self.origin[slot]
 
@@ -119,6 +128,15 @@ class Addresses:
         _, first, count = self.column.places[batch]
         rows = self.column.masks.get(batch)
         return torch.arange(first, first + count) if rows is None else rows
+
+    def _spread(self, batch: int) -> Tensor:
+        """The codes of ``batch``'s items, part after part (``Column.parts``: a sequence's calls)."""
+        codes = []
+        for _, where, count in self.column.parts.get(batch, [(0, self.column.places[batch][0], 0)]):
+            number, start, width, _ = self._source(where)
+            rows = torch.arange(count) if batch in self.column.parts else self._rows(batch)
+            codes.append(rows * width + (number << SHIFT) + start)
+        return torch.cat(codes)
 
     def _view(self, number: int) -> Tensor:
         """Source ``number``'s row view (made on first use)."""

@@ -3,7 +3,9 @@
 A column lists, batch by batch, where its items lie: an array (a memory-mapped tensor of the
 store, ``(items, ...)``), the first row in it and how many. In the row layout each batch's tensor is
 its own array: ``(B, ...)`` by rows, ``(B*T, D)`` by tokens, less padding where the shard kept the
-batch's ``attention_mask`` (then a table maps each token to its row). In the token layout
+batch's ``attention_mask`` (then a table maps each token to its row). A store whose batch is one
+sequence stepped through (a vLLM request: call 0 its prompt's rows, each later call one generated
+token, ``hookscope.serving.sink``) reads every call of a batch, in call order: its ``parts``. In the token layout
 (``hookscope.store.token_layout``) one array holds every batch of a shard, so a random minibatch
 is one gather per shard. Arrays are mapped on first use, in the process that reads them (a
 ``DataLoader`` worker maps its own).
@@ -30,6 +32,7 @@ from .reader import Run, load, selected_sites
 from .shards import MappedShards, inside, read_index
 
 BY = ("rows", "tokens")
+STEPPED = ("vllm",)  # the config sources whose batch is one sequence, its calls the steps: prefill, then a token each
 Source = str | os.PathLike[str] | Run
 
 
@@ -43,6 +46,8 @@ class Column:
     key: str
     places: dict[int, tuple[tuple[Any, ...], int, int]]  # batch -> (array, first row, items)
     masks: dict[int, Tensor] = field(default_factory=dict)  # batch -> the rows its tokens are (padding left out)
+    parts: dict[int, list[tuple[int, tuple[Any, ...], int]]] = field(default_factory=dict)  # batch -> its calls'
+    # (call, array, items), in call order, where a batch is a sequence stepped through (``stepped``)
     verify: bool = True
     _mapped: dict[tuple[Any, ...], Tensor] = field(default_factory=dict, repr=False)
     _files: dict[tuple[str, str], Tensor] = field(default_factory=dict, repr=False)
@@ -66,6 +71,8 @@ class Column:
 
     def items(self, batch: int) -> Tensor:
         """Every item of ``batch``, in order (a view where there is no padding to leave out)."""
+        if batch in self.parts:
+            return torch.cat([self.array(where)[:count] for _, where, count in self.parts[batch]])
         where, first, count = self.places[batch]
         rows = self.array(where)
         return rows[self.masks[batch]] if batch in self.masks else rows[first : first + count]
@@ -102,6 +109,18 @@ def columns(source: Source | Sequence[Source], select: Selector | None, kind: st
                       f"shard(s): {named}; the dataset reads the others", StoreWarning,
                       stacklevel=_outside())  # fmt: skip
     return found
+
+
+def stepped(run: Run) -> bool:
+    """Whether each batch of ``run`` is one sequence stepped through (a vLLM request), its calls the steps.
+
+    Args:
+        run: the store.
+
+    Returns:
+        True for a store ``capture_llm(..., out=)`` wrote: its calls are read one after the other.
+    """
+    return run.config.get("source") in STEPPED
 
 
 def _outside() -> int:
@@ -160,10 +179,11 @@ def _rows(run: Run, site: str, kind: str, key: str | None) -> list[Entry]:
     """The index rows of ``site``'s ``kind`` at ``key`` (None: its first), first call of each batch, less those
     in damaged shards."""
     rows = [e for e in map(_entry, run.manifest.get("tensors", [])) if (e.site, e.kind) == (site, kind)]
-    if any(e.call for e in rows):
+    every = stepped(run)  # a sequence stepped through: every call is one of its steps
+    if not every and any(e.call for e in rows):
         warnings.warn(f"hookscope.store.columns: {site!r} ran several times per batch in {run.path}; the dataset "
                       "reads its first call of each batch", StoreWarning, stacklevel=6)  # fmt: skip
-    rows = [e for e in rows if e.call == 0 and run.manifest["shards"][e.shard]["file"] not in run.damaged]
+    rows = [e for e in rows if (every or e.call == 0) and run.manifest["shards"][e.shard]["file"] not in run.damaged]
     key = key if key is not None else (rows[0].key if rows else "")
     rows = [e for e in rows if e.key == key]
     if not rows:
@@ -180,6 +200,11 @@ def _place(column: Column, entry: Entry, where: tuple[Any, ...], header: dict[st
     flat = by == "tokens" and len(entry.shape) == 3
     count = entry.shape[0] * (entry.shape[1] if flat else 1)
     column.places[entry.batch] = ((*where, flat), 0, count)
+    if stepped(column.run):  # one part per call, in call order; the batch's items are theirs, joined
+        parts = sorted([*column.parts.get(entry.batch, []), (entry.call, (*where, flat), count)], key=lambda p: p[0])
+        column.parts[entry.batch] = parts
+        column.places[entry.batch] = (parts[0][1], 0, sum(p[2] for p in parts))
+        return
     mask = read_input(column.run, header, "attention_mask", entry.batch, column.verify) if flat else None
     if mask is not None and mask.numel() == count:
         column.masks[entry.batch] = mask.reshape(-1).nonzero().squeeze(1)

@@ -45,6 +45,15 @@ def check_batch(batch: object, where: str) -> dict[str, Any]:
           "an integer >= 0 or null", batch.get("rows"))  # fmt: skip
     if "rank" in batch:
         whole(batch["rank"], f"{where}.rank")
+    if "request" in batch:  # a vLLM request (hookscope.serving.sink): what it is, each field checked
+        text(batch["request"], f"{where}.request")
+        for name in ("prompt", "tokens"):
+            whole(batch.get(name), f"{where}.{name}")
+        counts = an_object(batch.get("calls"), f"{where}.calls")
+        need(all(is_int(n) and n >= 0 for n in counts.values()), f"{where}.calls", "site -> an integer >= 0", counts)
+        digest = batch.get("prompt_sha256")  # absent where the engine fed no token ids
+        need(digest is None or re.fullmatch(r"[0-9a-f]{64}", str(digest)) is not None, f"{where}.prompt_sha256",
+             "64 hexadecimal digits", digest)  # fmt: skip
     return batch
 
 

@@ -52,6 +52,7 @@ class Pending:
     nbytes: int
     layouts: dict[str, Any] = field(default_factory=dict)  # id -> layout JSON, the structures entries name
     inputs: dict[str, Tensor] = field(default_factory=dict)  # token ids, attention mask (token_layout)
+    facts: dict[str, Any] = field(default_factory=dict)  # what else the manifest says of it (a vLLM request's)
 
 
 class ShardWriter:
@@ -144,7 +145,7 @@ class ShardWriter:
             tensors, laid_out = self.join(group)
             meta = {
                 "rank": self.rank,
-                "batches": [{"index": b.index, "rows": b.rows} for b in group],
+                "batches": [{"index": b.index, "rows": b.rows, **b.facts} for b in group],
                 "layouts": {name: layout for b in group for name, layout in b.layouts.items()},
                 **laid_out,
             }
