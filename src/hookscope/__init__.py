@@ -81,8 +81,9 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .serving.engine import LLMCapture, capture_llm
     from .serving.intervene import LLMEdit, edit_llm
     from .serving.result import RequestEdits
+    from .stats.gradient_flow import GradientFlow, gradient_flow
     from .stats.streaming import RunningStats
-    from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
+    from .stats.summary import Summary, summarize
     from .steer.direction import Direction, Directions
     from .steer.directions import directions
     from .steer.result import SteerSweep
@@ -149,7 +150,8 @@ _HOMES = {
     ".steer.sweep": "steer_sweep",
     ".steer.direction": "Direction Directions",
     ".steer.directions": "directions",
-    ".stats.summary": "GradientFlow Summary gradient_flow summarize",
+    ".stats.gradient_flow": "GradientFlow gradient_flow",
+    ".stats.summary": "Summary summarize",
     ".store.dataset": "StoreDataset StoreStream",
     ".store.extract": "extract",
     ".store.reader": "Run load",
