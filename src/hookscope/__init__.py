@@ -81,8 +81,9 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .serving.engine import LLMCapture, capture_llm
     from .serving.intervene import LLMEdit, edit_llm
     from .serving.result import RequestEdits
+    from .stats.gradient_flow import GradientFlow, gradient_flow
     from .stats.streaming import RunningStats
-    from .stats.summary import GradientFlow, Summary, gradient_flow, summarize
+    from .stats.summary import Summary, summarize
     from .steer.direction import Direction, Directions
     from .steer.directions import directions
     from .steer.result import SteerSweep
@@ -97,7 +98,7 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .train.page import build_training_report
     from .train.watch import Watch, watch
     from .transformer.attention import Attention, attention
-    from .transformer.attribution import TokenAttribution, token_attribution
+    from .transformer.attribution import token_attribution
     from .transformer.grid import attention_grid
     from .transformer.lens import LogitLens, logit_lens
     from .transformer.linear import LinearAttention
@@ -105,6 +106,7 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .transformer.recurrent import linear_attention
     from .transformer.rollout import Rollout, attention_rollout
     from .transformer.routing import Routing, routing
+    from .transformer.token_scores import TokenAttribution
     from .viz.charts import gradient_flow_plot, histogram_plot
     from .viz.images import feature_grid, overlay, panel
 
@@ -148,7 +150,8 @@ _HOMES = {
     ".steer.sweep": "steer_sweep",
     ".steer.direction": "Direction Directions",
     ".steer.directions": "directions",
-    ".stats.summary": "GradientFlow Summary gradient_flow summarize",
+    ".stats.gradient_flow": "GradientFlow gradient_flow",
+    ".stats.summary": "Summary summarize",
     ".store.dataset": "StoreDataset StoreStream",
     ".store.extract": "extract",
     ".store.reader": "Run load",
@@ -159,7 +162,7 @@ _HOMES = {
     ".train.page": "build_training_report",
     ".train.watch": "Watch watch",
     ".transformer.attention": "Attention attention",
-    ".transformer.attribution": "TokenAttribution token_attribution",
+    ".transformer.attribution": "token_attribution",
     ".transformer.grid": "attention_grid",
     ".transformer.lens": "LogitLens logit_lens",
     ".transformer.linear": "LinearAttention",
@@ -167,6 +170,7 @@ _HOMES = {
     ".transformer.recurrent": "linear_attention",
     ".transformer.rollout": "Rollout attention_rollout",
     ".transformer.routing": "Routing routing",
+    ".transformer.token_scores": "TokenAttribution",
     ".viz.charts": "gradient_flow_plot histogram_plot",
     ".viz.images": "feature_grid overlay panel",
 }

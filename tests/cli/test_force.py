@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from hookscope.cli import commands, demo, main
+from hookscope.cli import demo, loading, main
 
 TINY = "random:1x1x32x32"  # lenet's input
 
@@ -53,7 +53,7 @@ def error_of(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def test_force_refuses_a_folder_of_the_user_s_files(
     capsys, project: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
 ) -> None:
-    monkeypatch.setattr(commands, "load_model", _no_work)
+    monkeypatch.setattr(loading, "load_model", _no_work)
     monkeypatch.setattr(demo, "DEMO_MODELS", {"lenet": _no_work})
     before = snapshot(project)
     shown = error_of(capsys, *argv, "--out", str(project), "--force")
@@ -63,7 +63,7 @@ def test_force_refuses_a_folder_of_the_user_s_files(
 
 
 def test_out_dot_is_refused_even_with_force(capsys, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commands, "load_model", _no_work)
+    monkeypatch.setattr(loading, "load_model", _no_work)
     monkeypatch.chdir(project)
     before = snapshot(project)
     for argv in (["capture", "lenet", TINY], ["report", "lenet", TINY], ["extract", "lenet", TINY]):
@@ -76,7 +76,7 @@ def test_out_dot_is_refused_even_with_force(capsys, project: Path, monkeypatch: 
 
 
 def test_the_folder_holding_an_input_is_refused(capsys, project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(commands, "load_model", _no_work)
+    monkeypatch.setattr(loading, "load_model", _no_work)
     picture = project / "cat.png"
     (project / "train.py").unlink()  # even were the rest hookscope's: the input is in it
     (project / "data" / "labels.csv").unlink()

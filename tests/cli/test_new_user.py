@@ -17,7 +17,7 @@ from PIL import Image
 
 from hookscope import progress as lines_module
 from hookscope.base.files import mark, write_atomically
-from hookscope.cli import commands, demo, main
+from hookscope.cli import commands, demo, loading, main
 from hookscope.errors import StoreError
 from hookscope.store import shard_writer
 from hookscope.zoo import lenet
@@ -196,14 +196,14 @@ def _no_work(*args: object, **kwargs: object) -> None:
 @pytest.mark.parametrize(
     ("argv", "patched", "message"),
     [
-        (["report", "lenet", TINY, "--out", "{dir}"], (commands, "load_model"), "pass --force to replace it"),
+        (["report", "lenet", TINY, "--out", "{dir}"], (loading, "load_model"), "pass --force to replace it"),
         (["report", "--from", "{store}", "--out", "{dir}"], (commands, "load"), "pass --force to replace it"),
         (["demo", "--model", "lenet", "--out", "{dir}"], (demo, "build_report"), "pass --force to replace it"),
-        (["cam", "lenet", TINY, "--out", "{file}"], (commands, "load_model"), "pass --force to replace it"),
-        (["capture", "lenet", TINY, "--out", "{store}"], (commands, "load_model"), "pass --force to replace it"),
+        (["cam", "lenet", TINY, "--out", "{file}"], (loading, "load_model"), "pass --force to replace it"),
+        (["capture", "lenet", TINY, "--out", "{store}"], (loading, "load_model"), "pass --force to replace it"),
         (
             ["extract", "lenet", TINY, "--out", "{store}"],
-            (commands, "load_model"),
+            (loading, "load_model"),
             "pass --resume to continue it or --force to replace it",
         ),
     ],

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from hookscope import zoo
 from hookscope.errors import CaptureWarning
-from hookscope.explain import cam as maths
+from hookscope.explain import cam_maths as maths
 from hookscope.explain.cam import cam
 
 TOLERANCE = 1e-4

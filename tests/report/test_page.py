@@ -25,7 +25,7 @@ from hookscope.report.build import build_report
 from hookscope.report.content import Report
 from hookscope.report.from_store import build_report_from_store
 from hookscope.report.html import format_number, render_html, write_report
-from hookscope.stats.summary import gradient_flow
+from hookscope.stats.gradient_flow import gradient_flow
 from tests.browser import boxes, open_page, overlapping, pseudo_line, undecoded_images
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

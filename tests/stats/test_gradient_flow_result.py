@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.stats.summary import FlowRow, GradientFlow
+from hookscope.stats.gradient_flow import FlowRow, GradientFlow
 
 
 @pytest.fixture

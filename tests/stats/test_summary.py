@@ -16,7 +16,8 @@ from torch import Tensor, nn
 import hookscope
 from hookscope.core.records import forward_order
 from hookscope.errors import HookscopeError
-from hookscope.stats.summary import PERCENTILES, Summary, gradient_flow, summarize
+from hookscope.stats.gradient_flow import gradient_flow
+from hookscope.stats.summary import PERCENTILES, Summary, summarize
 from tests.models import SharedCell
 
 NAN, INF = float("nan"), float("inf")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import hookscope
 from hookscope.base.display import html_of
 from hookscope.errors import OptionError, ShapeError, TargetError
-from hookscope.transformer.attribution import merge_words
+from hookscope.transformer.word_pieces import merge_words
 from hookscope.viz.highlight import token_html
 
 PAIR = ["A man is playing a guitar.", "Someone plays an acoustic guitar."]

@@ -13,7 +13,7 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import HookscopeError
-from hookscope.stats.summary import FlowRow, gradient_flow
+from hookscope.stats.gradient_flow import FlowRow, gradient_flow
 from hookscope.viz.charts import (
     EXPLODING,
     NORMAL,
@@ -145,7 +145,7 @@ def test_gradient_flow_plot_errors(lenet_capture: hookscope.Capture) -> None:
 # -- no global state ----------------------------------------------------------------------------
 def test_importing_stats_and_plots_loads_no_matplotlib_or_pillow() -> None:
     code = (
-        "import sys, hookscope.viz.charts, hookscope.stats.summary; "
+        "import sys, hookscope.viz.charts, hookscope.stats.summary, hookscope.stats.gradient_flow; "
         "print(sorted({m.split('.')[0] for m in sys.modules}))"
     )
     loaded = run_python(code)
@@ -157,7 +157,7 @@ def test_plotting_leaves_the_users_backend_and_pyplot_alone() -> None:
 import sys, matplotlib, torch
 matplotlib.use("svg")
 from hookscope.viz.charts import histogram_plot, gradient_flow_plot
-from hookscope.stats.summary import FlowRow
+from hookscope.stats.gradient_flow import FlowRow
 histogram_plot({"a": torch.randn(10)})
 gradient_flow_plot([FlowRow("a", 1.0, 2.0, 3)])
 print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)

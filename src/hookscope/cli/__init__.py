@@ -4,7 +4,8 @@
 ``main(argv) -> int`` is the console script (``hookscope = "hookscope.cli:main"``) and
 ``python -m hookscope``: 0 on success, 1 for a hookscope error (one line on stderr), 2 for a
 usage error; ``--debug`` shows the traceback instead. Beside it: ``parser`` (the argparse
-definition), ``commands`` (the subcommands' bodies), ``demo``, the readers of specs, ``models`` (with
+definition), ``commands`` (the subcommands' bodies; ``listing``: ``list``; ``loading``: the model and inputs as
+the flags say; ``forward_guard``: the module a forward failed in), ``demo``, the readers of specs, ``models`` (with
 ``timm_models``), ``inputs`` and ``datasets`` (``formats`` tells what a file is), ``outputs`` (outputs checked before
 any work), ``one_pass`` (``capture``'s pass), ``target_flag`` (``--target``), ``captions`` (``cam --panel``)
 and ``progress``.

@@ -22,7 +22,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..edits.ablation import ablation
-from ..edits.ops import EditOp, mean, scale, zero
+from ..edits.edit_op import EditOp
+from ..edits.ops import mean, scale, zero
 from ..report.content import Section
 
 SYNTAX = "SITE:channels=I,J | SITE:units=I,J | SITE:positions=I,J | SITE:zero | SITE:mean | SITE:scale=F"

@@ -1,23 +1,21 @@
 """The bodies of the ``hookscope`` subcommands: each takes the parsed arguments and returns the exit status.
 
-``run_list``, ``run_report`` (and ``report --from STORE``), ``run_cam``, and for stores
-``run_capture``, ``run_extract``, ``run_info``. They call the public API only; the model and
-input specs are read by ``hookscope.cli.models``, ``hookscope.cli.inputs`` and (for
-``extract``) ``hookscope.cli.datasets``. ``hookscope.cli.parser`` wires them to the command
-line, ``hookscope.cli.demo`` holds ``demo``, and ``hookscope.cli.main()`` turns their errors into
-one line on stderr.
+``run_report`` (and ``report --from STORE``), ``run_cam``, and for stores ``run_capture``,
+``run_extract``, ``run_info``. They call the public API only; the model and inputs are loaded as
+the flags say by ``hookscope.cli.loading`` (the specs read by ``hookscope.cli.models``,
+``hookscope.cli.inputs`` and, for ``extract``, ``hookscope.cli.datasets``). ``hookscope.cli.parser``
+wires them to the command line, ``hookscope.cli.listing`` holds ``list``, ``hookscope.cli.demo``
+holds ``demo``, and ``hookscope.cli.main()`` turns their errors into one line on stderr.
 
 An exception from the model's own forward becomes a ``ForwardError`` that names the module it
-came from (``_ForwardGuard``), found by running the forward again with every module watched.
+came from (``hookscope.cli.forward_guard``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,11 +26,7 @@ from torch.utils.data import DataLoader
 from .. import reducers
 from ..base.files import write_atomically
 from ..base.optional import PAGES, require, require_all
-from ..base.words import columns
-from ..core.capture import Capture, capture, shapes_of
-from ..core.compiled import named_modules
-from ..core.select import list_modules
-from ..errors import CaptureWarning, ForwardError, HookscopeError, OptionError
+from ..errors import OptionError
 from ..explain.cam import cam
 from ..graph.trace import Tracer
 from ..probes.views import top_sections
@@ -48,31 +42,15 @@ from .ablate import ablation_sections
 from .bundles import describe_bundle
 from .captions import chosen_layer, in_flag_words, panel_labels, report_choices
 from .datasets import input_dataset
-from .inputs import LoadedInput, load_input, size_hint
+from .forward_guard import ForwardGuard
+from .inputs import LoadedInput
+from .loading import inputs_from, model_from, one_input
 from .meter import progress
-from .models import LoadedModel, load_model
 from .one_pass import capture_once
 from .outputs import check_file, check_folder, check_store, read_by
 from .several import first_input
 from .target_flag import flag_words
-from .text_inputs import encode_texts, probe_text, run_text_report
-from .timm_models import prepared_line
-
-NOT_RUN = "(did not run)"  # a module the probe's forward never called
-
-
-def run_list(args: argparse.Namespace) -> int:
-    loaded = _load(args)
-    shapes = _output_shapes(loaded, args.input, args.device)
-    rows = [(i.name or "(model)", i.type, f"{i.params:,}", shapes.get(i.name, "-")) for i in list_modules(loaded.model)]
-    for line in columns([("name", "type", "params", "output"), *rows], right={2}):
-        print(line)
-    idle = [name for name, shape in shapes.items() if shape == NOT_RUN]
-    if idle:
-        print(f"hookscope: {len(idle)} of the modules did not run on this input (first: {idle[0]!r}), so they "
-              "have no output shape: the forward skips them or reads their weights directly (as "
-              "nn.MultiheadAttention does with out_proj)", file=sys.stderr)  # fmt: skip
-    return 0
+from .text_inputs import encode_texts, run_text_report
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -82,13 +60,13 @@ def run_report(args: argparse.Namespace) -> int:
     if args.model is None or not args.inputs:
         args.parser.error("report needs MODEL and INPUT..., or --from STORE")
     check_folder(args.out, force=args.force, inputs=read_by(args))
-    loaded = _load(args)
+    loaded = model_from(args)
     if loaded.tokenizer is not None:  # a text model reads text: the text report
         return run_text_report(args, loaded)
-    batch = _inputs(args, args.inputs, loaded)  # several inputs: the first reported, the rest held (cli/several)
+    batch = inputs_from(args, args.inputs, loaded)  # several inputs: the first reported, the rest held (cli/several)
     with (
         first_input(loaded.model, batch, args.device) as (x, held),
-        _ForwardGuard(loaded.model, x, batch=batch),
+        ForwardGuard(loaded.model, x, batch=batch),
         flag_words(args.target),
     ):
         notes = (*loaded.notes, _input_note(args.inputs, batch), *([held] if held else []))
@@ -139,16 +117,16 @@ def run_cam(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_file(out, force=args.force, inputs=read_by(args))
     image_format = _image_format(out)
-    loaded = _load(args)
+    loaded = model_from(args)
     if loaded.tokenizer is not None:
         raise OptionError(f"cam draws heatmaps over images and {loaded.name} is a text model; for the tokens "
                           "behind its output use hookscope.token_attribution in Python, or `hookscope report "
                           f"{loaded.name} \"a sentence\"` for its attention")  # fmt: skip
     for note in loaded.notes:  # torchvision:NAME without --weights: random init, said before the picture
         print(f"hookscope: note: {note}", file=sys.stderr)
-    batch = _one_input(_inputs(args, [args.image], loaded), "cam")
+    batch = one_input(inputs_from(args, [args.image], loaded), "cam")
     x = batch.x.to(args.device)
-    with _ForwardGuard(loaded.model, x, batch=batch), flag_words(args.target):
+    with ForwardGuard(loaded.model, x, batch=batch), flag_words(args.target):
         layer, call = chosen_layer(loaded.model, x, args.layer) if args.panel else (args.layer, None)
         heat = cam(loaded.model, x, args.method, args.target, select=layer, call=call, output=args.output,
                    batch_size=args.batch_size, progress=progress)[0].cpu()  # fmt: skip
@@ -166,14 +144,14 @@ def run_cam(args: argparse.Namespace) -> int:
 
 def run_capture(args: argparse.Namespace) -> int:
     check_store(args.out, force=args.force, inputs=read_by(args))
-    loaded = _load(args)
+    loaded = model_from(args)
     if loaded.tokenizer is not None:  # a text model reads sentences or a .txt file (cli/text_inputs)
         inputs: tuple[tuple[Any, ...], dict[str, Any]] = ((), dict(encode_texts(loaded, args.inputs, args.device)))
     else:
-        batch = _inputs(args, args.inputs, loaded)
+        batch = inputs_from(args, args.inputs, loaded)
         inputs = batch.feed(args.device)
     tracer = Tracer(loaded.model)  # the store keeps the module graph of the same pass, for its report
-    guard = _ForwardGuard(loaded.model, *inputs, batch=batch if loaded.tokenizer is None else None)
+    guard = ForwardGuard(loaded.model, *inputs, batch=batch if loaded.tokenizer is None else None)
     with guard, flag_words(args.target):
         cap = capture_once(loaded.model, inputs, args.select, tuple(args.kinds), args.target, args.output, tracer)
     print(save(cap, args.out, force=args.force, graph=tracer.graph()).path)
@@ -185,7 +163,7 @@ def run_extract(args: argparse.Namespace) -> int:
         args.device = f"cuda:{os.environ['LOCAL_RANK']}"  # torchrun: one GPU per rank
     if os.environ.get("RANK", "0") == "0":  # rank 0 makes the store; the others may find it already made
         check_store(args.out, force=args.force, resume=args.resume, inputs=read_by(args))
-    loaded = _load(args)
+    loaded = model_from(args)
     if loaded.tokenizer is not None:
         raise OptionError(f"extract reads folders of images and {loaded.name} is a text model; use `hookscope "
                           "capture MODEL \"a sentence\" ...` for a few sentences, or hookscope.extract in Python "
@@ -238,97 +216,8 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-class _ForwardGuard(contextlib.AbstractContextManager[None]):
-    """Turn an exception from the model's forward into one line naming the module it came from."""
-
-    def __init__(self, model: torch.nn.Module, x: Any, kwargs: dict[str, Any] | None = None, *,
-                 batch: LoadedInput | None = None) -> None:  # fmt: skip
-        self.model, self.args, self.kwargs = model, x if isinstance(x, tuple) else (x,), kwargs or {}
-        self.batch = batch  # the inputs as the command read them: a wrong size gets the --size hint
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None or isinstance(exc, (HookscopeError, KeyboardInterrupt)):
-            return
-        where = _where_forward_fails(self.model, self.args, self.kwargs)
-        if where is not None:
-            message = " ".join(str(exc).split())  # one line, whatever the model raised
-            hint = size_hint(self.batch, message) if self.batch is not None else ""
-            raise ForwardError(f"the model's forward raised {type(exc).__name__}: {message} {where}{hint}; "
-                               "rerun with --debug for the traceback") from exc  # fmt: skip
-
-
-def _where_forward_fails(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """Run the forward again with every module watched; None when it does not fail."""
-    cap = capture(model, lambda name, _: True, device="meta")
-    try:
-        with warnings.catch_warnings(), cap, torch.no_grad():
-            warnings.simplefilter("ignore", CaptureWarning)
-            model(*args, **kwargs)
-    except Exception:
-        calls = [c for r in cap.values() for c in r.calls if c.order >= 0]
-        failed = [c for c in calls if c.error is not None and c.site]
-        finished = [c for c in calls if c.error is None]
-        inside = f"inside module {min(failed, key=lambda c: c.order).site!r}" if failed else "outside any submodule"
-        last = f"; the last module to finish was {max(finished, key=lambda c: c.order).site!r}" if finished else ""
-        return f"({inside}{last})"
-    return None
-
-
-def _load(args: argparse.Namespace) -> LoadedModel:
-    loaded = load_model(args.model, weights=args.weights, trust=args.trust_weights)
-    try:
-        loaded.model.to(args.device)
-    except (RuntimeError, AssertionError) as err:
-        raise OptionError(f"cannot use device {args.device!r}: {err}") from err
-    return loaded
-
-
-def _inputs(args: argparse.Namespace, specs: Sequence[str], loaded: LoadedModel) -> LoadedInput:
-    """The inputs ``specs`` name, prepared for ``loaded`` with ``--size``, ``--mean``, ``--std`` applied; images
-    prepared as a model's own config asks (timm) are said so on stderr."""
-    preprocess = loaded.preprocess.with_overrides(size=args.size, mean=args.mean, std=args.std)
-    batch = load_input(list(specs), preprocess)
-    if loaded.from_config and batch.pictures is not None:
-        print(prepared_line(loaded.name, loaded.preprocess, preprocess), file=sys.stderr)
-    return batch
-
-
-def _one_input(batch: LoadedInput, command: str) -> LoadedInput:
-    """``batch``, unless its file held several inputs, which ``command`` cannot explain."""
-    if batch.several:
-        raise OptionError(f"{command} explains one input tensor and {batch.names[0]} holds several (a tuple or a "
-                          "dict); pass one tensor, or use `hookscope capture` or `hookscope list`, which feed "
-                          "several as model(*tuple) or model(**dict)")  # fmt: skip
-    return batch
-
-
 def _top_k(args: argparse.Namespace) -> int:
     return 5 if args.top_k is None else int(args.top_k)  # None: not given (a text model's report refuses it)
-
-
-def _output_shapes(loaded: LoadedModel, spec: str | None, device: str) -> dict[str, str]:
-    # a text model reads a sentence, or --input's text (cli/text_inputs)
-    cap = probe_text(loaded, spec, device) if loaded.tokenizer is not None else _probe_image(loaded, spec, device)
-    modules = dict(named_modules(loaded.model, remove_duplicate=False))  # a compiled model: its eager names
-    return {name: _shape_cell(record.calls, modules[name]) for name, record in cap.items()}
-
-
-def _probe_image(loaded: LoadedModel, spec: str | None, device: str) -> Capture:
-    size = loaded.preprocess.size
-    args: tuple[torch.Tensor, ...] = (torch.randn(1, loaded.preprocess.channels, size, size, device=device),)
-    kwargs: dict[str, torch.Tensor] = {}
-    if spec is not None:
-        args, kwargs = load_input([spec], loaded.preprocess).feed(device)
-    with _ForwardGuard(loaded.model, args, kwargs):
-        return shapes_of(loaded.model, *args, **kwargs)
-
-
-def _shape_cell(calls: Sequence[Any], module: torch.nn.Module) -> str:
-    """The output column of ``hookscope list``: the first call's output shapes, and how often the module ran."""
-    if not calls:  # a container (ModuleList) is never called itself; any other module was bypassed
-        return "(container)" if type(module).forward is torch.nn.Module.forward else NOT_RUN
-    shapes = " ".join(str(tuple(t.shape)) for t in calls[0].tensors.get("output", {}).values()) or "-"
-    return shapes + (f" ({len(calls)} calls)" if len(calls) > 1 else "")
 
 
 def _input_note(specs: Sequence[str], batch: LoadedInput) -> str:

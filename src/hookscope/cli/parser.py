@@ -2,10 +2,10 @@
 
 ``build_parser()`` builds it afresh on each call, so the ``--kinds`` choices are the rows of
 ``hookscope.core.kinds`` at that moment (a row added at run time is among them). Each subcommand
-sets ``run`` to its body in ``hookscope.cli.commands`` (``demo``'s lives in ``hookscope.cli.demo``);
-``hookscope.cli.main`` parses and calls it. A subcommand gets its arguments when it is chosen (``COMMANDS``
-names the function that adds them), so ``hookscope --help`` and ``--version`` import no torch;
-``command_parser(name)`` is one subcommand's parser, filled.
+sets ``run`` to its body in ``hookscope.cli.commands`` (``list``'s lives in ``hookscope.cli.listing``,
+``demo``'s in ``hookscope.cli.demo``); ``hookscope.cli.main`` parses and calls it. A subcommand gets its
+arguments when it is chosen (``COMMANDS`` names the function that adds them), so ``hookscope --help``
+and ``--version`` import no torch; ``command_parser(name)`` is one subcommand's parser, filled.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _target(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _add_list(p: argparse.ArgumentParser) -> None:
-    from .commands import run_list
+    from .listing import run_list
 
     _shared(p, "model")
     p.add_argument("--input", metavar="SPEC", help="the input whose output shapes are shown (default: random)")

@@ -3,13 +3,15 @@
 The helpers that say what an edit does are this package's public names:
 ``from hookscope import edits``; ``hookscope.edit(model, {"layer4": edits.zero(channels=[3, 17])})``.
 Beside them: ``hookscope.edits.edit`` (the ``edit`` block), ``.patching`` (``patch_sweep``),
-``.effects`` (``PatchSweep``), ``.ops`` (each helper, with what it does), ``.values``, ``.tally`` and
-``.tokens`` (``positions="new"``: the tokens of a generation).
+``.effects`` (``PatchSweep``), ``.ops`` (each helper, with what it does), ``.edit_op`` (``EditOp``, one
+edit), ``.parts`` (channels, units, positions), ``.values``, ``.tally`` and ``.tokens``
+(``positions="new"``: the tokens of a generation).
 """
 
 from __future__ import annotations
 
-from .ops import EDIT_KINDS, EditOp, add, clamp, function, mean, project_out, replace, scale, zero
+from .edit_op import EDIT_KINDS, EditOp
+from .ops import add, clamp, function, mean, project_out, replace, scale, zero
 from .values import Where
 
 __all__ = [

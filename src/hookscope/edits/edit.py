@@ -54,7 +54,8 @@ from ..core.scripted import hookable
 from ..core.select import Selector, select_modules
 from ..core.tree import Layout, Leaves, Node, NotKept, flatten_call_layout, flatten_layout, rebuild
 from ..errors import EditError, EditWarning
-from .ops import EditOp, UserFunction, as_op
+from .edit_op import EditOp, UserFunction
+from .ops import as_op
 from .tally import EditReport, Tally
 from .values import Where
 

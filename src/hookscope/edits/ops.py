@@ -28,75 +28,17 @@ and the caller's tensors stay as they were.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..core.inference import version
-from ..core.kinds import TABLE, Kind, names
 from ..errors import EditError
 from ..stats.streaming import RunningStats
-from .tokens import Span, Tokens
+from .edit_op import EditKind, EditOp, UserFunction, make
+from .parts import Indices, Positions, along, named, put
 from .values import Where, laid_along, mean_of, projected_out, value_of
-
-EditKind = Kind  # one of EDIT_KINDS, checked when an edit is made
-# What an edit can change: what a module receives, what it returns, the gradient of what it returns.
-EDIT_KINDS: tuple[str, ...] = tuple(k for k in names() if TABLE[k].point in ("pre", "forward", "output_grad"))
-Indices = int | Sequence[int] | Tensor
-Positions = Indices | Span  # integer indices into each call's tokens, or "new" / "prompt" / a slice / a mask
-UserFunction = Callable[[Tensor, int], Tensor]
-
-
-@dataclass(frozen=True)
-class Along:
-    """Part of a tensor: ``indices`` along dimension ``dim`` (``what`` names it in messages)."""
-
-    what: str
-    dim: int
-    indices: tuple[int, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class EditOp:
-    """One edit: ``change(tensor, where)`` returns the edited copy; ``zeroes`` marks a zero-ablation
-    (a tensor that was already zero is left as it was, and that is no failure).
-
-    Attributes:
-        name: how the edit shows itself (``edits.zero(channels=[3])``).
-        change: ``(tensor, where) -> tensor``: the edited copy of ``tensor`` at ``where`` (a ``Where``).
-        kind: what is edited: ``output``, ``input`` or ``grad_output``.
-        key: the tensor of a structured value; None when the value holds one.
-        call: the one call edited; None edits every call.
-        zeroes: a zero-ablation (a tensor already zero is no failure).
-        tokens: the positions of a generation it edits (``positions="new"``...), read per call; a call
-            with none of them is not edited (``hookscope.edits.tokens``).
-    """
-
-    name: str
-    change: Callable[[Tensor, Where], Tensor]
-    kind: EditKind = "output"
-    key: str | None = None
-    call: int | None = None
-    zeroes: bool = False
-    tokens: Tokens | None = None
-
-    def __repr__(self) -> str:
-        return f"edits.{self.name}"
-
-    def __call__(self, tensor: Tensor, where: Where) -> Tensor:
-        before = version(tensor)  # an inference tensor has none: only `edited is tensor` tells then
-        edited = self.change(tensor, where)
-        if not isinstance(edited, Tensor) or edited.shape != tensor.shape:
-            got = tuple(edited.shape) if isinstance(edited, Tensor) else type(edited).__name__
-            raise EditError(f"{self!r} at {where} returned {got}, expected a tensor of shape {tuple(tensor.shape)}")
-        if version(tensor) != before or edited is tensor:
-            raise EditError(
-                f"{self!r} at {where} changed the tensor in place; return a new tensor (x * 0, not x.zero_())"
-            )
-        return edited
 
 
 def zero(
@@ -126,10 +68,10 @@ def zero(
     Raises:
         EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
     """
-    part = _along(channels, units, positions)
-    return _op(
-        _named("zero", part),
-        lambda t, w: _put(t, torch.zeros((), dtype=t.dtype), part, w),
+    part = along(channels, units, positions)
+    return make(
+        named("zero", part),
+        lambda t, w: put(t, torch.zeros((), dtype=t.dtype), part, w),
         kind,
         key,
         call,
@@ -171,13 +113,13 @@ def mean(
         EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels,
             units, positions (a source that does not fit raises when the edit is applied).
     """
-    part = _along(channels, units, positions)
+    part = along(channels, units, positions)
 
     def change(tensor: Tensor, where: Where) -> Tensor:
-        return _put(tensor, mean_of(source, tensor, where), part, where)
+        return put(tensor, mean_of(source, tensor, where), part, where)
 
     shown = "batch" if source is None else type(source).__name__
-    return _op(_named("mean", part, shown), change, kind, key, call, part=part)
+    return make(named("mean", part, shown), change, kind, key, call, part=part)
 
 
 def scale(
@@ -209,8 +151,8 @@ def scale(
     Raises:
         EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
     """
-    part = _along(channels, units, positions)
-    return _op(_named("scale", part, factor), lambda t, w: _put(t, t * factor, part, w), kind, key, call, part=part)
+    part = along(channels, units, positions)
+    return make(named("scale", part, factor), lambda t, w: put(t, t * factor, part, w), kind, key, call, part=part)
 
 
 def add(
@@ -249,7 +191,7 @@ def add(
         EditError: an unknown ``kind``, a negative or non-int ``call``, bad positions, ``match_norm``
             without a ``(D,)`` vector.
     """
-    part = _along(None, None, positions)
+    part = along(None, None, positions)
     if match_norm and not (isinstance(vector, Tensor) and vector.dim() == 1):
         raise EditError(f"edits.add(match_norm=True) needs a (D,) vector, got {_short(vector)}")
 
@@ -258,10 +200,10 @@ def add(
         if match_norm:
             along = [d for d, n in enumerate(laid.shape) if n > 1] or [tensor.dim() - 1]
             laid = laid.to(tensor.device) * tensor.norm(dim=along[0], keepdim=True)
-        return _put(tensor, tensor + laid.to(tensor.device), part, where)
+        return put(tensor, tensor + laid.to(tensor.device), part, where)
 
     shown = (_short(vector), "match_norm=True") if match_norm else (_short(vector),)
-    return _op(_named("add", part, *shown), change, kind, key, call, part=part)
+    return make(named("add", part, *shown), change, kind, key, call, part=part)
 
 
 def project_out(
@@ -290,7 +232,7 @@ def project_out(
     """
     if not isinstance(direction, Tensor) or direction.numel() == 0:
         raise EditError(f"edits.project_out needs a non-empty tensor direction, got {type(direction).__name__}")
-    return _op(f"project_out({_short(direction)})", lambda t, w: projected_out(direction, t, w), kind, key, call)
+    return make(f"project_out({_short(direction)})", lambda t, w: projected_out(direction, t, w), kind, key, call)
 
 
 def replace(
@@ -324,12 +266,12 @@ def replace(
     Raises:
         EditError: an unknown ``kind``, a negative or non-int ``call``, or more than one of channels, units, positions.
     """
-    part = _along(channels, units, positions)
+    part = along(channels, units, positions)
 
     def change(tensor: Tensor, where: Where) -> Tensor:
-        return _put(tensor, value_of(value, tensor, where), part, where)
+        return put(tensor, value_of(value, tensor, where), part, where)
 
-    return _op(_named("replace", part, _short(value)), change, kind, key, call, part=part)
+    return make(named("replace", part, _short(value)), change, kind, key, call, part=part)
 
 
 def clamp(
@@ -358,7 +300,7 @@ def clamp(
     """
     if min is None and max is None:
         raise EditError("edits.clamp needs min=, max= or both")
-    return _op(f"clamp(min={min}, max={max})", lambda t, w: t.clamp(min=min, max=max), kind, key, call)
+    return make(f"clamp(min={min}, max={max})", lambda t, w: t.clamp(min=min, max=max), kind, key, call)
 
 
 def function(fn: UserFunction, *, kind: EditKind = "output", key: str | None = None, call: int | None = None) -> EditOp:
@@ -381,7 +323,7 @@ def function(fn: UserFunction, *, kind: EditKind = "output", key: str | None = N
     if not callable(fn):
         raise EditError(f"edits.function needs a function (tensor, call) -> tensor, got {type(fn).__name__}")
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
-    return _op(f"function({name})", lambda t, w: fn(t, w.call), kind, key, call)
+    return make(f"function({name})", lambda t, w: fn(t, w.call), kind, key, call)
 
 
 def as_op(value: EditOp | UserFunction) -> EditOp:
@@ -394,89 +336,7 @@ def as_op(value: EditOp | UserFunction) -> EditOp:
 
 
 # -- pieces ------------------------------------------------------------------------------------
-def _op(
-    name: str,
-    change: Callable[[Tensor, Where], Tensor],
-    kind: str,
-    key: str | None,
-    call: int | None,
-    *,
-    zeroes: bool = False,
-    part: Along | Tokens | None = None,
-) -> EditOp:
-    if kind not in EDIT_KINDS:
-        raise EditError(f"an edit's kind is one of {', '.join(EDIT_KINDS)}, got {kind!r}")
-    if call is not None and (not isinstance(call, int) or call < 0):
-        raise EditError(f"call= is the index of one call (0, 1, ...) or None for every call, got {call!r}")
-    tokens = part if isinstance(part, Tokens) else None
-    if tokens is not None and call is not None:
-        raise EditError(f"positions={tokens} reads every call of a generation; drop call={call}")
-    if tokens is not None and kind == "grad_output":
-        raise EditError(f"positions={tokens} reads a generation's calls in order, which backward reverses; "
-                        "give integer positions to a grad_output edit")  # fmt: skip
-    return EditOp(name, change, kind, key, call, zeroes, tokens)  # type: ignore[arg-type]
-
-
-def _along(channels: Indices | None, units: Indices | None, positions: Positions | None) -> Along | Tokens | None:
-    if isinstance(positions, (str, slice)) or (isinstance(positions, Tensor) and positions.dtype == torch.bool):
-        if channels is not None or units is not None:
-            raise EditError("pass one of channels=, units=, positions= to an edit")
-        return Tokens(positions)
-    given = [
-        (w, d, i)
-        for w, d, i in (("channels", 1, channels), ("units", -1, units), ("positions", 1, positions))
-        if i is not None
-    ]
-    if len(given) > 1:
-        raise EditError(f"pass one of channels=, units=, positions= to an edit, got {', '.join(g[0] for g in given)}")
-    if not given:
-        return None
-    what, dim, indices = given[0]
-    flat = (
-        indices.reshape(-1).tolist()
-        if isinstance(indices, Tensor)
-        else [indices]
-        if isinstance(indices, int)
-        else list(indices)
-    )
-    if not flat or not all(isinstance(i, int) for i in flat):
-        raise EditError(f"{what}= takes integer indices, got {indices!r}")
-    return Along(what, dim, tuple(flat))
-
-
-def _named(verb: str, part: Along | Tokens | None, *shown: Any) -> str:
-    args = [str(s) for s in shown]
-    if isinstance(part, Tokens):
-        args.append(f"positions={part}")
-    elif part is not None:
-        args.append(f"{part.what}={list(part.indices)}")
-    return f"{verb}({', '.join(args)})"
-
-
 def _short(value: Any) -> str:
     if isinstance(value, Tensor):
         return f"tensor{tuple(value.shape)}" if value.dim() else f"{value.item():g}"
     return type(value).__name__ if isinstance(value, Mapping) else repr(value)
-
-
-def _put(tensor: Tensor, new: Tensor, part: Along | Tokens | None, where: Where) -> Tensor:
-    """``tensor`` with ``new`` (broadcast) where ``part`` says (everywhere without one), out of place."""
-    new = new.to(device=tensor.device, dtype=tensor.dtype)
-    if part is None:
-        return torch.where(torch.ones((), dtype=torch.bool, device=tensor.device), new, tensor)  # keeps the graph
-    if isinstance(part, Tokens):
-        picked = part.pick(tensor, where).to(tensor.device)  # (1 or B, T)
-        return torch.where(picked.reshape(*picked.shape, *[1] * (tensor.dim() - 2)), new, tensor)
-    if tensor.dim() < 2:
-        raise EditError(f"{part.what}= needs a tensor of 2 or more dims at {where}, got shape {tuple(tensor.shape)}")
-    size = tensor.shape[part.dim]
-    wrong = [i for i in part.indices if not -size <= i < size]
-    if wrong:
-        raise EditError(
-            f"{part.what} {wrong} out of range at {where}: dim {part.dim} has {size} (shape {tuple(tensor.shape)})"
-        )
-    mask = torch.zeros(size, dtype=torch.bool, device=tensor.device)
-    mask[list(part.indices)] = True
-    shape = [1] * tensor.dim()
-    shape[part.dim] = size
-    return torch.where(mask.reshape(shape), new, tensor)

@@ -18,7 +18,7 @@ from ..base.display import Shows, shows_as, table_of
 from ..base.words import columns
 from ..stats.norms import square_sum
 from ..viz.fragments import note, table, view
-from .ops import EditOp
+from .edit_op import EditOp
 
 
 @dataclass(eq=False)

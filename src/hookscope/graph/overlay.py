@@ -30,7 +30,8 @@ from typing import Any
 from ..base.deprecation import renamed
 from ..core.records import Record
 from ..errors import InputError, NonFiniteError, OptionError
-from ..stats.summary import GradientFlow, Summary, summarize
+from ..stats.gradient_flow import GradientFlow
+from ..stats.summary import Summary, summarize
 from ..store.series import Alert, History
 
 VIRIDIS = ("#440154", "#414487", "#2a788e", "#22a884", "#7ad151", "#fde725")  # 0 -> 1

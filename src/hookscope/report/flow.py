@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..core.records import Record
-from ..stats.summary import FlowRow, gradient_flow
+from ..stats.gradient_flow import FlowRow, gradient_flow
 
 VANISH, EXPLODE = 1e-6, 1e3  # the gradient-flow chart's lines: below VANISH vanishing, above EXPLODE exploding
 MAX_TICKS = 5  # labelled decades on the gradient-flow axis

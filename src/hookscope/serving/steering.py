@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.tree import flatten_layout, rebuild
-from ..edits.ops import EditOp
+from ..edits.edit_op import EditOp
 from ..edits.values import Where
 from ..errors import EditError
 from ..stats.norms import square_sum

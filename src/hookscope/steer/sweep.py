@@ -34,7 +34,9 @@ from torch import Tensor, nn
 from ..core.modes import evaluating
 from ..core.select import Selector, select_modules
 from ..edits.edit import edit
-from ..edits.ops import EditOp, Positions, add
+from ..edits.edit_op import EditOp
+from ..edits.ops import add
+from ..edits.parts import Positions
 from ..errors import OptionError
 from ..explain.targets import call_target, logits
 from ..progress import Progress, callback

@@ -30,97 +30,36 @@ special tokens ([CLS], [SEP]) as they are, so they score 0 and the attributions 
 text (Captum's BERT tutorial does the same); ``"zeros"`` is the zero vector; a tensor is
 broadcast to the embeddings (``hookscope.attribute``'s rule). The embedding module is called on
 the baseline's ids (the model's other inputs stay).
+
+The result and its faces are ``hookscope.transformer.token_scores``; tokens into words,
+``hookscope.transformer.word_pieces``.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import Any, Literal, Union
 
 import torch
 from torch import Tensor, nn
 
 from ..base.deprecation import renamed, warn_renamed
-from ..base.display import Shows, plot_of, shows_as, table_of
-from ..base.words import columns
 from ..core.hooks import HandleGroup
 from ..errors import OptionError
 from ..explain.attribute import attribute_through
 from ..explain.baselines import make_baseline
 from ..explain.targets import Target, call_target, rows, scores
 from ..progress import Progress
-from ..viz.highlight import token_html, token_image
 from .text import encoded, model_part
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
+from .token_scores import TokenAttribution
+from .word_pieces import per_row, special
 
 Method = Literal["integrated_gradients", "input_x_gradient"]
 METHODS: tuple[str, ...] = ("integrated_gradients", "input_x_gradient")
 Baseline = Union[Literal["pad", "zeros"], Tensor]
 Inputs = Union[Tensor, Mapping[str, Any]]  # input ids, or a tokenizer's batch (BatchEncoding)
 Scalar = Callable[[Any], Tensor]  # model output -> one number, or one per row
-
-
-@dataclass(eq=False)
-class TokenAttribution(Shows):
-    """Per-token and per-word attributions of one scalar, one list entry per input row.
-
-    Attributes:
-        tokens: per row, its tokens (padding left out).
-        scores: per row, a ``(tokens,)`` tensor of attributions.
-        words: per row, its words (word pieces merged).
-        word_scores: per row, a ``(words,)`` tensor: the sums of their tokens' scores.
-        attributions: ``(B, T)``: every position's score, padding included.
-        value: ``f(x)``, the target's value.
-        baseline_value: ``f(baseline)`` with integrated gradients; else None.
-        delta: ``sum(attributions) - (f(x) - f(baseline))`` with integrated gradients; else None.
-        method: ``integrated_gradients`` or ``input_x_gradient``.
-        steps: integration points (integrated gradients).
-    """
-
-    tokens: list[list[str]]
-    scores: list[Tensor]  # (tokens,) per row, padding left out
-    words: list[list[str]]
-    word_scores: list[Tensor]  # (words,) per row
-    attributions: Tensor  # (B, T): every position, padding included
-    value: float  # f(x)
-    baseline_value: float | None  # f(baseline) (integrated gradients)
-    delta: float | None  # sum of attributions - (f(x) - f(baseline)) (integrated gradients)
-    method: str
-    steps: int
-
-    def table(self, *, words: bool = False) -> str:
-        """A line per token (or per word) of every row: the row, its position, the token and its score.
-
-        Args:
-            words: a line per word instead of per token.
-
-        Returns:
-            The table, as text.
-        """
-        return table_of(self, words=words)
-
-    def plot(self, *, words: bool = True) -> Image:
-        """A PIL image: each row's words (or tokens) coloured by their scores, red raises f, blue lowers it.
-
-        Args:
-            words: colour words (the default) rather than tokens.
-
-        Returns:
-            A PIL image.
-
-        Raises:
-            MissingDependencyError: Pillow is not installed.
-        """
-        return plot_of(self, words=words)
-
-    def __repr__(self) -> str:
-        tail = "" if self.delta is None else f", delta {self.delta:+.2e}"
-        return f"<TokenAttribution {self.method}: {len(self.tokens)} row(s), f(x) = {self.value:.4g}{tail}>"
 
 
 @renamed(scalar_fn="target")
@@ -194,7 +133,7 @@ def token_attribution(
         value = float(forward(x).sum())
     base = None
     if method == "integrated_gradients":
-        base = _baseline(baseline, layer, x, ids, _keep(batch, tokenizer, ids), _pad_id(model, tokenizer))
+        base = _baseline(baseline, layer, x, ids, special(batch, tokenizer, ids), _pad_id(model, tokenizer))
         base = _only_rows(base, x, rows)
     attr, _ = attribute_through(
         forward, x, method, _itself, baseline=base, steps=steps, batch_size=len(x), progress=progress
@@ -205,9 +144,8 @@ def token_attribution(
         with torch.inference_mode(False), torch.no_grad():
             base_value = float(forward(base).sum())
         delta = float(per_token.sum()) - (value - base_value)
-    result = TokenAttribution([], [], [], [], per_token, value, base_value, delta, method, steps)
-    _fill_rows(result, batch, tokenizer, ids)
-    return result
+    listed = per_row(per_token, batch, tokenizer, ids)  # tokens, scores, words, word scores
+    return TokenAttribution(*listed, per_token, value, base_value, delta, method, steps)
 
 
 def _as_function(target: Scalar | Target, first: Any, key: str | None) -> Scalar:
@@ -232,29 +170,6 @@ def _explained(model: nn.Module, inputs: Inputs, layer: nn.Module, target: Scala
 
 def _itself(scores: Tensor) -> Tensor:
     return scores
-
-
-def merge_words(
-    tokens: Sequence[str], scores: Tensor, word_ids: Sequence[int | None] | None = None
-) -> tuple[list[str], Tensor]:
-    """Words and their summed scores from word pieces: pieces with one word id, or ``##`` pieces, join the one before.
-
-    A token whose word id is None (a special token) is a word of its own. The word's text is its
-    pieces joined, ``##`` dropped (``un ##believ ##ably`` -> ``unbelievably``).
-    """
-    groups: list[list[int]] = []
-    for i, token in enumerate(tokens):
-        if word_ids is not None:
-            joins = i > 0 and word_ids[i] is not None and word_ids[i] == word_ids[i - 1]
-        else:
-            joins = i > 0 and token.startswith("##")
-        if joins:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    words = [tokens[g[0]] + "".join(tokens[j].removeprefix("##") for j in g[1:]) for g in groups]
-    sums = [scores[g].sum() for g in groups]
-    return words, torch.stack(sums) if sums else scores.new_zeros(0)
 
 
 def _run(model: nn.Module, inputs: Inputs, layer: nn.Module, point: Tensor | None) -> tuple[Any, Tensor]:
@@ -310,77 +225,8 @@ def _only_rows(base: Tensor, x: Tensor, rows: Sequence[int] | None) -> Tensor:
     return torch.where(chosen.view(-1, *[1] * (x.dim() - 1)), base, x)
 
 
-def _keep(inputs: Inputs, tokenizer: Any, ids: Tensor) -> Tensor:
-    """``(B, T)``: True at the special tokens the ``"pad"`` baseline keeps."""
-    if _is_fast(inputs):
-        return torch.tensor([[w is None for w in inputs.word_ids(row)] for row in range(len(ids))], device=ids.device)  # type: ignore[union-attr]
-    special = list(getattr(tokenizer, "all_special_ids", []) or [])
-    return torch.isin(ids, torch.tensor(special, dtype=ids.dtype, device=ids.device))
-
-
 def _pad_id(model: nn.Module, tokenizer: Any) -> int | None:
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is None:
         pad = getattr(getattr(model, "config", None), "pad_token_id", None)
     return None if pad is None else int(pad)
-
-
-def _is_fast(inputs: Inputs) -> bool:
-    return bool(getattr(inputs, "is_fast", False)) and callable(getattr(inputs, "word_ids", None))
-
-
-def _fill_rows(result: TokenAttribution, inputs: Inputs, tokenizer: Any, ids: Tensor) -> None:
-    """Tokens, scores, words and word scores of each row, padding left out."""
-    mask = inputs.get("attention_mask") if isinstance(inputs, Mapping) else None
-    for row in range(len(ids)):
-        kept = torch.ones(ids.shape[1], dtype=torch.bool) if mask is None else mask[row].cpu().bool()
-        if _is_fast(inputs):
-            tokens, word_ids = list(inputs.tokens(row)), list(inputs.word_ids(row))  # type: ignore[union-attr]
-        elif tokenizer is not None:
-            tokens, word_ids = list(tokenizer.convert_ids_to_tokens(ids[row].tolist())), None
-        else:
-            tokens, word_ids = [str(i) for i in ids[row].tolist()], None
-        where = kept.nonzero().flatten().tolist()
-        scores = result.attributions[row].cpu()[where]
-        tokens = [tokens[i] for i in where]
-        words, word_scores = merge_words(tokens, scores, None if word_ids is None else [word_ids[i] for i in where])
-        result.tokens.append(tokens)
-        result.scores.append(scores)
-        result.words.append(words)
-        result.word_scores.append(word_scores)
-
-
-def attribution_table(result: TokenAttribution, *, words: bool = False) -> str:
-    """``TokenAttribution.table()``: a line per token (``words=True``: per word) of every row, and the values."""
-    texts, values = (result.words, result.word_scores) if words else (result.tokens, result.scores)
-    lines = [["row", "word" if words else "token", "text", "score"]]
-    for row, (items, row_scores) in enumerate(zip(texts, values, strict=True)):
-        for index, (text, value) in enumerate(zip(items, row_scores.tolist(), strict=True)):
-            lines.append([str(row), str(index), text, f"{float(value):+.4g}"])
-    return "\n".join([*columns(lines, right=(0, 1, 3)), _line(result)])
-
-
-def attribution_plot(result: TokenAttribution, *, words: bool = True) -> Any:
-    """``TokenAttribution.plot()``: each row's words (or tokens) shaded on one shared scale, as the HTML view."""
-    texts, values = (result.words, result.word_scores) if words else (result.tokens, result.scores)
-    return token_image(texts, values)
-
-
-def _line(result: TokenAttribution) -> str:
-    what = result.method.replace("_", " ")
-    line = f"{what}: f(x) = {result.value:.4g}"
-    if result.delta is not None and result.baseline_value is not None:
-        line += f", f(baseline) = {result.baseline_value:.4g}, {result.steps} steps, delta = {result.delta:+.2e}"
-    return line
-
-
-@shows_as(TokenAttribution, table=attribution_table, plot=attribution_plot)
-def attribution_html(result: TokenAttribution) -> str:
-    """Each row's words shaded by their scores on one shared scale, and the completeness line."""
-    reach = max((float(s.abs().max()) for s in result.word_scores if s.numel()), default=0.0)
-    rows = "".join(
-        f'<div style="margin:4px 0">{token_html(w, s, scale=reach)}</div>'
-        for w, s in zip(result.words, result.word_scores, strict=True)
-    )
-    note = f'<div style="color:#555;font-size:12px">{html.escape(_line(result))}; red raises f, blue lowers it</div>'
-    return f'<div class="hs-attribution" style="font:14px sans-serif">{rows}{note}</div>'

@@ -23,7 +23,8 @@ from ..base.words import columns as text_columns
 from ..core.kinds import Kind, per_call
 from ..core.records import Record, forward_order
 from ..errors import OptionError
-from ..stats.summary import FlowRow, GradientFlow, Summary, gradient_flow, summarize
+from ..stats.gradient_flow import FlowRow, GradientFlow, gradient_flow
+from ..stats.summary import Summary, summarize
 from .fonts import DPI, FONT, TITLE, uniform
 from .fragments import image_tag, note, table, view
 
