@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from docutils import nodes
 from sphinx.application import Sphinx
 
 import hookscope
@@ -204,6 +206,40 @@ def public_home(app: Sphinx, env: Any, node: Any, contnode: Any) -> Any:
     return None
 
 
+# A quoted literal (kept as it is) or a ``~dotted.Name`` (shortened to ``Name``).
+SHORTENED = re.compile(r"""('[^']*'|"[^"]*")|~(?:\w+\.)*(\w+)""")
+
+
+def literal_tail(annotation: str) -> str:
+    """``annotation`` with each ``~a.b.Name`` after its first ``Literal`` written ``Name``.
+
+    Sphinx's Python domain (9.0, ``PyXrefMixin.make_xrefs``) writes everything after a ``Literal`` in a
+    field's type as plain text, never resetting at the ``Literal``'s closing bracket (its fix of
+    sphinx-doc/sphinx#9775), so autodoc's ``~collections.abc.Iterable`` there showed its ``~``.
+    """
+    start = annotation.find("Literal[")
+    if start < 0:
+        return annotation
+    tail = SHORTENED.sub(lambda m: m.group(1) or m.group(2), annotation[start:])
+    return annotation[:start] + tail
+
+
+def short_types(app: Sphinx, domain: str, objtype: str, content: Any) -> None:
+    """``object-description-transform``, after autodoc's typehints: the ``type``/``rtype`` fields' text through
+    ``literal_tail`` (before Sphinx makes cross-references of it)."""
+    if domain != "py":
+        return
+    for field in content.findall(nodes.field):
+        name, body = field[0].astext(), field[1]
+        if not (name.startswith("type ") or name == "rtype") or len(body) != 1:
+            continue
+        paragraph = body[0]
+        if isinstance(paragraph, nodes.paragraph) and len(paragraph) == 1 and isinstance(paragraph[0], nodes.Text):
+            text = paragraph.astext()
+            if (shortened := literal_tail(text)) != text:
+                paragraph[0] = nodes.Text(shortened)
+
+
 def reference_text() -> str:
     """Every public name's signature and docstring as the ``api`` tool gives them (the end of llms-full.txt)."""
     from hookscope.mcp.api_map import api
@@ -257,5 +293,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     """Register the page writer, the reference resolver and the llms-full.txt appendix."""
     app.connect("builder-inited", write_pages)
     app.connect("missing-reference", public_home)
+    app.connect("object-description-transform", short_types, priority=900)  # after autodoc's (500)
     app.connect("build-finished", append_reference, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

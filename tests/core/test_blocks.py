@@ -143,3 +143,17 @@ def test_every_torchvision_classifier_has_blocks_that_run_and_do_not_nest() -> N
         for hook in hooks:
             hook.remove()
         assert ran == set(found), (name, sorted(set(found) - ran)[:3])
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_one_layer_nn_transformer_has_its_encoder_and_decoder_layers_as_blocks(layers: int) -> None:
+    """Oracle: ``nn.Transformer``'s definition, ``encoder.layers`` and ``decoder.layers`` hold ``layers``
+    layers each; with one, the layers are still the blocks (not the decoder layer's two attentions)."""
+    model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=layers, num_decoder_layers=layers,
+                           dim_feedforward=16, batch_first=True)  # fmt: skip
+    expected = [f"{stack}.layers.{i}" for stack in ("encoder", "decoder") for i in range(layers)]
+    assert names(blocks(model)) == expected
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1)
+    assert names(blocks(encoder)) == ["layers.0"]
+    head = nn.Sequential(torchvision.models.resnet18(), nn.Linear(1000, 2))  # a backbone and a head
+    assert names(blocks(head)) == [f"0.layer{s}.{b}" for s in range(1, 5) for b in range(2)]

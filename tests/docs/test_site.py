@@ -32,6 +32,7 @@ BUILD_LIMIT_S = 60  # the whole build, on a CI runner's 2 cores
 ERRORS = sorted(
     n for n, o in vars(hookscope.errors).items() if isinstance(o, type) and o.__module__ == "hookscope.errors"
 )
+TILDE = re.compile(r"~[A-Za-z_][\w.]*")  # a type's cross-reference shortening, shown as written
 EXTERNAL = re.compile(
     r"""(<script[^>]*\ssrc=["']?|<link[^>]*\shref=["']?|@import\s+(url\()?["']?|url\(["']?)(https?:)?//"""
 )
@@ -107,6 +108,11 @@ def test_every_public_name_has_an_api_entry_with_its_parameters(entries: dict[st
         if n not in PUBLIC and not n.startswith("_") and n not in ("compare", "edits", "zoo")
     ]
     wrong += [f"{n}: no entry" for n in others if f"hookscope.{n}" not in found]
+    # a type shows its short name, never "~collections.abc.Iterable" (docs/_ext/apipages.literal_tail)
+    for name, dd in found.items():
+        signature, fields = dd.find_previous_sibling("dt"), dd.find_all("dl", class_="field-list", recursive=False)
+        shown = " ".join(part.get_text() for part in [signature, *fields] if part is not None)
+        wrong += [f"{name}: {tilde!r} shown" for tilde in sorted(set(TILDE.findall(shown)))]
     assert len(CALLABLES) > 150 and not wrong, "\n".join(wrong)
 
 

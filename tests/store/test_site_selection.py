@@ -85,3 +85,49 @@ def test_every_reader_of_a_store_selects_as_one(tmp_path: Path) -> None:
         for wrong in ("mpl", ["mlp", "mpl"], ":blocks"):
             with pytest.raises(SelectionError, match=r"matched no site|needs the model"):
                 read(wrong)
+
+
+EXPERT_SITES = {"l0.mlp.gate": "TopKRouter", "l0.mlp.experts": "Experts", "l0.mlp.experts.0": "Expert",
+                "l0.mlp.experts.1": "Expert", "l1.mlp.experts": "Experts", "l1.mlp.experts.0": "Expert"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("select", "picked"),
+    [
+        (":experts", ["l0.mlp.experts.0", "l0.mlp.experts.1", "l1.mlp.experts.0"]),
+        ("l1.*:experts", ["l1.mlp.experts.0"]),  # below the modules the glob names
+        ("l0.mlp.experts:experts", ["l0.mlp.experts.0", "l0.mlp.experts.1"]),
+        (
+            ["l1.mlp.experts", ":experts"],
+            ["l0.mlp.experts.0", "l0.mlp.experts.1", "l1.mlp.experts", "l1.mlp.experts.0"],
+        ),
+    ],
+)
+def test_experts_picks_the_sites_of_single_experts(select: Any, picked: list[str]) -> None:
+    assert select_sites(EXPERT_SITES, select, source="the store s") == picked
+
+
+def test_experts_on_a_store_without_expert_sites_says_what_it_looks_for() -> None:
+    with pytest.raises(SelectionError, match=r"':experts' matched no expert site of the store s: none of its 4 sites"):
+        select_sites(SITES, ":experts", source="the store s")
+    with pytest.raises(SelectionError, match=r"'l2\*:experts' matched no expert site .* below 'l2\*'"):
+        select_sites(EXPERT_SITES, "l2*:experts", source="the store s")
+
+
+def test_a_saved_capture_of_experts_selects_as_the_capture_did(tmp_path: Path) -> None:
+    """Oracle: the sites a capture of ``":experts"`` (and of one layer's) kept per expert on a Qwen3-MoE."""
+    from hookscope.store.reader import selected_sites
+    from tests.test_families import built, qwen3_moe
+
+    model, ids = built(qwen3_moe), torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), hookscope.capture(model, ":experts") as cap:
+        model(ids)
+    with torch.no_grad(), hookscope.capture(model, "model.layers.1:experts") as one:
+        model(ids)
+    hookscope.save(cap, tmp_path / "moe.hookscope")
+    run = hookscope.load(tmp_path / "moe.hookscope")
+    experts = [name for name, record in cap.items() if record.type == "Expert"]
+    assert len(experts) == 8  # 2 layers x 4 experts
+    assert selected_sites(run, ":experts") == selected_sites(cap, ":experts") == experts
+    assert selected_sites(run, "model.layers.1:experts") == [n for n, r in one.items() if r.type == "Expert"]
+    assert selected_sites(run, "model.layers.1:experts") == [e for e in experts if e.startswith("model.layers.1.")]

@@ -7,7 +7,10 @@ parameter groups (DeepSpeed steps its torch optimizer once per group). Stage 1 i
 OUT/zero<stage>-rank<r>.json: the merged rows, the steps counted, ``history("module.0")`` beside
 ``history("0")``, and DeepSpeed's own norm of layer 0's full gradient after the last backward
 (``safe_get_full_grad``); then OUT/refused-rank<r>.json: what watch says of a ZeRO-3 engine and of a
-bf16 ZeRO-1 one (DeepSpeed's ``BF16_Optimizer``).
+bf16 ZeRO-1 one (DeepSpeed's ``BF16_Optimizer``); then OUT/skipped-rank<r>.json: bf16 ZeRO-2 engines (its
+``DeepSpeedZeroOptimizer`` skips the step of a non-finite gradient; fp16 does not run on DeepSpeed's CPU
+accelerator) whose second step's loss is multiplied by 3e38, so that its gradients overflow, watched with
+``scaler=model_engine``, and an engine that never runs that step.
 """
 
 from __future__ import annotations
@@ -87,6 +90,26 @@ def refused(out: Path) -> None:
     (out / f"refused-rank{dist.get_rank()}.json").write_text(json.dumps(said))
 
 
+BF16 = {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}}  # ZeRO-2: DeepSpeedZeroOptimizer
+OVERFLOW = 1  # the step whose gradient overflows
+
+
+def overflowed(*, skip: bool = False) -> dict[str, Any]:
+    """STEPS + 1 steps of a bf16 ZeRO-2 engine, step OVERFLOW overflowing (``skip``: never run), watched every
+    step with the engine as the scaler."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model_engine, _ = engine(2, **BF16)
+    half = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
+    w = hookscope.watch(model_engine, every=1, scaler=model_engine)
+    with w:
+        for step in (s for s in range(STEPS + 1) if not (skip and s == OVERFLOW)):
+            loss = model_engine(batch(step)[half].to(torch.bfloat16)).float().square().mean()
+            model_engine.backward(loss * 3e38 if step == OVERFLOW else loss)
+            model_engine.step()
+    rows = {name: h.rows.tolist() for name, h in w.histories().items()}
+    return {"rows": rows, "steps": w.steps, "skipped": w.skipped, "engine_skipped": model_engine.skipped_steps}
+
+
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no C++ build: gloo does the collectives
@@ -96,6 +119,11 @@ def main(argv: list[str]) -> None:
             run(stage, out)
             dist.barrier()
         refused(out)
+        cases = {}
+        for case, skip in (("scaler", False), ("never", True)):
+            cases[case] = overflowed(skip=skip)
+            dist.barrier()
+        (out / f"skipped-rank{dist.get_rank()}.json").write_text(json.dumps(cases))
     finally:
         deepspeed.comm.destroy_process_group()
 

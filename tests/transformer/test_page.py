@@ -14,7 +14,7 @@ from hookscope.transformer.page import build_text_report, render_text_html, with
 from hookscope.viz.highlight import token_html
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
 from tests.transformer.hostile import HOSTILE, VOCAB, HostileTokenizer
-from tests.transformer.test_linear import qwen3_next
+from tests.transformer.test_linear import mamba, qwen3_next
 
 IDS = torch.tensor([[0, 1, 2, 3, 4, 7], [6, 7, 0, 5, 9, 9]])
 MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
@@ -72,3 +72,26 @@ def test_a_hybrid_s_page_says_which_layers_have_no_attention_matrix() -> None:
         r.startswith("model.layers.0.linear_attn (gated delta rule) has no attention matrix") for r in page.remarks
     )
     assert "model.layers.0.linear_attn (gated delta rule) has no attention matrix" in render_text_html(page)
+
+
+def test_a_mamba_s_page_shows_its_linear_attention_and_says_softmax_maps_do_not_exist() -> None:
+    """Oracles: the model's own hidden states (the token norms) and ``hookscope.linear_attention`` run alone
+    (its gates and state norms, checked against the model's cache in test_linear.py)."""
+    model, ids = mamba(), torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(1))
+    page = build_text_report(model, ids)
+    alone = hookscope.linear_attention(model, ids)
+    assert page.attention == () and page.linear is not None
+    assert page.linear.layers == alone.layers == ["backbone.layers.0.mixer", "backbone.layers.1.mixer"]
+    for name in alone.layers:
+        torch.testing.assert_close(page.linear.calls[name].state_norms, alone.calls[name].state_norms, rtol=0, atol=0)
+    with torch.no_grad():
+        hidden = model(ids, output_hidden_states=True).hidden_states  # Mamba's: layer i's output at i
+    assert [row.name for row in page.norms] == ["backbone.layers.0", "backbone.layers.1"]
+    assert page.norms[0].norms[1] == pytest.approx(hidden[0][1].norm(dim=-1).tolist(), abs=1e-4)
+    said = "softmax attention maps do not exist for MambaForCausalLM"
+    assert page.remarks[0].startswith(said) and not any("left out" in r for r in page.remarks)
+    html = render_text_html(page)
+    assert "Softmax attention maps do not exist for MambaForCausalLM" in html and 'id="linear-attention"' in html
+    assert "backbone.layers.1.mixer" in html and "2</b> linear-attention layers" in html
+    assert page.table().splitlines()[1:] == alone.table().splitlines()
+    assert "linear-attention layers" in repr(page)

@@ -31,8 +31,10 @@ def blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ``encoder.layer.N``, T5's two stacks); else the blocks of the most repeated class at that level
     and those built of the same kinds of layer (GoogLeNet's ``inception3a`` ... ``inception5b``,
     Inception v3's ``Mixed_5b`` ... ``Mixed_7c`` of five classes; not the auxiliary classifier, which
-    adds a ``Linear``). A model with none of these takes, at its top level, the units of one layer
-    that a stage repeats (a toy stack of ``Linear`` + ``ReLU`` blocks).
+    adds a ``Linear``). Before the blocks below a level are looked for, a block that is the one entry
+    of an ``nn.ModuleList`` is a block (a stack built with one layer: ``nn.Transformer``'s
+    ``encoder.layers.0`` and ``decoder.layers.0``). A model with none of these takes, at its top level,
+    the units of one layer that a stage repeats (a toy stack of ``Linear`` + ``ReLU`` blocks).
     """
     if not isinstance(model, nn.Module):
         raise SelectionError(f"expected a torch.nn.Module, got {type(model).__name__}")
@@ -50,6 +52,9 @@ def _blocks_under(prefix: str, module: nn.Module) -> list[tuple[str, nn.Module]]
     if repeated:
         inner = [_repeated(_units(f"{name}.", m, staged=False), f"{name}.", layers=2) for name, m in repeated]
         return [pair for found in inner for pair in found] if all(inner) else repeated  # stages named blocks
+    lone = _alone_in_list(prefix, module, level)
+    if lone:
+        return lone
     below = [pair for name, m, _ in level for pair in _blocks_under(f"{name}.", m)]
     if below:
         return below
@@ -75,6 +80,18 @@ def _repeated(level: list[Unit], prefix: str, *, layers: int) -> list[tuple[str,
         and _layers(m) >= max(layers, 2)
     }  # fmt: skip
     return [(name, m) for name, m, _ in level if type(m) in classes or name in alone]
+
+
+def _alone_in_list(prefix: str, module: nn.Module, level: list[Unit]) -> list[tuple[str, nn.Module]]:
+    """The blocks (two layers or more) of ``level`` that are the one entry of an ``nn.ModuleList``: a stack
+    built with one layer (``nn.Transformer(num_encoder_layers=1)``'s ``encoder.layers.0``)."""
+    found = []
+    for name, m, staged in level:
+        parent = name[len(prefix) :].rpartition(".")[0]
+        holder = module.get_submodule(parent) if staged and parent else None
+        if isinstance(holder, nn.ModuleList) and len(holder) == 1 and _layers(m) >= 2:
+            found.append((name, m))
+    return found
 
 
 def _units(prefix: str, module: nn.Module, *, staged: bool) -> list[Unit]:

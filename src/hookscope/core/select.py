@@ -25,9 +25,10 @@ type, a module or a predicate selects them as asked. Matches come back in the or
 ``model.named_modules()``, each module once.
 
 A store holds site names, not modules: ``select_sites`` picks a store's (or a capture's) sites with the
-same names, globs, ``re:`` and lists, and module types by class name; ``":blocks"`` and predicates need
-the model. It is the one way ``probe``, ``directions``, ``StoreDataset``, ``StoreStream``, ``export`` and
-``compare.cka`` read a store's sites.
+same names, globs, ``re:`` and lists, and module types by class name; ``":experts"`` picks the sites of
+single experts (``<experts>.<e>``, kept by a capture of ``":experts"``), ``"<glob>:experts"`` those below
+the modules it names; ``":blocks"`` and predicates need the model. It is the one way ``probe``,
+``directions``, ``StoreDataset``, ``StoreStream``, ``export`` and ``compare.cka`` read a store's sites.
 
 Each public function's default and what ``select=None`` picks there (``tests/test_vocabulary.py``
 reads this table; docs/guide/vocabulary.md's table says the same):
@@ -68,7 +69,7 @@ from ..base.words import closest
 from ..errors import SelectionError
 from .blocks import blocks, unique
 from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, plain_name, unwrap
-from .experts import EXPERTS, expert_units
+from .experts import EXPERT, EXPERTS, expert_units
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -301,7 +302,9 @@ def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: s
     ``source`` names it in errors (``"the store acts.hookscope"``). A name, a glob, ``re:`` and a list
     pick site names exactly as ``select_modules`` picks module names (trivial sites are left out of
     what a pattern matches unless they are all it matches; each entry of a list must match); a module
-    type picks the sites of that class or a subclass, by class name. ``":blocks"``, a module and a
+    type picks the sites of that class or a subclass, by class name. ``":experts"`` picks the sites of
+    single experts (class ``Expert``, ``<experts>.<e>``: what a capture of ``":experts"`` keeps per expert),
+    ``"<name or glob>:experts"`` those below the modules it names. ``":blocks"``, a module and a
     predicate need the model: a ``SelectionError`` says what to pass, as it does for a selector that
     matches no site.
     """
@@ -320,11 +323,10 @@ def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: s
 
 def _site_matcher(selector: Selector, sites: Mapping[str, str], source: str) -> Callable[[str, str], bool]:
     """One selector as a ``(site, class name) -> bool`` test; what needs the model is refused here."""
+    if isinstance(selector, str) and selector.endswith(EXPERTS):
+        return _expert_sites(selector.removesuffix(EXPERTS), sites)
     if isinstance(selector, str) and selector != BLOCKS:
-        text = eager_selector(selector)
-        if not text.startswith("re:") and not any(n == "module" or n.startswith("module.") for n in sites):
-            text = plain_name(text)  # the "module." of a DataParallel / DDP / DeepSpeed model's names, left out
-        test = _name_matcher(text)
+        test = _name_matcher(_site_text(selector, sites))
         return lambda name, _: test(name)
     if isinstance(selector, type) and issubclass(selector, nn.Module):
         names = {cls.__name__ for cls in _subclasses(selector)}
@@ -337,6 +339,27 @@ def _site_matcher(selector: Selector, sites: Mapping[str, str], source: str) -> 
     )
 
 
+def _site_text(selector: str, sites: Mapping[str, str]) -> str:
+    """A name, glob or ``re:`` as the store's names are written: no ``_orig_mod.``, and no ``module.`` (a
+    DataParallel / DDP / DeepSpeed model's) unless the store's names have it."""
+    text = eager_selector(selector)
+    if not text.startswith("re:") and not any(n == "module" or n.startswith("module.") for n in sites):
+        text = plain_name(text)
+    return text
+
+
+def _expert_sites(within: str, sites: Mapping[str, str]) -> Callable[[str, str], bool]:
+    """``":experts"`` on a store: the sites of single experts (class ``Expert``, named ``<experts>.<e>``), what a
+    capture of ``":experts"`` keeps per expert; ``"<name or glob>:experts"``: those below the modules it names."""
+    test = _name_matcher(_site_text(within, sites)) if within else None
+
+    def below(name: str) -> bool:
+        parts = name.split(".")
+        return test is None or any(test(".".join(parts[:i])) for i in range(1, len(parts)))
+
+    return lambda name, cls: cls == EXPERT and below(name)
+
+
 def _subclasses(cls: type[nn.Module]) -> list[type[nn.Module]]:
     """``cls`` and every subclass of it imported so far: what ``isinstance`` would accept."""
     return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
@@ -346,6 +369,13 @@ def _no_site_message(selector: Selector, sites: Mapping[str, str], source: str) 
     if isinstance(selector, type):
         classes = sorted(set(sites.values()))
         what, hint = f"type {selector.__name__}", f"; types present: {', '.join(classes[:8])}"
+    elif isinstance(selector, str) and selector.endswith(EXPERTS):
+        return (
+            f"{selector!r} matched no expert site of {source}: none of its {len(sites)} sites is one expert's "
+            f"(class {EXPERT}, named <experts>.<e>, what hookscope.capture(model, {EXPERTS!r}) keeps per expert)"
+            f"{' below ' + repr(selector.removesuffix(EXPERTS)) if selector != EXPERTS else ''}; select the "
+            "experts modules and their routers by name"
+        )
     else:
         what = repr(selector)
         hint = closest(str(selector).removeprefix("re:").replace("*", "").replace("?", ""), list(sites))

@@ -19,6 +19,11 @@ One forward pass, under a capture of ``select`` (the model's blocks by default) 
   ``(title, html)`` fragments made by ``hookscope.viz.highlight.token_html``, which escapes
   every token (see ``with_attributions``).
 
+A model whose attention layers are all linear (Mamba: a recurrent state, no softmax matrix) gets a
+second pass, read by ``hookscope.linear_attention``: the page says that softmax attention maps do
+not exist for it and shows the ``LinearAttention`` section instead (gates, decay, state norms and
+the token mixing they imply); its token norms come from that pass.
+
 Padding is left out everywhere. Every token is text, escaped by the template (autoescape), never
 markup: a token ``<img src=x onerror=alert(1)>`` shows as those characters (captum#1226). The
 first ``MAX_SENTENCES`` sequences of a batch are drawn.
@@ -38,19 +43,22 @@ from typing import Any
 from torch import Tensor, nn
 
 from .._version import __version__
-from ..base.display import Shows, shows_as, table_of
+from ..base.display import Shows, html_of, section_of, shows_as, table_of
 from ..base.optional import require
 from ..base.words import columns
-from ..core.capture import capture
+from ..core.capture import Capture, capture
 from ..core.records import forward_order
 from ..core.select import BLOCKS, Selector
-from ..errors import CaptureWarning, OptionError
-from ..progress import Progress, callback
+from ..errors import CaptureError, CaptureWarning, OptionError
+from ..progress import Callback, Progress, callback
 from ..report.content import human_time, png
 from ..report.html import draws_page, environment, write_page
 from ..viz.fragments import Safe, figure, more, note, table, view
 from .attention import Attention, attention
 from .grid import FONT, attention_grid
+from .linear import LinearAttention
+from .readers import linear_layers
+from .recurrent import linear_attention
 
 TEMPLATE = "tokens.html.j2"  # beside report.html.j2
 MAX_SENTENCES = 4  # sequences of a batch the page draws
@@ -100,8 +108,11 @@ class TextReport(Shows):
     notes: tuple[str, ...] = ()
     remarks: tuple[str, ...] = ()
     attributions: tuple[tuple[str, str], ...] = ()  # (title, escaped HTML from viz.highlight.token_html)
+    linear: LinearAttention | None = None  # a model of linear attention only (Mamba): what it has instead
 
     def __repr__(self) -> str:
+        if self.linear is not None:
+            return f"<TextReport {self.title!r}: {self.model}, {len(self.linear.layers)} linear-attention layers>"
         return f"<TextReport {self.title!r}: {self.model}, {len(self.attention)} attention layers>"
 
     def table(self) -> str:
@@ -124,7 +135,8 @@ def build_text_report(
 
     ``select`` picks the modules whose token norms the page draws (a Selector, as everywhere); its default,
     ``":blocks"``, is the model's repeated blocks (the encoder layers), and None would be every leaf module.
-    Every attention module the model ran is drawn, whatever ``select`` says.
+    Every attention module the model ran is drawn, whatever ``select`` says; a model of linear attention only
+    (Mamba) runs once more and its page shows its ``LinearAttention`` instead (``TextReport.linear``).
 
     Args:
         model: the transformer, in eval mode.
@@ -143,41 +155,71 @@ def build_text_report(
     Raises:
         OptionError: ``max_layers`` is not a positive int.
         InputError: text without ``tokenizer``.
-        CaptureError: no attention module ran.
+        CaptureError: no attention module ran, softmax or linear.
         SelectionError: ``select`` matches no module.
     """
     if isinstance(max_layers, bool) or not isinstance(max_layers, int) or max_layers < 1:
         raise OptionError(f"max_layers must be a positive int, got {max_layers!r}")
     step = callback(progress)
     step("forward", 0, 1)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CaptureWarning)
-        with capture(model, select, kinds=("output",)) as cap:
-            att = attention(model, inputs, tokenizer=tokenizer)
+    cap, read, caught = _read(model, inputs, tokenizer, select)
     step("forward", 1, 1)
+    own = set(read.remarks) if isinstance(read, LinearAttention) else set()  # drawn in its own section
     uncaptured = [str(w.message).removeprefix("hookscope: ") for w in caught if w.category is CaptureWarning]
     for other in (w for w in caught if w.category is not CaptureWarning):  # not ours to swallow
         warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
-    shown = min(len(att.tokens), MAX_SENTENCES)
-    layers = att.layers[:max_layers]
-    drawn = []
-    for i, name in enumerate(layers):
-        step("attention", i, len(layers))
-        drawn.append(_attention_layer(att, name, shown))
-    step("attention", len(layers), len(layers))
-    remarks = _remarks(model, att, shown, len(att.layers) - len(layers)) + uncaptured
+    shown = min(len(read.tokens), MAX_SENTENCES)
+    drawn = _drawn(read, shown, max_layers, step) if isinstance(read, Attention) else []
+    left_out = len(read.layers) - len(drawn) if isinstance(read, Attention) else 0
+    remarks = _remarks(model, read, shown, left_out) + [line for line in uncaptured if line not in own]
     return TextReport(
         title=title,
         model=type(model).__name__,
         parameters=sum(p.numel() for p in model.parameters()),
         created=human_time(datetime.datetime.now().astimezone()),
         version=__version__,
-        sentences=tuple(tuple(att.real_tokens(b)) for b in range(shown)),
+        sentences=tuple(tuple(_real_tokens(read, b)) for b in range(shown)),
         attention=tuple(drawn),
-        norms=tuple(_norm_rows(cap, att, shown, max_layers)),
+        norms=tuple(_norm_rows(cap, read, shown, max_layers)),
         notes=tuple(notes),
         remarks=tuple(remarks),
+        linear=read if isinstance(read, LinearAttention) else None,
     )
+
+
+def _read(
+    model: nn.Module, inputs: Any, tokenizer: Any, select: Selector | None
+) -> tuple[Capture, Attention | LinearAttention, list[warnings.WarningMessage]]:
+    """One forward pass under a capture of ``select``: its attention; for a model whose attention layers are all
+    linear (Mamba), which have no softmax matrix, a second pass that reads them (``linear_attention``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CaptureWarning)
+        try:
+            with capture(model, select, kinds=("output",)) as cap:
+                read: Attention | LinearAttention = attention(model, inputs, tokenizer=tokenizer)
+        except CaptureError:
+            if not linear_layers(model):
+                raise
+            caught.clear()  # the first pass's lines: the second pass says its own
+            with capture(model, select, kinds=("output",)) as cap:
+                read = linear_attention(model, inputs, tokenizer=tokenizer)
+    return cap, read, caught
+
+
+def _drawn(att: Attention, shown: int, max_layers: int, step: Callback) -> list[AttentionLayer]:
+    """The first ``max_layers`` attention layers, drawn."""
+    layers = att.layers[:max_layers]
+    drawn = []
+    for i, name in enumerate(layers):
+        step("attention", i, len(layers))
+        drawn.append(_attention_layer(att, name, shown))
+    step("attention", len(layers), len(layers))
+    return drawn
+
+
+def _real_tokens(read: Attention | LinearAttention, batch: int) -> list[str]:
+    """Sequence ``batch``'s tokens, padding left out."""
+    return [t for t, keep in zip(read.tokens[batch], read.mask[batch].tolist(), strict=True) if keep]
 
 
 def with_attributions(report: TextReport, fragments: Sequence[tuple[str, str]]) -> TextReport:
@@ -196,7 +238,7 @@ def _attention_layer(att: Attention, name: str, shown: int) -> AttentionLayer:
     return AttentionLayer(name, int(att.weights(name).shape[1]), grids, tuple(means))
 
 
-def _norm_rows(cap: Any, att: Attention, shown: int, max_layers: int) -> list[NormRow]:
+def _norm_rows(cap: Any, att: Attention | LinearAttention, shown: int, max_layers: int) -> list[NormRow]:
     """A row per captured module whose first output is ``(B, T, C)`` with the batch's B and T."""
     batch, length = att.mask.shape
     rows: list[NormRow] = []
@@ -220,8 +262,8 @@ def _hidden(call: Any) -> Tensor | None:
     return tensor if isinstance(tensor, Tensor) and tensor.dim() == 3 and tensor.is_floating_point() else None
 
 
-def _remarks(model: nn.Module, att: Attention, shown: int, left_out: int) -> list[str]:
-    remarks = []
+def _remarks(model: nn.Module, att: Attention | LinearAttention, shown: int, left_out: int) -> list[str]:
+    remarks = [] if isinstance(att, Attention) else [_no_softmax(model, att)]
     if model.training:
         remarks.append("the model is in training mode: attention dropout was active; call model.eval() first")
     if len(att.tokens) > shown:
@@ -231,14 +273,25 @@ def _remarks(model: nn.Module, att: Attention, shown: int, left_out: int) -> lis
     return remarks
 
 
+def _no_softmax(model: nn.Module, lin: LinearAttention) -> str:
+    kinds = ", ".join(sorted({call.kind for call in lin.calls.values()}))
+    return (
+        f"softmax attention maps do not exist for {type(model).__name__}: its {len(lin.layers)} attention layers are "
+        f"linear ({kinds}), with a recurrent state; the linear-attention section shows their gates, decay, state "
+        "norms and the token mixing they imply"
+    )
+
+
 @draws_page(TextReport)
 def render_text_html(report: TextReport) -> str:
     """The text report as one self-contained page (``templates/tokens.html.j2``, autoescaped)."""
     markupsafe: Any = require("markupsafe")
     attributions = [(title, markupsafe.Markup(fragment)) for title, fragment in report.attributions]
+    found = None if report.linear is None else section_of(report.linear)  # its own (anchor, title, view)
+    linear = None if found is None else (found[0], found[1], markupsafe.Markup(found[2]))
     env = environment()
     env.globals.update(shade=_shade, table_max=table_max, least_width=least_width)
-    html: str = env.get_template(TEMPLATE).render(report=report, attributions=attributions)
+    html: str = env.get_template(TEMPLATE).render(report=report, attributions=attributions, linear=linear)
     return html
 
 
@@ -248,11 +301,18 @@ def write_text_report(report: TextReport, out: str | Path, *, force: bool = Fals
 
 
 def text_table(report: TextReport) -> str:
-    """A row per attention layer drawn: its heads and, per sequence, the mean attention of a token to itself."""
+    """A row per attention layer drawn: its heads and, per sequence, the mean attention of a token to itself;
+    for a model of linear attention only, the line that says so and its ``LinearAttention`` table."""
+    if report.linear is not None:
+        return "\n".join([_no_softmax_line(report), table_of(report.linear)])
     header = ["layer", "heads", *(f"self, seq {b}" for b in range(len(report.sentences)))]
     rows = [header] + [[layer.name, str(layer.heads), *(f"{_self_attention(m):.4f}" for m in layer.means)]
                        for layer in report.attention]  # fmt: skip
     return "\n".join(columns(rows, right=range(1, len(header))))
+
+
+def _no_softmax_line(report: TextReport) -> str:
+    return f"{report.model} has no softmax attention: its layers are linear attention (see below)"
 
 
 def _self_attention(mean: MeanView) -> float:
@@ -268,6 +328,8 @@ def text_report_html(report: TextReport) -> str:
         body += note(line)
     rows = [(layer.name, layer.heads) for layer in report.attention[:MAX_SHOWN]]
     body += table(("attention layer", "heads"), rows, numeric=(1,)) + more(len(rows), len(report.attention), "layers")
+    if report.linear is not None:
+        body += Safe(html_of(report.linear) or "")  # the remarks above say why it stands for the attention
     if report.attention and report.attention[0].grids:
         first = report.attention[0]
         grid = figure(first.grids[0], f"{first.name}: every head and their mean, sequence 0")
