@@ -27,8 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import DamagedShardError
+from . import mapping
 from .columns import Column
-from .shards import DTYPES
+from .shards import DTYPES, inside, one_line
 
 KEPT = 8  # the minibatches whose memory may come back: a consumer holding more gets fresh memory
 SHIFT = 40  # a code's source number sits above bit 40: a file of up to 2**40 elements
@@ -50,7 +52,9 @@ class Addresses:
         self._views: dict[int, Tensor] = {}
         self._outputs = Outputs()
         placed = [self._source(column.places[b][0]) for b in batches]
-        self.origin = torch.tensor([(n << SHIFT) + start for n, start, _, _ in placed], dtype=torch.long)
+        joined = self._join()  # each file's first element in one view of them all, or None: a view each
+        origin = [(n << SHIFT) + start if joined is None else joined[n] + start for n, start, _, _ in placed]
+        self.origin = torch.tensor(origin, dtype=torch.long)
         self.width = torch.tensor([width for _, _, width, _ in placed], dtype=torch.long)
         self.first = torch.tensor([column.places[b][1] for b in batches], dtype=torch.long)
         self.item_bytes = placed[0][3] if placed else 0  # what one item holds
@@ -106,6 +110,8 @@ class Addresses:
         """
         if not self.keys:  # a column without a batch
             return torch.empty(0)
+        if len(self.keys) == 1:  # one file, or the files joined: a code is a row
+            return self._read(0, codes)
         number, row = codes >> SHIFT, codes & ROW
         low, high = torch.aminmax(number) if len(codes) else (torch.zeros(()), torch.zeros(()))
         if low == high:  # every item in one file: one gather
@@ -142,7 +148,10 @@ class Addresses:
         """Source ``number``'s row view (made on first use)."""
         if number not in self._views:
             kind, *named, item = self.keys[number]
-            elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
+            if kind == "files":
+                elements = self._joined(*named)
+            else:
+                elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
             width = math.prod(item)
             self._views[number] = elements.as_strided((max(elements.numel() - width + 1, 0), width), (1, 1))
         return self._views[number]
@@ -152,6 +161,28 @@ class Addresses:
         view = self._view(number)
         out = self._outputs.empty((len(rows), view.shape[1]), view.dtype)
         return torch.index_select(view, 0, rows, out=out).reshape(len(rows), *self.keys[number][-1])
+
+    def _join(self) -> list[int] | None:
+        """Where each file starts (in elements) in one view of them all, the sources now that one view; None
+        (each file its own view) for one source, where ``mapping`` is not available, or mixed sources."""
+        if len(self.keys) < 2 or not mapping.AVAILABLE or any(key[0] != "file" for key in self.keys):
+            return None
+        if len({key[2:] for key in self.keys}) > 1:  # (dtype, item) differ
+            return None
+        _, _, dtype, item = self.keys[0]
+        files = tuple(key[1] for key in self.keys)
+        sizes = tuple(inside(self.column.run.path, file).stat().st_size for file in files)
+        self.keys = [("files", files, sizes, dtype, item)]
+        size = DTYPES[dtype].itemsize
+        return [start // size for start in mapping.starts(sizes)[:-1]]
+
+    def _joined(self, files: tuple[str, ...], sizes: tuple[int, ...], dtype: str) -> Tensor:
+        """The files ``files`` end to end, as one 1-D view (``hookscope.store.mapping``)."""
+        root = self.column.run.path
+        try:
+            return mapping.join([inside(root, file) for file in files], sizes, DTYPES[dtype])
+        except OSError as err:
+            raise DamagedShardError(", ".join(files), f"it cannot be read: {one_line(err)}") from err
 
     def _source(self, where: tuple[Any, ...]) -> tuple[int, int, int, int]:
         """The array ``where``'s source number, its first element in that source, an item's width and bytes."""
