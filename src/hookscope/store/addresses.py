@@ -56,6 +56,7 @@ class Addresses:
         origin = [(n << SHIFT) + start if joined is None else joined[n] + start for n, start, _, _ in placed]
         self.origin = torch.tensor(origin, dtype=torch.long)
         self.width = torch.tensor([width for _, _, width, _ in placed], dtype=torch.long)
+        self.spans = [(at, width) for at, (_, _, width, _) in zip(origin, placed, strict=True)]  # as ints, for codes
         self.first = torch.tensor([column.places[b][1] for b in batches], dtype=torch.long)
         self.item_bytes = placed[0][3] if placed else 0  # what one item holds
         self.lookup = None  # item -> row in its array, where a batch's padding is left out
@@ -78,7 +79,11 @@ class Addresses:
         """
         if self.table is not None:
             return self.table[self.bounds[slot] : self.bounds[slot + 1]]
-        return self._rows(self.batches[slot]) * self.width[slot] + self.origin[slot]
+        batch, (origin, width) = self.batches[slot], self.spans[slot]
+        _, first, count = self.column.places[batch]
+        if batch in self.column.masks:
+            return self.column.masks[batch] * width + origin
+        return torch.arange(origin + first * width, origin + (first + count) * width, width)  # one op, no rows
 
     def items(self, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
         """The codes of items ``index`` (each item ``offset`` of the batch at ``slot``), as long tensors.
