@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -186,8 +187,9 @@ class Addresses:
         root = self.column.run.path
         try:
             return mapping.join([inside(root, file) for file in files], sizes, DTYPES[dtype])
-        except OSError as err:
-            raise DamagedShardError(", ".join(files), f"it cannot be read: {one_line(err)}") from err
+        except OSError as err:  # a file gone or changed since the store was opened
+            named = [file for file in files if err.filename and Path(err.filename).name == Path(file).name]
+            raise DamagedShardError(named[0] if named else ", ".join(files), one_line(err)) from err
 
     def _source(self, where: tuple[Any, ...]) -> tuple[int, int, int, int]:
         """The array ``where``'s source number, its first element in that source, an item's width and bytes."""

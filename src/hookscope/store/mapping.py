@@ -15,6 +15,7 @@ reader keeps one mapping per file.
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import sys
@@ -58,8 +59,8 @@ def join(paths: Sequence[Path], sizes: Sequence[int], dtype: torch.dtype) -> Ten
         A 1-D tensor over the range: file ``k``'s byte ``b`` is byte ``starts(sizes)[k] + b`` of it.
 
     Raises:
-        OSError: a file is missing, of another size than ``sizes`` says, or the range cannot be reserved or
-            mapped (the reserved range is given back).
+        OSError: a file is missing, of another size than ``sizes`` says, or cannot be mapped (its
+            ``filename`` names it; the reserved range is given back), or the range cannot be reserved.
     """
     libc = _libc()
     offsets = starts(sizes)
@@ -85,10 +86,10 @@ def _map(libc: ctypes.CDLL, address: int, path: Path, size: int) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         if os.fstat(fd).st_size != size:
-            raise OSError(f"{path.name}: {os.fstat(fd).st_size} bytes, {size} expected")
+            raise OSError(errno.EIO, f"{os.fstat(fd).st_size} bytes, {size} when the store was opened", str(path))
         prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | _FIXED
         if libc.mmap(address, size, prot, flags, fd, 0) != address:
-            raise OSError(ctypes.get_errno(), f"{path.name} could not be mapped")
+            raise OSError(ctypes.get_errno(), "it could not be mapped", str(path))
     finally:
         os.close(fd)
 
