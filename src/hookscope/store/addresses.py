@@ -11,6 +11,12 @@ number above bit ``SHIFT``. An array that is not aligned to its dtype (a file wr
 source of its own, copied once, as ``Column.array`` reads it. Views are made on first use, in the
 process that reads them (a ``DataLoader`` worker maps its own).
 
+Where a column's items lie in several files of one dtype and item shape (a store of several shards),
+the files are mapped end to end into one range of addresses (``hookscope.store.mapping``) and are one
+source: a code is then a row of that one view, and any minibatch is one ``index_select``. Where that
+is not available (not Linux or macOS) or the sources differ, each is its own view, and a minibatch
+drawn from several is read from the one most of its items lie in, the others' items put in after.
+
 A minibatch's memory comes back (``Outputs``): fresh memory is pages the kernel must fault in and
 zero, which cost as much as the gather itself. The memory of a minibatch handed out before is
 written again only when nothing holds it any more: no tensor over it (the minibatch, a view of it,
@@ -103,7 +109,8 @@ class Addresses:
         return row * self.width[slot] + self.origin[slot]
 
     def gather(self, codes: Tensor) -> Tensor:
-        """The items ``codes`` name, in that order: one ``index_select`` per source they lie in.
+        """The items ``codes`` name, in that order: one ``index_select`` per source they lie in (one source
+        where the files are joined).
 
         The source most of them lie in is read straight into draw order (the places of the others
         reading its row 0), then the others' items are read and put in their places.
