@@ -1,7 +1,7 @@
 """The token stream that feeds an SAE trainer: 4096-token shuffled minibatches, in one process, interleaved.
 
     .venv/bin/python benchmarks/stores.py [--size-mb 256] [--rounds 5] [--out DIR]
-    .venv/bin/python benchmarks/stores.py --smoke     # a 32 MiB store, in seconds (CI runs it)
+    .venv/bin/python benchmarks/stores.py --smoke     # a 32 MiB store of 6 MiB shards, in seconds (CI runs it)
 
 A model of one embedding and one linear layer (d 512) runs over batches of 16 sequences of 128
 tokens, and ``extract`` writes the linear layer's output to a row store (``layout="rows"``, the
@@ -46,7 +46,7 @@ from torch import nn
 import hookscope
 
 BATCH, CONTEXT, D, MINIBATCH, WINDOW = 16, 128, 512, 4096, 64 * 2**20
-SMOKE_MB = 32
+SMOKE_MB, SMOKE_SHARD_MB = 32, 6
 # benchmarks/smoke.py fails below this: the stream measured 3.6-5.3x the Arrow path at SMOKE_MB (CPU time,
 # the 2-core machine under load 12), 0.8-1.1x before the one-gather read; a 2x regression falls under it.
 FLOOR = 2.0
@@ -120,11 +120,13 @@ def random(path: Path) -> Callable[[int], int]:
     return epoch
 
 
-def write(root: Path, size_mb: int, *, tokens: bool = True) -> dict[str, float]:
-    """The row store, its export and (``tokens``) the token store; the seconds each writer took."""
+def write(root: Path, size_mb: int, *, tokens: bool = True, shard_mb: int | None = None) -> dict[str, float]:
+    """The row store, its export and (``tokens``) the token store; the seconds each writer took. ``shard_mb``:
+    the row store's shard files' size (default ``extract``'s)."""
     net, data = model(), batches(size_mb)
+    shards = {} if shard_mb is None else {"shard_size": shard_mb * 2**20}
     work = {
-        "extract rows": lambda: hookscope.extract(net, data, out=root / "rows", select="1", progress=False),
+        "extract rows": lambda: hookscope.extract(net, data, out=root / "rows", select="1", progress=False, **shards),
         "export datasets": lambda: hookscope.export(root / "rows", root / "hf", format="datasets", select="1"),
         "extract tokens": lambda: hookscope.extract(
             net, data, out=root / "tokens", select="1", progress=False, layout="tokens"
@@ -196,8 +198,9 @@ def table(found: list[dict[str, Any]]) -> str:
 
 
 def smoke(root: Path, rounds: int = 5, size_mb: int = SMOKE_MB) -> list[dict[str, Any]]:
-    """The stream against the Arrow path over a small store: rows for ``benchmarks/smoke.py`` and CI."""
-    write(root, size_mb, tokens=False)
+    """The stream against the Arrow path over a small store of ``SMOKE_SHARD_MB`` shards (every minibatch drawn
+    across files): rows for ``benchmarks/smoke.py`` and CI."""
+    write(root, size_mb, tokens=False, shard_mb=SMOKE_SHARD_MB)
     read = readers(root, smoke=True)
     return rows(measure(read, rounds), len(hookscope.StoreDataset(root / "rows", "1", by="tokens")))
 
