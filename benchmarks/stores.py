@@ -1,6 +1,6 @@
 """The token stream that feeds an SAE trainer: 4096-token shuffled minibatches, in one process, interleaved.
 
-    .venv/bin/python benchmarks/stores.py [--size-mb 256] [--rounds 5] [--out DIR]
+    .venv/bin/python benchmarks/stores.py [--size-mb 256] [--rounds 5] [--shard-mb N] [--out DIR]
     .venv/bin/python benchmarks/stores.py --smoke     # a 32 MiB store of 6 MiB shards, in seconds (CI runs it)
 
 A model of one embedding and one linear layer (d 512) runs over batches of 16 sequences of 128
@@ -122,14 +122,14 @@ def random(path: Path) -> Callable[[int], int]:
 
 def write(root: Path, size_mb: int, *, tokens: bool = True, shard_mb: int | None = None) -> dict[str, float]:
     """The row store, its export and (``tokens``) the token store; the seconds each writer took. ``shard_mb``:
-    the row store's shard files' size (default ``extract``'s)."""
+    the stores' shard files' size (default ``extract``'s)."""
     net, data = model(), batches(size_mb)
     shards = {} if shard_mb is None else {"shard_size": shard_mb * 2**20}
     work = {
         "extract rows": lambda: hookscope.extract(net, data, out=root / "rows", select="1", progress=False, **shards),
         "export datasets": lambda: hookscope.export(root / "rows", root / "hf", format="datasets", select="1"),
         "extract tokens": lambda: hookscope.extract(
-            net, data, out=root / "tokens", select="1", progress=False, layout="tokens"
+            net, data, out=root / "tokens", select="1", progress=False, layout="tokens", **shards
         ),
     }
     took = {}
@@ -210,6 +210,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=None, help="activations in each store (default 256; --smoke 32)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--smoke", action="store_true", help="a 32 MiB store, the stream and the Arrow path only")
+    parser.add_argument("--shard-mb", type=int, default=None, help="the stores' shard size (default extract's)")
     parser.add_argument("--out", type=Path, default=None, help="where the stores go (default: a temporary folder)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -218,7 +219,7 @@ def main() -> None:
         if args.smoke:
             found = smoke(root, args.rounds, args.size_mb or SMOKE_MB)
         else:
-            written = write(root, args.size_mb or 256)
+            written = write(root, args.size_mb or 256, shard_mb=args.shard_mb)
             tokens = len(hookscope.StoreDataset(root / "rows", "1", by="tokens"))
             found = rows(measure(readers(root), args.rounds), tokens)
             print(f"{tokens:,} tokens of d {D} ({tokens * D * 4 / 2**20:.0f} MiB float32), {args.rounds} rounds, "
