@@ -3,7 +3,9 @@ range given back; a stream over several shard files gathers each minibatch once,
 
 from __future__ import annotations
 
+import errno
 import gc
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +80,20 @@ def test_a_minibatch_across_files_is_one_gather(tmp_path: Path, monkeypatch: Any
     assert len([c for c in calls if c]) == len(got)  # one gather of rows a minibatch, wherever its items lie
 
 
-def test_files_mapped_one_by_one_keep_the_documented_order(tmp_path: Path, monkeypatch: Any) -> None:
+def _refused(*args: Any) -> torch.Tensor:
+    raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+
+@pytest.mark.parametrize("why", ["not available", "refused"])
+def test_files_mapped_one_by_one_keep_the_documented_order(tmp_path: Path, monkeypatch: Any, why: str) -> None:
     model = TinyLM()
     run = _extract(tmp_path / "s", model)
     want = expected(model, token_batches(12), "mlp", tokens=True)
     counts = [int(b["attention_mask"].sum()) for b in token_batches(12)]
-    monkeypatch.setattr(mapping, "AVAILABLE", False)  # as on Windows: a view per file, a patch-in per other file
+    if why == "not available":  # as on Windows: a view per file, a patch-in per other file
+        monkeypatch.setattr(mapping, "AVAILABLE", False)
+    else:  # more files than a process may map, say: the same, quietly
+        monkeypatch.setattr(mapping, "join", _refused)
     stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=4, max_memory=90, seed=5)
     _same(list(stream), reference(want, counts, 12, seed=5, epoch=0, minibatch=4, limit=90))
     data = hookscope.StoreDataset(run.path, "mlp", by="tokens")
@@ -91,11 +101,13 @@ def test_files_mapped_one_by_one_keep_the_documented_order(tmp_path: Path, monke
     assert torch.equal(data[index], want[index])
 
 
-def test_a_shard_changed_after_opening_names_itself(tmp_path: Path) -> None:
+def test_a_shard_changed_after_opening_names_itself_where_a_worker_maps_it(tmp_path: Path) -> None:
     run = _extract(tmp_path / "s", TinyLM(), layout="tokens")
     stream = hookscope.StoreStream(run.path, "mlp", by="tokens", minibatch=4, max_memory=90, seed=5)
     shard = run.manifest["shards"][1]["file"]
     with (run.path / shard).open("ab") as file:
         file.write(b"\0" * 8)
+    assert len(list(stream)) > 1  # this process mapped the files when the stream was made
+    sent = pickle.loads(pickle.dumps(stream))  # as to a spawned DataLoader worker: it maps them again
     with pytest.raises(DamagedShardError, match=f"shard {shard} is damaged: .* bytes, .* when the store was opened"):
-        list(stream)
+        list(sent)

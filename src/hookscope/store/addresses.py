@@ -185,7 +185,12 @@ class Addresses:
         _, _, dtype, item = self.keys[0]
         files = tuple(key[1] for key in self.keys)
         sizes = tuple(inside(self.column.run.path, file).stat().st_size for file in files)
-        self.keys = [("files", files, sizes, dtype, item)]
+        keys, self.keys = self.keys, [("files", files, sizes, dtype, item)]
+        try:
+            self._view(0)  # mapped here: a worker maps them again (``__getstate__``)
+        except DamagedShardError:  # more files than this process may map, say: the same values, a view each
+            self.keys = keys
+            return None
         size = DTYPES[dtype].itemsize
         return [start // size for start in mapping.starts(sizes)[:-1]]
 
