@@ -111,3 +111,23 @@ def test_a_shard_changed_after_opening_names_itself_where_a_worker_maps_it(tmp_p
     sent = pickle.loads(pickle.dumps(stream))  # as to a spawned DataLoader worker: it maps them again
     with pytest.raises(DamagedShardError, match=f"shard {shard} is damaged: .* bytes, .* when the store was opened"):
         list(sent)
+
+
+def test_a_sequence_stepped_through_reads_its_calls_from_the_joined_files(tmp_path: Path) -> None:
+    from torch import nn
+
+    from hookscope.serving.sink import RequestSink
+    from tests.serving.test_sink import LENGTHS, SITES, joined, request
+    from tests.serving.test_sink import model as two_layers
+
+    options = {"out": str(tmp_path / "s"), "resume": False, "flush_every": None, "shard_size": 64}
+    sink = RequestSink(two_layers(), [(s, nn.Identity()) for s in SITES], ("output",), SITES, options)
+    for name in ("1", "0", "2"):
+        records, tokens = request(name)
+        sink.put(name, records, tokens, LENGTHS[name][0])
+    sink.close(ok=True)
+    assert len(hookscope.load(tmp_path / "s").manifest["shards"]) > 2  # a request's calls in several files
+    data = hookscope.StoreDataset(tmp_path / "s", "layers.1", key="residual", by="tokens")
+    expected = torch.cat([joined(name, "layers.1") for name in ("1", "0", "2")])  # batch order, calls in order
+    shuffled = torch.randperm(len(expected), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(data[shuffled], expected[shuffled])

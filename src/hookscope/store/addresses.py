@@ -59,8 +59,10 @@ class Addresses:
         self._views: dict[int, Tensor] = {}
         self._outputs = Outputs()
         placed = [self._source(column.places[b][0]) for b in batches]
-        joined = self._join()  # each file's first element in one view of them all, or None: a view each
-        origin = [(n << SHIFT) + start if joined is None else joined[n] + start for n, start, _, _ in placed]
+        for where in (where for b in batches for _, where, _ in column.parts.get(b, ())):
+            self._source(where)  # a sequence's calls: every source is known before the files are joined
+        self.joined = self._join()  # each file's first element in one view of them all, or None: a view each
+        origin = [self._code(n, start) for n, start, _, _ in placed]
         self.origin = torch.tensor(origin, dtype=torch.long)
         self.width = torch.tensor([width for _, _, width, _ in placed], dtype=torch.long)
         self.spans = [(at, width) for at, (_, _, width, _) in zip(origin, placed, strict=True)]  # as ints, for codes
@@ -154,8 +156,13 @@ class Addresses:
         for _, where, count in self.column.parts.get(batch, [(0, self.column.places[batch][0], 0)]):
             number, start, width, _ = self._source(where)
             rows = torch.arange(count) if batch in self.column.parts else self._rows(batch)
-            codes.append(rows * width + (number << SHIFT) + start)
+            codes.append(rows * width + self._code(number, start))
         return torch.cat(codes)
+
+    def _code(self, number: int, start: int) -> int:
+        """The code of element ``start`` of source ``number`` (as ``_source`` numbers them): its place in the
+        joined view, or the number above bit ``SHIFT``."""
+        return (number << SHIFT) + start if self.joined is None else self.joined[number] + start
 
     def _view(self, number: int) -> Tensor:
         """Source ``number``'s row view (made on first use)."""
