@@ -94,7 +94,7 @@ class StoreDataset(Dataset[Item]):
         return _one(self.gather(asked), squeeze=False)
 
     def gather(self, index: Tensor) -> list[Tensor]:
-        """Items ``index`` (a 1-D long tensor) of every column, one gather per array they lie in.
+        """Items ``index`` (a 1-D long tensor) of every column: one gather each, its files joined (``addresses``).
 
         Args:
             index: a 1-D long tensor of item indices (negative ones count from the end).
