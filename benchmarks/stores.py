@@ -1,7 +1,7 @@
 """The token stream that feeds an SAE trainer: 4096-token shuffled minibatches, in one process, interleaved.
 
-    .venv/bin/python benchmarks/stores.py [--size-mb 256] [--rounds 5] [--out DIR]
-    .venv/bin/python benchmarks/stores.py --smoke     # a 32 MiB store, in seconds (CI runs it)
+    .venv/bin/python benchmarks/stores.py [--size-mb 256] [--rounds 5] [--shard-mb N] [--out DIR]
+    .venv/bin/python benchmarks/stores.py --smoke     # a 32 MiB store of 6 MiB shards, in seconds (CI runs it)
 
 A model of one embedding and one linear layer (d 512) runs over batches of 16 sequences of 128
 tokens, and ``extract`` writes the linear layer's output to a row store (``layout="rows"``, the
@@ -46,10 +46,11 @@ from torch import nn
 import hookscope
 
 BATCH, CONTEXT, D, MINIBATCH, WINDOW = 16, 128, 512, 4096, 64 * 2**20
-SMOKE_MB = 32
-# benchmarks/smoke.py fails below this: the stream measured 3.6-5.3x the Arrow path at SMOKE_MB (CPU time,
-# the 2-core machine under load 12), 0.8-1.1x before the one-gather read; a 2x regression falls under it.
-FLOOR = 2.0
+SMOKE_MB, SMOKE_SHARD_MB = 32, 6
+# benchmarks/smoke.py fails below this: the stream measured 9.2-10.9x the Arrow path at SMOKE_MB in SMOKE_SHARD_MB
+# shards (CPU time, the 2-core machine under load 14-16), 1.6-1.8x before the files were mapped as one (round 12);
+# a 2x regression falls under it.
+FLOOR = 4.0
 STREAM, ARROW, SAE = "StoreStream, row store", "hf arrow, shuffled", "sae lens: in order + mixing buffer"
 
 
@@ -120,14 +121,16 @@ def random(path: Path) -> Callable[[int], int]:
     return epoch
 
 
-def write(root: Path, size_mb: int, *, tokens: bool = True) -> dict[str, float]:
-    """The row store, its export and (``tokens``) the token store; the seconds each writer took."""
+def write(root: Path, size_mb: int, *, tokens: bool = True, shard_mb: int | None = None) -> dict[str, float]:
+    """The row store, its export and (``tokens``) the token store; the seconds each writer took. ``shard_mb``:
+    the stores' shard files' size (default ``extract``'s)."""
     net, data = model(), batches(size_mb)
+    shards = {} if shard_mb is None else {"shard_size": shard_mb * 2**20}
     work = {
-        "extract rows": lambda: hookscope.extract(net, data, out=root / "rows", select="1", progress=False),
+        "extract rows": lambda: hookscope.extract(net, data, out=root / "rows", select="1", progress=False, **shards),
         "export datasets": lambda: hookscope.export(root / "rows", root / "hf", format="datasets", select="1"),
         "extract tokens": lambda: hookscope.extract(
-            net, data, out=root / "tokens", select="1", progress=False, layout="tokens"
+            net, data, out=root / "tokens", select="1", progress=False, layout="tokens", **shards
         ),
     }
     took = {}
@@ -196,8 +199,9 @@ def table(found: list[dict[str, Any]]) -> str:
 
 
 def smoke(root: Path, rounds: int = 5, size_mb: int = SMOKE_MB) -> list[dict[str, Any]]:
-    """The stream against the Arrow path over a small store: rows for ``benchmarks/smoke.py`` and CI."""
-    write(root, size_mb, tokens=False)
+    """The stream against the Arrow path over a small store of ``SMOKE_SHARD_MB`` shards (every minibatch drawn
+    across files): rows for ``benchmarks/smoke.py`` and CI."""
+    write(root, size_mb, tokens=False, shard_mb=SMOKE_SHARD_MB)
     read = readers(root, smoke=True)
     return rows(measure(read, rounds), len(hookscope.StoreDataset(root / "rows", "1", by="tokens")))
 
@@ -207,6 +211,7 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=None, help="activations in each store (default 256; --smoke 32)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--smoke", action="store_true", help="a 32 MiB store, the stream and the Arrow path only")
+    parser.add_argument("--shard-mb", type=int, default=None, help="the stores' shard size (default extract's)")
     parser.add_argument("--out", type=Path, default=None, help="where the stores go (default: a temporary folder)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -215,7 +220,7 @@ def main() -> None:
         if args.smoke:
             found = smoke(root, args.rounds, args.size_mb or SMOKE_MB)
         else:
-            written = write(root, args.size_mb or 256)
+            written = write(root, args.size_mb or 256, shard_mb=args.shard_mb)
             tokens = len(hookscope.StoreDataset(root / "rows", "1", by="tokens"))
             found = rows(measure(readers(root), args.rounds), tokens)
             print(f"{tokens:,} tokens of d {D} ({tokens * D * 4 / 2**20:.0f} MiB float32), {args.rounds} rounds, "

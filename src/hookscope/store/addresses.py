@@ -11,6 +11,12 @@ number above bit ``SHIFT``. An array that is not aligned to its dtype (a file wr
 source of its own, copied once, as ``Column.array`` reads it. Views are made on first use, in the
 process that reads them (a ``DataLoader`` worker maps its own).
 
+Where a column's items lie in several files of one dtype and item shape (a store of several shards),
+the files are mapped end to end into one range of addresses (``hookscope.store.mapping``) and are one
+source: a code is then a row of that one view, and any minibatch is one ``index_select``. Where that
+is not available (not Linux or macOS) or the sources differ, each is its own view, and a minibatch
+drawn from several is read from the one most of its items lie in, the others' items put in after.
+
 A minibatch's memory comes back (``Outputs``): fresh memory is pages the kernel must fault in and
 zero, which cost as much as the gather itself. The memory of a minibatch handed out before is
 written again only when nothing holds it any more: no tensor over it (the minibatch, a view of it,
@@ -22,13 +28,16 @@ from __future__ import annotations
 
 import math
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ..errors import DamagedShardError
+from . import mapping
 from .columns import Column
-from .shards import DTYPES
+from .shards import DTYPES, inside, one_line
 
 KEPT = 8  # the minibatches whose memory may come back: a consumer holding more gets fresh memory
 SHIFT = 40  # a code's source number sits above bit 40: a file of up to 2**40 elements
@@ -50,8 +59,13 @@ class Addresses:
         self._views: dict[int, Tensor] = {}
         self._outputs = Outputs()
         placed = [self._source(column.places[b][0]) for b in batches]
-        self.origin = torch.tensor([(n << SHIFT) + start for n, start, _, _ in placed], dtype=torch.long)
+        for where in (where for b in batches for _, where, _ in column.parts.get(b, ())):
+            self._source(where)  # a sequence's calls: every source is known before the files are joined
+        self.joined = self._join()  # each file's first element in one view of them all, or None: a view each
+        origin = [self._code(n, start) for n, start, _, _ in placed]
+        self.origin = torch.tensor(origin, dtype=torch.long)
         self.width = torch.tensor([width for _, _, width, _ in placed], dtype=torch.long)
+        self.spans = [(at, width) for at, (_, _, width, _) in zip(origin, placed, strict=True)]  # as ints, for codes
         self.first = torch.tensor([column.places[b][1] for b in batches], dtype=torch.long)
         self.item_bytes = placed[0][3] if placed else 0  # what one item holds
         self.lookup = None  # item -> row in its array, where a batch's padding is left out
@@ -74,7 +88,11 @@ class Addresses:
         """
         if self.table is not None:
             return self.table[self.bounds[slot] : self.bounds[slot + 1]]
-        return self._rows(self.batches[slot]) * self.width[slot] + self.origin[slot]
+        batch, (origin, width) = self.batches[slot], self.spans[slot]
+        _, first, count = self.column.places[batch]
+        if batch in self.column.masks:
+            return self.column.masks[batch] * width + origin
+        return torch.arange(origin + first * width, origin + (first + count) * width, width)  # one op, no rows
 
     def items(self, slot: Tensor, offset: Tensor, index: Tensor) -> Tensor:
         """The codes of items ``index`` (each item ``offset`` of the batch at ``slot``), as long tensors.
@@ -93,7 +111,8 @@ class Addresses:
         return row * self.width[slot] + self.origin[slot]
 
     def gather(self, codes: Tensor) -> Tensor:
-        """The items ``codes`` name, in that order: one ``index_select`` per source they lie in.
+        """The items ``codes`` name, in that order: one ``index_select`` per source they lie in (one source
+        where the files are joined).
 
         The source most of them lie in is read straight into draw order (the places of the others
         reading its row 0), then the others' items are read and put in their places.
@@ -106,6 +125,8 @@ class Addresses:
         """
         if not self.keys:  # a column without a batch
             return torch.empty(0)
+        if len(self.keys) == 1:  # one file, or the files joined: a code is a row
+            return self._read(0, codes)
         number, row = codes >> SHIFT, codes & ROW
         low, high = torch.aminmax(number) if len(codes) else (torch.zeros(()), torch.zeros(()))
         if low == high:  # every item in one file: one gather
@@ -135,14 +156,22 @@ class Addresses:
         for _, where, count in self.column.parts.get(batch, [(0, self.column.places[batch][0], 0)]):
             number, start, width, _ = self._source(where)
             rows = torch.arange(count) if batch in self.column.parts else self._rows(batch)
-            codes.append(rows * width + (number << SHIFT) + start)
+            codes.append(rows * width + self._code(number, start))
         return torch.cat(codes)
+
+    def _code(self, number: int, start: int) -> int:
+        """The code of element ``start`` of source ``number`` (as ``_source`` numbers them): its place in the
+        joined view, or the number above bit ``SHIFT``."""
+        return (number << SHIFT) + start if self.joined is None else self.joined[number] + start
 
     def _view(self, number: int) -> Tensor:
         """Source ``number``'s row view (made on first use)."""
         if number not in self._views:
             kind, *named, item = self.keys[number]
-            elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
+            if kind == "files":
+                elements = self._joined(*named)
+            else:
+                elements = self.column.whole(*named) if kind == "file" else self.column.array(named[0]).reshape(-1)
             width = math.prod(item)
             self._views[number] = elements.as_strided((max(elements.numel() - width + 1, 0), width), (1, 1))
         return self._views[number]
@@ -152,6 +181,34 @@ class Addresses:
         view = self._view(number)
         out = self._outputs.empty((len(rows), view.shape[1]), view.dtype)
         return torch.index_select(view, 0, rows, out=out).reshape(len(rows), *self.keys[number][-1])
+
+    def _join(self) -> list[int] | None:
+        """Where each file starts (in elements) in one view of them all, the sources now that one view; None
+        (each file its own view) for one source, where ``mapping`` is not available, or mixed sources."""
+        if len(self.keys) < 2 or not mapping.AVAILABLE or any(key[0] != "file" for key in self.keys):
+            return None
+        if len({key[2:] for key in self.keys}) > 1:  # (dtype, item) differ
+            return None
+        _, _, dtype, item = self.keys[0]
+        files = tuple(key[1] for key in self.keys)
+        sizes = tuple(inside(self.column.run.path, file).stat().st_size for file in files)
+        keys, self.keys = self.keys, [("files", files, sizes, dtype, item)]
+        try:
+            self._view(0)  # mapped here: a worker maps them again (``__getstate__``)
+        except DamagedShardError:  # more files than this process may map, say: the same values, a view each
+            self.keys = keys
+            return None
+        size = DTYPES[dtype].itemsize
+        return [start // size for start in mapping.starts(sizes)[:-1]]
+
+    def _joined(self, files: tuple[str, ...], sizes: tuple[int, ...], dtype: str) -> Tensor:
+        """The files ``files`` end to end, as one 1-D view (``hookscope.store.mapping``)."""
+        root = self.column.run.path
+        try:
+            return mapping.join([inside(root, file) for file in files], sizes, DTYPES[dtype])
+        except OSError as err:  # a file gone or changed since the store was opened
+            named = [file for file in files if err.filename and Path(err.filename).name == Path(file).name]
+            raise DamagedShardError(named[0] if named else ", ".join(files), one_line(err)) from err
 
     def _source(self, where: tuple[Any, ...]) -> tuple[int, int, int, int]:
         """The array ``where``'s source number, its first element in that source, an item's width and bytes."""

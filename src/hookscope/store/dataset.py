@@ -94,7 +94,7 @@ class StoreDataset(Dataset[Item]):
         return _one(self.gather(asked), squeeze=False)
 
     def gather(self, index: Tensor) -> list[Tensor]:
-        """Items ``index`` (a 1-D long tensor) of every column, one gather per array they lie in.
+        """Items ``index`` (a 1-D long tensor) of every column: one gather each, its files joined (``addresses``).
 
         Args:
             index: a 1-D long tensor of item indices (negative ones count from the end).
@@ -209,8 +209,8 @@ class _Window:
         taken = self.count // 2 if half else self.count
         taken -= taken % self.minibatch if half and taken >= self.minibatch else 0
         kept, drawn = order[taken:], order[:taken]
-        self.held, self.count = [[codes[kept]] for codes in held], self.count - taken
-        return [codes[drawn] for codes in held]
+        self.held, self.count = [[torch.index_select(codes, 0, kept)] for codes in held], self.count - taken
+        return [torch.index_select(codes, 0, drawn) for codes in held]  # (not codes[drawn]: 6x the time)
 
     def gather(self, codes: list[Tensor]) -> list[Tensor]:
         """The items ``codes`` name, of every column (one per column), in that order."""
