@@ -50,7 +50,7 @@ def steps(llm: Any) -> dict[str, Any]:
         steered = llm.generate(prompts, params, use_tqdm=False)
     found["steered"] = [list(o.outputs[0].token_ids) for o in steered]
     index = {o.request_id: i for i, o in enumerate(steered)}
-    found["edited"] = sorted((index[row.request], row.call) for row in ed.report().rows)  # (prompt, call)
+    found["edited"] = sorted([index[row.request], row.call] for row in ed.report().rows)  # (prompt, call)
     try:
         with hookscope.edit_llm(llm, {"model.layers.0.self_attn.qkv_proj": edits.zero()}):
             llm.generate(prompts, params, use_tqdm=False)

@@ -76,7 +76,7 @@ def test_tensor_parallel_records_are_whole_and_equal_one_rank(
 def test_an_edit_at_tensor_parallel_changes_tokens_as_at_one_rank(ranks: tuple[dict[str, Any], dict[str, Any]]) -> None:
     one, two = ranks
     assert two["steered"] == one["steered"] and two["steered"] != two["tokens"]
-    assert two["edited"] == one["edited"] == [(0, 1), (0, 2), (1, 1), (1, 2)]  # the 2 decode steps of each prompt
+    assert two["edited"] == one["edited"] == [[0, 1], [0, 2], [1, 1], [1, 2]]  # the 2 decode steps of each prompt
     assert "'model.layers.0.self_attn.qkv_proj': each tensor-parallel rank holds only its piece" in two["refused"]
     assert "refused" not in one  # one rank holds the whole output: the same edit runs
 
