@@ -41,6 +41,7 @@ def steps(llm: Any) -> dict[str, Any]:
     order = [o.request_id for o in outputs]
     found["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
     found["disagreement"] = cap.found["disagreement"]  # rank 0's largest relative difference of a replicated value
+    found["replicated"] = cap.found["replicated"]  # "site kind key" of each value checked to agree across ranks
     found["records"] = [
         {f"{site} {kind} {key}": torch.cat([c.tensors[kind][key] for c in cap[r][site].calls]).tolist()
          for site in SITES for kind in ("input", "output") for key in cap[r][site].calls[0].tensors[kind]}

@@ -67,6 +67,8 @@ def test_tensor_parallel_records_are_whole_and_equal_one_rank(
         layer0, layer1, _ = hf_states(tiny, torch.tensor([*prompt, *generated[:-1]]))
         torch.testing.assert_close(torch.tensor(theirs["model.layers.0 output residual"]), layer0, atol=1e-5, rtol=0)
         torch.testing.assert_close(torch.tensor(theirs["model.layers.1 output residual"]), layer1, atol=1e-5, rtol=0)
+    assert {"model.layers.1 output residual", "model.layers.0.self_attn.o_proj output out[0]"} <= set(two["replicated"])
+    assert "model.layers.0.self_attn.qkv_proj output out[0]" not in two["replicated"]  # gathered, not compared
     assert 0 <= two["disagreement"] <= REPLICATED_TOLERANCE  # the first-step check ran and the copies agreed
     assert two["batches"] == [0, 1]  # rank 0 alone wrote the store: one batch per request, not two
     for mine, theirs in zip(one["stored"], two["stored"], strict=True):

@@ -178,6 +178,21 @@ def ranks() -> Ranks | None:
     return Ranks(int(group.world_size), int(group.rank_in_group), group.cpu_group) if group.world_size > 1 else None
 
 
+def checked(group: Ranks | None) -> dict[str, Any]:
+    """What a worker's first-call checks found: ``disagreement`` (the largest, relative) and ``replicated``
+    (``"site kind key"`` of each value compared across ranks); nothing checked at one rank.
+
+    Args:
+        group: the worker's ``Ranks``, or None at one rank.
+
+    Returns:
+        ``{"disagreement": float, "replicated": [str, ...]}``.
+    """
+    if group is None:
+        return {"disagreement": 0.0, "replicated": []}
+    return {"disagreement": group.largest, "replicated": sorted(" ".join(c) for c in group.checked)}
+
+
 def _untyped(module: nn.Module) -> Any:
     """``module`` as ``Any``: vLLM's Linear layers keep their split sizes as plain attributes."""
     return module

@@ -36,7 +36,7 @@ from ..core.records import Call, Record
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten_call_layout, flatten_layout
 from .packing import Slice, fused, slices
-from .parallel import layout, ranks
+from .parallel import checked, layout, ranks
 from .sink import RequestSink
 from .steering import EditSite, edited_output
 
@@ -127,8 +127,7 @@ class Session:
                 written = self.sink.close(ok=ok and not self.errors)
         return {"fired": self.fired, "errors": self.errors, "written": written[0], "skipped": written[1],
                 "records": self.records, "tokens": {r: torch.cat(t) for r, t in self.tokens.items() if t},
-                "edits": [row for site in self.edits for row in site.rows()],
-                "disagreement": self.ranks.largest if self.ranks is not None else 0.0}  # fmt: skip
+                "edits": [row for site in self.edits for row in site.rows()], **checked(self.ranks)}  # fmt: skip
 
     # -- the step -----------------------------------------------------------------------------
     def _step_starts(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
