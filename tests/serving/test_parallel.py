@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 import hookscope
-from hookscope.serving.parallel import REPLICATED_TOLERANCE, Ranks, disagreement, joined, layout
+from hookscope.serving.parallel import REPLICATED_TOLERANCE, Ranks, disagreement, joined, layout, merged
 
 
 class QKVParallelLinear(nn.Module):
@@ -86,3 +86,10 @@ def test_replicated_copies_are_checked_once_and_a_disagreement_names_the_site() 
     refused = pytest.raises(hookscope.ServingError, match=r"'model.layers.0.mlp.act_fn' output out differs between")
     with refused:
         apart.whole("model.layers.0.mlp.act_fn", nn.Identity(), "output", [("out", value)])
+
+
+def test_rank_0s_records_are_kept_and_a_request_failed_on_any_rank_fails() -> None:
+    zero = {"records": {"0": "whole"}, "errors": {"1": "rank 0's"}, "fired": {"model.layers.0": 3}}
+    one = {"records": {}, "errors": {"1": "rank 1's", "2": "rank 1's"}, "fired": {"model.layers.0": 3}}
+    found = merged([zero, one])
+    assert found["records"] == {"0": "whole"} and found["errors"] == {"1": "rank 0's", "2": "rank 1's"}

@@ -19,12 +19,8 @@ fails its request with ``ServingError`` (the hook's error in the message), while
 serving every other request and keeps serving; an edit that never ran, never reached a chosen
 request, or changed nothing raises ``EditError``. ``strict=False`` warns instead.
 
-Tensor parallel (``tensor_parallel_size=N``): ``collective_rpc`` reaches every rank; each rank hooks
-its piece of the model, a value split over the ranks (a column-parallel Linear's output, a
-row-parallel one's input) is gathered whole in the unsplit model's order and a replicated one (a
-decoder layer's output) is checked on its first call to agree across ranks
-(``hookscope.serving.parallel``); rank 0 keeps the records and writes the store. Pipeline
-parallel is refused.
+Tensor parallel: ``collective_rpc`` reaches every rank, each hooks its piece of the model, and rank 0
+hands back the records of the unsplit model (``hookscope.serving.parallel``). Pipeline parallel is refused.
 """
 
 from __future__ import annotations
@@ -49,6 +45,7 @@ from ..errors import EditError, EditWarning, NotCapturedError, OptionError, Serv
 from ..store.format import FLUSH_EVERY, MANIFEST, MAX_MEMORY, SHARD_SIZE
 from ..store.reader import Run, load
 from . import worker
+from .parallel import merged
 from .sink import prompt_digest
 
 COMPILED = "the worker is compiled (enforce_eager=False): its graph never calls a module's hooks; " \
@@ -142,11 +139,7 @@ class EngineBlock(Block):
     def _release(self) -> None:
         if self.info:
             every = self.llm.collective_rpc(worker.finish, args=(self.spec.token, self._ok, self._packed))
-            ranks = [pickle.loads(f) if isinstance(f, bytes) else f for f in every]
-            self.found = ranks[0]  # rank 0 holds the records, whole; a request failed on any rank fails
-            for other in ranks[1:]:
-                for request, why in other.get("errors", {}).items():
-                    self.found.setdefault("errors", {}).setdefault(request, why)
+            self.found = merged([pickle.loads(f) if isinstance(f, bytes) else f for f in every])
 
     def _finish(self, exc: BaseException | None) -> None:
         if exc is not None or not self.found:

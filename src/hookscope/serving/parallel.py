@@ -193,6 +193,23 @@ def checked(group: Ranks | None) -> dict[str, Any]:
     return {"disagreement": group.largest, "replicated": sorted(" ".join(c) for c in group.checked)}
 
 
+def merged(found: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the block's ranks found (``worker.finish``, rank order) as one: rank 0's (it holds the records,
+    whole), with every request that failed on any rank failed.
+
+    Args:
+        found: each rank's ``finish`` result.
+
+    Returns:
+        Rank 0's, its ``errors`` joined with the other ranks'.
+    """
+    first = found[0]
+    for other in found[1:]:
+        for request, why in other.get("errors", {}).items():
+            first.setdefault("errors", {}).setdefault(request, why)
+    return first
+
+
 def _untyped(module: nn.Module) -> Any:
     """``module`` as ``Any``: vLLM's Linear layers keep their split sizes as plain attributes."""
     return module
