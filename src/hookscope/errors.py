@@ -158,8 +158,9 @@ class EditWarning(HookscopeWarning):
 
 
 class ServingError(HookscopeError):
-    """A vLLM engine that cannot be hooked as asked (a compiled worker, tensor parallel), a selected site
-    that never fired inside it, or a request whose hook raised (the engine went on serving the others)."""
+    """A vLLM engine that cannot be hooked as asked (a compiled worker, pipeline parallel, a value split over
+    tensor-parallel ranks that cannot be gathered), a selected site that never fired inside it, or a request
+    whose hook raised (the engine went on serving the others)."""
 
 
 class ServingWarning(HookscopeWarning):

@@ -44,14 +44,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def engines(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, subprocess.Popen[str]]]:
-    """The compiled engine, the multiprocess one, docs/guide/serving.md's example and the one killed mid-store
-    (``tests/serving/engines.py``), started once, side by side with the in-process tests; a test reads one with
-    ``result(engines["compiled"])`` (the killed one's store: ``engines["killed"].args[-1]``)."""
+    """The compiled engine, the multiprocess one, the tensor-parallel one, docs/guide/serving.md's example and the
+    one killed mid-store (``tests/serving/engines.py``), started once, side by side with the in-process tests; a
+    test reads one with ``result(engines["compiled"])`` (the killed one's store: ``engines["killed"].args[-1]``)."""
     src = str(Path(hookscope.__file__).parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(ROOT)])}
     killed = tmp_path_factory.mktemp("killed") / "acts.hookscope"  # the store the killed engine writes
     folders = {"compiled": [tiny], "multiprocess": [tiny], "readme": [tmp_path_factory.mktemp("readme")],
-               "killed": [tiny, killed]}  # fmt: skip
+               "killed": [tiny, killed], "parallel": [tiny]}  # fmt: skip
     started = {which: subprocess.Popen([sys.executable, "-m", "tests.serving.engines", which, *map(str, folder)],
                                        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for which, folder in folders.items()}  # fmt: skip

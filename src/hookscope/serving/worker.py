@@ -36,6 +36,7 @@ from ..core.records import Call, Record
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten_call_layout, flatten_layout
 from .packing import Slice, fused, slices
+from .parallel import checked, layout, ranks
 from .sink import RequestSink
 from .steering import EditSite, edited_output
 
@@ -96,7 +97,10 @@ class Session:
         self.edits = [
             EditSite(n, m, ops, n in layered) for sel, ops in spec.edits for n, m in select_modules(model, sel)
         ]
-        self.sink = RequestSink(model, self.sites, spec.kinds, spec.select, spec.store) if spec.store else None
+        self.ranks = ranks()  # tensor parallel: values made whole on every rank, kept and written by rank 0
+        self.keeps = self.ranks is None or self.ranks.rank == 0
+        store = spec.store if self.keeps else None
+        self.sink = RequestSink(model, self.sites, spec.kinds, spec.select, store) if store else None
 
     # -- lifecycle --------------------------------------------------------------------------
     def install(self) -> None:
@@ -107,7 +111,7 @@ class Session:
             if "input" in self.spec.kinds:
                 self.handles.on_forward_pre(module, partial(self._before, name))
             if "output" in self.spec.kinds:
-                self.handles.on_forward(module, partial(self._after, name, type(module).__name__), always_call=False)
+                self.handles.on_forward(module, partial(self._after, name), always_call=False)
         for site in self.edits:
             self.fired[site.name] = 0
             self.handles.on_forward(site.module, partial(self._edit, site), always_call=False)
@@ -123,7 +127,7 @@ class Session:
                 written = self.sink.close(ok=ok and not self.errors)
         return {"fired": self.fired, "errors": self.errors, "written": written[0], "skipped": written[1],
                 "records": self.records, "tokens": {r: torch.cat(t) for r, t in self.tokens.items() if t},
-                "edits": [row for site in self.edits for row in site.rows()]}  # fmt: skip
+                "edits": [row for site in self.edits for row in site.rows()], **checked(self.ranks)}  # fmt: skip
 
     # -- the step -----------------------------------------------------------------------------
     def _step_starts(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -156,19 +160,19 @@ class Session:
     # -- the hooks ------------------------------------------------------------------------------
     def _before(self, name: str, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:
-            self._keep(name, type(module).__name__, "input", flatten_call_layout(args, kwargs)[0])
+            self._keep(name, module, "input", flatten_call_layout(args, kwargs)[0])
             if "output" not in self.spec.kinds and self.step:
                 self.fired[name] += 1
         except Exception as err:  # never into the engine
             self._fail_step(err, f"capturing {name!r}")
 
-    def _after(self, name: str, type_name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+    def _after(self, name: str, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         try:
             leaves = flatten_layout(output)[0]
             residual = fused(output) if name in self.layers else None
             if residual is not None:
                 leaves = [("residual", residual), *leaves]
-            self._keep(name, type_name, "output", leaves)
+            self._keep(name, module, "output", leaves)
             if self.step:
                 self.fired[name] += 1
         except Exception as err:  # never into the engine
@@ -179,10 +183,15 @@ class Session:
         for piece in self.step:
             self.errors.setdefault(piece.request, _described(err, where))
 
-    def _keep(self, name: str, type_name: str, kind: str, leaves: Leaves) -> None:
+    def _keep(self, name: str, module: nn.Module, kind: str, leaves: Leaves) -> None:
         if not self.step:
             return
         packed = [(key, t) for key, t in leaves if t.dim() >= 1 and t.shape[0] == self.rows]
+        if self.ranks is not None:  # every rank gathers (a collective); rank 0 keeps
+            packed = self.ranks.whole(name, module, kind, packed)
+        if not self.keeps:
+            return
+        type_name = type(module).__name__
         for piece in self.step:
             if piece.request in self.errors:
                 continue
@@ -208,6 +217,9 @@ class Session:
         pieces = [p for p in self.step if p.request not in self.errors]
         chosen = set(self.spec.requests) if self.spec.requests is not None else None
         try:
+            if self.ranks is not None:  # an edit is sound where every rank holds the whole value: checked once
+                leaves = flatten_layout(output)[0]
+                self.ranks.whole(site.name, module, "output", [(k, t) for k, t in leaves if t.dim() >= 1])
             edited, failed = edited_output(site, output, pieces, chosen, self.rows, self.spec.positions)
         except Exception as err:  # never into the engine: the output goes on unedited
             self._fail_step(err, f"the edit at {site.name!r}")
@@ -243,7 +255,9 @@ def install(worker: Any, spec: Spec | bytes) -> dict[str, Any]:
     _SESSIONS[spec.token] = session
     hooked = [n for n, _ in session.sites] + [s.name for s in session.edits]
     config = runner.vllm_config
-    return {"eager": bool(config.model_config.enforce_eager), "sites": hooked, "rank": _rank(),
+    size = session.ranks.size if session.ranks is not None else 1
+    split = [s.name for s in session.edits if layout(s.module, "output", size) is not None]
+    return {"eager": bool(config.model_config.enforce_eager), "sites": hooked, "rank": _rank(), "split": split,
             "unreadable": _repacked(model, hooked), "compilation": str(config.compilation_config.mode)}  # fmt: skip
 
 
