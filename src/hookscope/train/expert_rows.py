@@ -25,6 +25,12 @@ from ..core.hooks import HandleGroup
 from ..core.phase import call_phase
 from ..store.series import COLUMNS
 
+FUSED_NOTE = (  # what watch warns of a model with fused experts
+    "hold fused expert parameters, which module hooks see as one tensor for all experts; watch adds a row per "
+    "expert ('<experts>.<e>': the gradient, weight and update of its slice) and the routing of each logged step "
+    "as scalars ('<experts>/tokens_cv', '<experts>/balance_loss', '<experts>/tokens.<e>')"
+)
+
 
 class ExpertRows:
     """The per-expert rows and routing scalars of the fused experts modules among a watch's ``sites``.

@@ -1,15 +1,21 @@
 """The optimizer phase of the NaN hunt: the first parameter that a step made non-finite.
 
 Before each ``optimizer.step()`` (its step pre-hook) the extremes of every parameter and of
-its gradient are read in one host sync; after it (the post-hook), those of every parameter
-again. A parameter is blamed on the step when it was finite before, its gradient was finite,
-and it is not after: the update itself overflowed (a learning rate that blows the weights up).
-A gradient that is already non-finite at the step is the backward pass's doing; the guard
-reports it as such when no module was found producing it.
+its gradient are read in one host sync; after it (the post-hook), the level of every parameter
+again, from a sum first (``_after_levels``: a finite sum is a finite tensor, and a sum reads
+memory twice as fast as ``aminmax`` on the CPU, 0.84 ms against 1.6 ms for ResNet-18's 11.2 M
+weights, one thread); only a parameter whose sum is not finite is reduced to its extremes, which
+tell its level exactly (a NaN, an inf, or finite values whose sum overflowed).
+
+A parameter is blamed on the step when it was finite before, its gradient was finite, and it is
+not after: the update itself overflowed (a learning rate that blows the weights up). A gradient
+that is already non-finite at the step is the backward pass's doing; the guard reports it as such
+when no module was found producing it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -19,6 +25,7 @@ from torch.optim import Optimizer
 from ..core.placement import local
 from ..errors import NonFiniteError
 from . import finite
+from .readings import SUMMED
 
 
 def parameter_names(model: nn.Module) -> dict[int, str]:
@@ -35,25 +42,50 @@ def _params(optimizer: Optimizer) -> list[Tensor]:
 
 def _levels(tensors: Iterable[Tensor | None]) -> list[tuple[int, float]]:
     """(level, max |x|) of each tensor (None and empty: finite), in one host sync per device."""
-    listed = list(tensors)
-    chosen = [i for i, t in enumerate(listed) if t is not None and finite.checkable(t)]
-    out = [(finite.FINITE, 0.0)] * len(listed)
-    values = {i: _real(listed[i]) for i in chosen}  # type: ignore[arg-type]
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for i, v in values.items():
-        groups.setdefault((v.device, v.dtype), []).append(i)
-    for indices in groups.values():  # one stack per device and dtype, not one small stack per tensor
-        ends = torch.stack([end for i in indices for end in torch.aminmax(values[i])]).double().tolist()
+    pieces = [_piece(t) for t in tensors]
+    out = [(finite.FINITE, 0.0)] * len(pieces)
+    for indices in _groups(pieces).values():  # one stack per device and dtype, not one small stack per tensor
+        ends = torch.stack([end for i in indices for end in torch.aminmax(pieces[i])]).double().tolist()  # type: ignore[arg-type]
         for k, i in enumerate(indices):
             low, high = ends[2 * k], ends[2 * k + 1]
             out[i] = (finite.level(low, high), finite.absmax(low, high))
     return out
 
 
-def _real(tensor: Tensor) -> Tensor:
-    """What ``finite.extremes`` reduces: this rank's piece, a complex one as its real and imaginary parts."""
+def _after_levels(tensors: list[Tensor]) -> list[int]:
+    """The level of each tensor (``_levels``'s), from a sum where it can be: one sync, two if a sum is not finite."""
+    pieces = [_piece(t) for t in tensors]
+    out = [finite.FINITE] * len(pieces)
+    exact: list[int] = []
+    for (_, dtype), indices in _groups(pieces).items():
+        if dtype not in SUMMED:
+            exact += indices
+            continue
+        sums = torch.stack([pieces[i].sum() for i in indices]).tolist()  # type: ignore[union-attr]
+        exact += [i for i, total in zip(indices, sums, strict=True) if not math.isfinite(total)]
+    for i, (lvl, _) in zip(exact, _levels([tensors[i] for i in exact]), strict=True):
+        out[i] = lvl  # the extremes: a NaN, an inf, or a sum that overflowed from finite values
+    return out
+
+
+def _piece(tensor: Tensor | None) -> Tensor | None:
+    """What ``finite.extremes`` reduces (this rank's piece, a complex one as its real and imaginary parts), or
+    None for what holds no NaN (None, an integer tensor, an empty one)."""
+    if tensor is None or not (tensor.is_floating_point() or tensor.is_complex()):
+        return None
     values = local(tensor)
+    if values.numel() == 0:
+        return None
     return torch.view_as_real(values) if values.is_complex() else values
+
+
+def _groups(pieces: list[Tensor | None]) -> dict[tuple[torch.device, torch.dtype], list[int]]:
+    """The indices of the pieces, by device and dtype."""
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+    for i, piece in enumerate(pieces):
+        if piece is not None:
+            groups.setdefault((piece.device, piece.dtype), []).append(i)
+    return groups
 
 
 class StepCheck:
@@ -85,7 +117,7 @@ class StepCheck:
     def after(self, optimizer: Optimizer, step: int) -> NonFiniteError | None:
         """The error for the first parameter the step made non-finite, or None."""
         params = _params(optimizer)
-        for param, (lvl, _) in zip(params, _levels(params), strict=True):
+        for param, lvl in zip(params, _after_levels(params), strict=True):
             (was, size), (grad_level, grad_size) = self._before.get(id(param), ((0, 0.0), (0, 0.0)))
             if lvl > finite.FINITE and was == finite.FINITE and grad_level == finite.FINITE:
                 return self._error(optimizer, param, step, size, grad_size)

@@ -41,35 +41,33 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 from torch.optim import Optimizer
 
 from ..base import display
 from ..base.deprecation import warn_renamed
-from ..base.words import closest
 from ..core.block import Block
-from ..core.compiled import EagerNames, known_name, out_of_trace
+from ..core.compiled import out_of_trace
 from ..core.hooks import HandleGroup
 from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
 from ..core.select import Selector, select_modules, selector_text
-from ..errors import CaptureWarning, NonFiniteError, NotCapturedError, OptionError
+from ..errors import CaptureWarning, NonFiniteError, OptionError
 from ..store.format import FLUSH_EVERY, check_flush_every
-from ..store.series import COLUMNS, SOURCE, Alert, History
+from ..store.series import SOURCE, Alert
 from .alert_bundle import AlertEvidence, evidence_of
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board
-from .collect import Gathered, host_row, measured, undefined
 from .deepspeed_reads import ZeroReads, is_engine, zero_of
-from .expert_rows import ExpertRows
+from .expert_rows import FUSED_NOTE, ExpertRows
+from .logged import Logged
 from .measures import DeadWindows
 from .optimizer_reads import OptimizerReads
-from .rank_sums import RankRows, Ranks, merge
-from .scalars import Scalars, merged
-from .scaler import LossScale, fused_scale, unscaled
+from .rank_sums import RankRows, Ranks
+from .scalars import Scalars
+from .scaler import LossScale
 from .sinks import Sink, close_all, open_sinks, parse, send
-from .sites import default_sites, model_device, shown
+from .sites import default_sites
 from .step_hooks import StepHooks
 from .steps import StepClock, optimizers_of
 from .views import histories_table, series_plot, watch_html
@@ -158,7 +156,7 @@ def watch(
     return found
 
 
-class Watch(Block, display.Shows):
+class Watch(Block, Logged, display.Shows):
     """A training run being watched; ``step()``, ``history(name)`` and ``alerts`` (see ``watch``).
 
     Its block (``core.block``) holds the optimizers' step hooks for the whole block; the module
@@ -297,110 +295,11 @@ class Watch(Block, display.Shows):
         """Steps ended so far."""
         return self._clock.step_index
 
-    def history(self, name: str) -> History:
-        """The rows logged for the module ``name`` (one per logged step, ``COLUMNS``).
-
-        Args:
-            name: a watched module's dotted name (with or without a wrapper's ``module.``; the model itself:
-                ``""`` or ``"(model)"``).
-
-        Returns:
-            Its ``History``, one row per logged step, the ``COLUMNS`` statistics.
-
-        Raises:
-            NotCapturedError: ``name`` is not watched (the message names the closest ones).
-        """
-        # "module.0" of a DDP / DataParallel / DeepSpeed model is "0"; the model itself is "" or "(model)"
-        name = "" if name == shown("") and "" in self._rows else known_name(name, self._rows)
-        if name not in self._rows:
-            raise NotCapturedError(
-                f"{name!r} is not watched ({len(self._rows)} modules{closest(str(name), self._rows)}); "
-                "list them with w.histories()"
-            )
-        rows = torch.tensor(self._rows[name], dtype=torch.float64).reshape(-1, len(COLUMNS))
-        kind = self._experts.type if name in self._experts.names else type(dict(self.sites)[name]).__name__
-        return History(name, kind, rows, self._undefined.get(name))
-
-    def histories(self) -> dict[str, History]:
-        """Every watched module's rows (one per logged step), in model order.
-
-        Returns:
-            Module name -> its ``History``.
-        """
-        return EagerNames({name: self.history(name) for name in self._rows})  # "module.0" of a DDP model finds "0"
-
-    def table(self) -> str:
-        """A row per watched module: its type, steps logged and its last logged row (text).
-
-        Returns:
-            The table, as text.
-        """
-        return display.table_of(self)
-
-    def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:
-        """``column`` over the logged steps, a line per module: the training report's chart (a PIL image).
-
-        Args:
-            column: the statistic drawn (default ``grad_norm``).
-            log: a log scale for the values; None decides from the column and its range.
-
-        Returns:
-            A PIL image of the chart.
-
-        Raises:
-            MissingDependencyError: matplotlib or Pillow is not installed.
-        """
-        image: Image = display.plot_of(self, column=column, log=log)
-        return image
-
     def __repr__(self) -> str:
         return (f"<Watch of {type(self.model).__name__}: {len(self.sites)} modules, {self.steps} steps, "
                 f"every {self.every}, {len(self.alerts)} alerts>")  # fmt: skip
 
-    # -- logged steps -----------------------------------------------------------------------
-    def _arm(self) -> None:
-        """Hooks on every site for the step about to run, if it is one that is logged."""
-        if not self._clock.step_index % self.every:
-            self._step.arm(keep=bool(self._boards), rank=self._ranks.rank)
-            self._experts.arm()
-
-    def _look(self, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if torch.is_grad_enabled():  # a training forward pass (evaluation runs without grad)
-            self._look_skipped()
-            self._forward_step = self._clock.step_index
-
-    def _look_skipped(self) -> bool:
-        """The scaler skipped the last step: count it and drop what a logged step gathered of it."""
-        if not self._scale.look():
-            return False
-        self.skipped.append(self._clock.step_index)
-        self._scalars.add(self._clock.step_index, skipped_steps=len(self.skipped))
-        if self._step.gathered is not None:
-            self._step.restart()
-            self._reads.before.clear()
-        return True
-
-    def _pre(self, optimizer: Optimizer) -> None:
-        if (gathered := self._step.gathered) is None:
-            return
-        self._reads.keep_weights(optimizer)
-        self._experts.grads()  # each expert's slice of the fused gradients, as the optimizer sees them
-        if not self._clock.closure:  # a closure's backward runs inside step(): read in _post (Lightning)
-            self._read_grads(optimizer, gathered, fused_scale(optimizer))
-
-    def _post(self, optimizer: Optimizer) -> None:
-        if (gathered := self._step.gathered) is None:
-            return
-        if self._clock.closure:
-            self._read_grads(optimizer, gathered, fused_scale(optimizer))
-        self._experts.updates(self._reads.before)
-        self._reads.updates(optimizer, gathered, self._ranks)
-
-    def _read_grads(
-        self, optimizer: Optimizer | None, gathered: dict[str, Gathered], scale: Tensor | None = None
-    ) -> None:
-        self._reads.grads(optimizer, gathered, self._ranks, scale=scale, keep=bool(self._boards))
-
+    # -- the end of a step (the logged steps: train.logged) ------------------------------------
     def _ended(self, step: int) -> None:
         if self._step.gathered is not None:
             self._flush(step)
@@ -408,45 +307,6 @@ class Watch(Block, display.Shows):
         store, every = self._store, self._flush_every
         if store is not None and every is not None and self._unwritten and time.monotonic() - store.written > every:
             self._write(status="running", ended="")  # checked at every step: on disk within flush_every
-
-    def _flush(self, step: int) -> None:
-        """The step's sums to the host in one transfer, then its rows, alerts, TensorBoard and store."""
-        gathered = self._step.disarm()
-        self._experts.disarm()
-        self._reads.before.clear()
-        assert gathered is not None
-        self._read_grads(None, gathered)  # the sites no optimizer stepped (all of them without one)
-        device = model_device(self.model)
-        vectors = [self._vector(name, g, device) for name, g in gathered.items()]
-        tables = [t.cpu().tolist() for t in self._ranks.gather(torch.stack(vectors))] if vectors else []  # the sync
-        self._rank_rows.add(step, list(gathered), tables)
-        rows = [merge([t[i] for t in tables]) for i in range(len(vectors))]
-        logged: dict[str, float] = {}
-        alerts: list[Alert] = []
-        for (name, g), slots in zip(gathered.items(), rows, strict=True):
-            row, blank = unscaled(host_row(step, slots), self._scale.scale), undefined(slots)
-            self._rows[name].append([row[c] for c in COLUMNS])
-            for column in blank:  # undefined, not faulty: no alert
-                self._undefined.setdefault(name, {}).setdefault(column, []).append(step)
-            alerts += self._detector.check(step, name, row, measured(g, bool(self._params[name])) - blank)
-            logged.update({f"{shown(name)}/{c}": v for c, v in row.items() if c != "step"})
-            for board in self._boards:
-                board.histograms(step, shown(name), g, dict(self._reads.named(name)))
-        for name, expert_row in self._experts.rows(step).items():
-            self._rows[name].append(expert_row)
-        self._scalars.add(step, **self._experts.scalars())
-        self.alerts.extend(alerts)
-        if alerts and self.evidence is not None and not self._ranks.rank:  # rank 0 has every rank's merged rows
-            self.evidence.write_alert(alerts[0], self, self._clock.optimizers)
-        if self._scale.scaler is not None:
-            self._scalars.add(step, loss_scale=self._scale.scale)
-        send(self._sinks, merged(self._scalars.settle(), {step: logged}), alerts)
-        self._unwritten = True
-
-    def _vector(self, name: str, g: Gathered, device: torch.device) -> Tensor:
-        dead = self._dead.fraction(name, g.alive)
-        weight_sq = self._reads.weight_sq(self._params[name], self._ranks)
-        return g.values(weight_sq, dead, device)
 
     # -- the store --------------------------------------------------------------------------
     def _open_store(self) -> None:
@@ -472,13 +332,6 @@ class Watch(Block, display.Shows):
         self._store.write(self.histories(), self.alerts, status=status, extra=extra,
                           ranks=self._rank_rows.histories(), scalars=self._scalars.rows(),
                           non_finite=non_finite)  # fmt: skip
-
-
-FUSED_NOTE = (
-    "hold fused expert parameters, which module hooks see as one tensor for all experts; watch adds a row per "
-    "expert ('<experts>.<e>': the gradient, weight and update of its slice) and the routing of each logged step "
-    "as scalars ('<experts>/tokens_cv', '<experts>/balance_loss', '<experts>/tokens.<e>')"
-)
 
 
 def _watch_table(w: Watch) -> str:
