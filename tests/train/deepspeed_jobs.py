@@ -10,7 +10,7 @@ OUT/zero<stage>-rank<r>.json: the merged rows, the steps counted, ``history("mod
 bf16 ZeRO-1 one (DeepSpeed's ``BF16_Optimizer``); then OUT/skipped-rank<r>.json: bf16 ZeRO-2 engines (its
 ``DeepSpeedZeroOptimizer`` skips the step of a non-finite gradient; fp16 does not run on DeepSpeed's CPU
 accelerator) whose second step's loss is multiplied by 3e38, so that its gradients overflow, watched with
-``scaler=model_engine``, and an engine that never runs that step.
+the default watch (the engine's own loss scale), and an engine that never runs that step.
 """
 
 from __future__ import annotations
@@ -96,11 +96,11 @@ OVERFLOW = 1  # the step whose gradient overflows
 
 def overflowed(*, skip: bool = False) -> dict[str, Any]:
     """STEPS + 1 steps of a bf16 ZeRO-2 engine, step OVERFLOW overflowing (``skip``: never run), watched every
-    step with the engine as the scaler."""
+    step, the engine's loss scale read by default."""
     rank, world = dist.get_rank(), dist.get_world_size()
     model_engine, _ = engine(2, **BF16)
     half = slice(rank * BATCH // world, (rank + 1) * BATCH // world)
-    w = hookscope.watch(model_engine, every=1, scaler=model_engine)
+    w = hookscope.watch(model_engine, every=1)  # no scaler=: the engine's own loss scale is read
     with w:
         for step in (s for s in range(STEPS + 1) if not (skip and s == OVERFLOW)):
             loss = model_engine(batch(step)[half].to(torch.bfloat16)).float().square().mean()

@@ -108,9 +108,9 @@ def test_a_deepspeed_optimizer_or_partition_without_its_optimizer_is_refused() -
 @needs_deepspeed
 def test_a_step_deepspeed_skips_on_overflow_is_skipped_not_an_update(ran: Path) -> None:
     """A bf16 ZeRO-2 engine skips the step whose gradients overflowed (fp16 does not run on DeepSpeed's CPU
-    accelerator). Oracle: the same engine never running that step. Watched with ``scaler=model_engine``, the
-    step is in ``w.skipped`` (its index is run again) and leaves nothing in the rows: not its activations,
-    nor its overflowed output gradients."""
+    accelerator). Oracle: the same engine never running that step. Watched with no ``scaler=`` (the engine's own
+    is read), the step is in ``w.skipped`` (its index is run again) and leaves nothing in the rows: not its
+    activations, nor its overflowed output gradients."""
     cases = json.loads((ran / "skipped-rank0.json").read_text())
     scaler, never = cases["scaler"], cases["never"]
     assert scaler["engine_skipped"] == 1 and never["engine_skipped"] == 0

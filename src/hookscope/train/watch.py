@@ -105,7 +105,8 @@ def watch(
     gradients and weights). ``tensorboard=DIR`` is the deprecated spelling of ``sinks=["tensorboard:DIR"]``.
     ``scaler``: the ``torch.amp.GradScaler`` of the loop, for true gradient norms and skipped steps
     counted as skipped (``train.scaler``). A DeepSpeed engine (ZeRO stage 0, 1 or 2) is watched as the
-    model, with its own optimizer unless one is given (``train.deepspeed_reads``). Every parameter is
+    model, with its own optimizer unless one is given and its own loss scale, whose skipped steps are
+    counted as skipped (``train.deepspeed_reads``). Every parameter is
     watched once, at the module that holds it (``train.sites``; the model itself is the site ``""``,
     shown as ``(model)``); ``w.frozen`` names the sites whose parameters are all frozen
     (``requires_grad=False``: a LoRA's base layers), which have no gradient norm or update ratio and
@@ -123,7 +124,7 @@ def watch(
         flush_every: seconds within which a logged step is on disk in ``out``; None writes only when the block ends.
         sinks: trackers as ``"KIND:WHERE"`` (``"tensorboard:runs/tb"``, ``"wandb:offline"``) or objects with
             ``scalars``, ``alert`` and ``close``; None sends nowhere.
-        scaler: the loop's ``torch.amp.GradScaler``; None when there is none.
+        scaler: the loop's ``torch.amp.GradScaler``; None when there is none (a DeepSpeed engine: its own loss scale).
         evidence: a folder for the evidence bundle of the first alert (``hookscope.train.alert_bundle``); None
             writes none.
 
@@ -151,7 +152,7 @@ def watch(
     zero = zero_of(model, optimizer)  # before the optimizers are unwrapped: DeepSpeed's own, or refused by name
     found = Watch(model, optimizers_of(optimizer), every=every, select=select, out=out, sinks=specs,
                   thresholds=thresholds_of(thresholds), force=force, flush_every=flush_every,
-                  scaler=LossScale(scaler), zero=zero)  # fmt: skip
+                  scaler=LossScale(model if scaler is None and is_engine(model) else scaler), zero=zero)  # fmt: skip
     found.evidence = evidence_of(evidence, None, "watch")
     return found
 
