@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import hookscope
 from hookscope.errors import OptionError
 from hookscope.store.series import COLUMNS
 from hookscope.train.deepspeed_reads import refuse, zero_of
-from tests.test_distributed import ROOT, TORCHRUN, job_env
+from tests.test_distributed import TORCHRUN, ranks_job
 from tests.train.ranks_jobs import STEPS, batch, mlp
 
 # DeepSpeed and torchrun: the jobs import DeepSpeed, this process does not (seconds of import, a process group)
@@ -51,8 +50,7 @@ def close(a: float, b: float) -> bool:
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("zero")
     command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "tests.train.deepspeed_jobs", str(out)]
-    done = subprocess.run(command, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    ranks_job(command, out, timeout=300)
     return out
 
 

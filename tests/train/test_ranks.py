@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +20,16 @@ from hookscope.train.collect import SLOTS
 from hookscope.train.lockstep import first
 from hookscope.train.measures import activation_moments
 from hookscope.train.rank_sums import merge
-from tests.test_distributed import ROOT, TORCHRUN, job_env
+from tests.test_distributed import TORCHRUN, ranks_job
 from tests.train.ranks_jobs import SETUPS, batch, mlp, reference
 
 needs_torchrun = pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside this Python")
 
 
-# Seen once in ~20 runs, on a clean clone under CI load: both ranks abort in torch's C++ teardown
-# ("terminate called without an active exception", SIGABRT) with no Python error; it did not come back
-# in 8 reruns, loaded or not. Such a run is launched once more; any other failure fails at once.
-TEARDOWN_ABORT = "terminate called without an active exception"
-
-
 def launch(what: str, out: Path) -> None:
-    """One torchrun of two ranks; a hang fails the test at the timeout instead of stalling it."""
+    """One torchrun of two ranks (``tests.test_distributed.ranks_job``: a hang fails at the timeout)."""
     command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", "tests.train.ranks_jobs", what, str(out)]
-    done = subprocess.run(command, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=150)
-    python_errors = done.stderr.count("Traceback (most recent call last)") - 1  # torchrun's own ChildFailedError
-    if done.returncode != 0 and TEARDOWN_ABORT in done.stderr and python_errors == 0:
-        shutil.rmtree(out)
-        out.mkdir()
-        done = subprocess.run(command, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    ranks_job(command, out, timeout=150)
 
 
 def close(a: float, b: float) -> bool:
