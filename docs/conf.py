@@ -90,7 +90,7 @@ FOREIGN = {
 INTERNAL = {
     "py:class": [
         "Pick", "Normalize", "RGB", "Picture", "Heat", "FlowRow", "Target", "Progress", "Reducer", "EditSpec",
-        "Probe", "Source", "LossScale", "worker.Spec",
+        "Probe", "Source", "LossScale", "worker.Spec", "Forward", "Loss",
         "hookscope.core.tree.Leaf", "hookscope.core.tree.Node", "hookscope.core.tree.NotKept",
         "hookscope.core.tree.Plain", "hookscope.edits.tally.EditReport", "hookscope.edits.tokens.Tokens",
         "hookscope.graph.nodes.Edge", "hookscope.graph.nodes.Node", "hookscope.report.content.CamView",

@@ -209,7 +209,7 @@ def test_the_edit_helpers_are_the_edits_package() -> None:
 
 ROLE_NAMES = {"__init__", "__main__", "views", "page", "result"}  # the same job in every room (__main__: python -m)
 LOW_RESULTS = {"report.inline", "viz.charts"}  # the faces of results that sit below their drawing (report/inline.py)
-# store/series.History is read by store.reader.Run.history(); moving it up to train/ would close a circle
+# store/history.History is read by store.reader.Run.history(); moving it up to train/ would close a circle
 FACE_ELSEWHERE = {"History": "train.views"}
 
 

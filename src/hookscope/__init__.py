@@ -90,9 +90,9 @@ if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports 
     from .steer.sweep import steer_sweep
     from .store.dataset import StoreDataset, StoreStream
     from .store.extract import extract
+    from .store.history import Alert, History
     from .store.reader import Run, load
     from .store.save import save
-    from .store.series import Alert, History
     from .train.alerts import Thresholds
     from .train.guard import nan_guard
     from .train.page import build_training_report
@@ -154,9 +154,9 @@ _HOMES = {
     ".stats.summary": "Summary summarize",
     ".store.dataset": "StoreDataset StoreStream",
     ".store.extract": "extract",
+    ".store.history": "Alert History",
     ".store.reader": "Run load",
     ".store.save": "save",
-    ".store.series": "Alert History",
     ".train.alerts": "Thresholds",
     ".train.guard": "nan_guard",
     ".train.page": "build_training_report",

@@ -23,7 +23,7 @@ from hookscope.graph.svg import svg
 from hookscope.graph.trace import Tracer, module_graph
 from hookscope.report.build import build_report
 from hookscope.report.html import render_html, write_report
-from hookscope.store.series import COLUMNS, History
+from hookscope.store.history import COLUMNS, History
 from tests.browser import open_page
 
 ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts"

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from hookscope.errors import OptionError
-from hookscope.stats.streaming import EDGES, HALF, RunningStats, linear_histogram
+from hookscope.stats.float_bins import EDGES, HALF, linear_histogram
+from hookscope.stats.streaming import RunningStats
 
 NAN, INF = float("nan"), float("inf")
 MAGNITUDES = EDGES[HALF:].numpy()  # 0, then the float32 with bits 1 << 20, 2 << 20, ...

@@ -39,7 +39,7 @@ from ..errors import CaptureWarning, OptionError, StoreError
 from ..graph.nodes import Graph
 from ..graph.overlay import VIRIDIS, overlay_of
 from ..graph.trace import module_graph
-from ..store.series import History
+from ..store.history import History
 
 GRAPH_ID = "graph"  # the id Model Explorer's PyTorch adapter gives the exported program's graph
 

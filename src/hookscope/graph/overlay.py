@@ -32,7 +32,7 @@ from ..core.records import Record
 from ..errors import InputError, NonFiniteError, OptionError
 from ..stats.gradient_flow import GradientFlow
 from ..stats.summary import Summary, summarize
-from ..store.series import Alert, History
+from ..store.history import Alert, History
 
 VIRIDIS = ("#440154", "#414487", "#2a788e", "#22a884", "#7ad151", "#fde725")  # 0 -> 1
 NON_FINITE = "#d62728"

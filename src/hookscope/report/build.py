@@ -50,6 +50,7 @@ from ..graph.nodes import Graph
 from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
 from .content import (
+    LayerView,
     Report,
     coloured,
     human_time,
@@ -92,24 +93,8 @@ def build_report(
 ) -> Report:
     """Run ``model(x)`` once under a capture of ``select`` and gather what the page shows.
 
-    ``select``: the layers captured (None, the default: every leaf module). ``kinds``: drawn on each
-    layer's card (None: ``output``, and ``grad_output`` with ``grads``); a gradient kind runs the
-    backward pass itself, so ``grads=True`` is a shorthand for ``kinds=("output", "grad_output")``
-    (with the gradient-flow chart).
-    ``pictures``, ``image_names``: one per image of ``x``, what CAMs are drawn over (default: ``x``
-    min-max scaled) and what the page calls it (default: ``image 0``...). ``labels`` name classes.
-    ``target``: what gradients and CAMs explain (``hookscope.explain.targets``; None: top-1), in the
-    model's output at ``output`` (a key of a tuple or dict output; default its first tensor, named
-    in a remark). ``progress`` (``hookscope.progress``; default quiet) hears ``(stage, done, total)``
-    at the start of each stage (``forward``, ``layers``, ``cam``, ``flow``) with ``done=0``, and
-    after each of its steps. ``sections``: drawn after the prediction, each a ``PatchSweep``, a ``Similarity``
-    or ``Divergence`` (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section``
-    (``hookscope.report.sections``). ``graph``: the module graph drawn, a ``Graph`` (``module_graph``, as
-    ``save``, ``extract`` and ``build_training_report`` take it), ``True`` (the default): traced by hooks in
-    the same pass (which then records gradients, to measure what each module leaves saved for the backward),
-    coloured by mean ``|gradient|`` with ``grads``, else by those saved bytes; ``False``: none. ``faithfulness``:
-    measure each CAM's deletion and insertion (``hookscope.faithfulness``, beside a random and an edge map): an AUC
-    badge under each CAM and a section with the curves.
+    A gradient kind among ``kinds`` runs the backward pass itself, so ``grads=True`` is a shorthand for
+    ``kinds=("output", "grad_output")`` (with the gradient-flow chart).
 
     Args:
         model: the network; it runs once in eval mode, its flags restored after.
@@ -117,21 +102,29 @@ def build_report(
         select: the layers captured; None takes every leaf module.
         grads: also run the backward pass and draw ``grad_output`` and the gradient-flow chart.
         kinds: the kinds drawn on each card; None is ``output`` (and ``grad_output`` with ``grads``).
-        pictures: one PIL image per image of ``x`` for the CAMs; None draws ``x`` min-max scaled.
+        pictures: one PIL image per image of ``x``, what the CAMs are drawn over; None draws ``x`` min-max scaled.
         labels: the class names, by index; None numbers them.
-        target: what gradients and CAMs explain (``hookscope.explain.targets``); None is the top-1 class.
+        target: what gradients and CAMs explain (``hookscope.explain.targets``), in the model's output at
+            ``output``; None is the top-1 class.
         cam_methods: the CAM methods drawn (``hookscope.cam``'s); empty for none.
         top_k: predictions listed per image.
         title: the page's title.
         notes: lines shown under the title.
         max_layers: the most layer cards drawn; the rest are counted.
-        progress: None or False (quiet), True (lines on stderr), a stream, or a callable
-            ``(stage, done, total)`` (``hookscope.progress``).
-        output: the key of the tensor in a tuple or dict model output; None takes its first tensor.
-        image_names: one name per image of ``x``; empty names them ``image 0``, ...
-        sections: results drawn after the prediction (see above).
-        graph: draw the module graph of the pass (True traces one), or a ``Graph`` to draw.
-        faithfulness: measure each CAM's deletion and insertion AUCs and add their curves as a section.
+        progress: None or False (quiet, the default), True (lines on stderr), a stream, or a callable
+            ``(stage, done, total)`` (``hookscope.progress``), told at the start of each stage (``forward``,
+            ``layers``, ``cam``, ``flow``) with ``done=0``, and after each of its steps.
+        output: the key of the tensor in a tuple or dict model output; None takes its first tensor (named
+            in a remark).
+        image_names: one name per image of ``x``, what the page calls it; empty names them ``image 0``, ...
+        sections: drawn after the prediction, each a ``PatchSweep``, a ``Similarity`` or ``Divergence``
+            (``hookscope.compare``), ``Probes``, ``TopExamples`` or a ``Section`` (``hookscope.report.sections``).
+        graph: the module graph drawn: a ``Graph`` (``module_graph``, as ``save``, ``extract`` and
+            ``build_training_report`` take it); True (the default) traces it by hooks in the same pass (which
+            then records gradients, to measure what each module leaves saved for the backward), coloured by
+            mean ``|gradient|`` with ``grads``, else by those saved bytes; False draws none.
+        faithfulness: measure each CAM's deletion and insertion (``hookscope.faithfulness``, beside a random
+            and an edge map): an AUC badge under each CAM and a section with the curves.
 
     Returns:
         The ``Report``; ``render_html`` or ``write_report`` draws it, ``show`` shows it inline.
@@ -145,24 +138,21 @@ def build_report(
     drawn = _drawn_kinds(kinds, grads)
     grads = grads or any(is_gradient(k) for k in drawn)
     _check_options(model, x, grads, pictures, cam_methods, top_k, max_layers)
-    step = callback(progress)
+    step, shown = callback(progress), min(len(x), MAX_IMAGES)
     with evaluating(model) as switched:  # the model as it predicts; every module's flag restored after
         tracer = Tracer(model) if graph is True else None  # a Graph given is drawn as it is
         cap, returned, key, remarks = _run(model, x, select, drawn, grads, (target, output), step, tracer)
         scores_2d = _class_scores(returned, labels, key)
         del returned  # with a graph it holds the pass's autograd graph
-        layers, left_out = layer_views(  # each record knows its channels: (B, H, W, C) maps drawn permuted
-            cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
-        )
-        shown = min(len(x), MAX_IMAGES)
-        images = pictures_of(x[:shown], pictures[:shown] if pictures is not None else None)
+        layers, left_out = _layers(cap, drawn, max_layers, step)
+        seen = x[:shown]  # the images that get a prediction, a picture and CAMs
+        images = pictures_of(seen, pictures[:shown] if pictures is not None else None)
         cam_layer, cams, heats, explained_target = cam_views(
-            model, x[:shown], images, cam_methods, (target, key), scores_2d, labels, step, remarks
+            model, seen, images, cam_methods, (target, key), scores_2d, labels, step, remarks
         )
-        faithful = (
-            [measured(model, x[:shown], cam_methods, heats, explained_target, key)] if faithfulness and heats else []
-        )
+        faithful = [measured(model, seen, cam_methods, heats, explained_target, key)] if faithfulness and heats else []
         cams = with_badges(cams, faithful[0]) if faithful else cams
+    flow = _flow(cap, step) if grads else None
     return Report(
         **_about(model, x, title),
         notes=tuple(notes),
@@ -171,13 +161,23 @@ def build_report(
         predictions=predictions(scores_2d[:shown], labels, top_k) if scores_2d is not None else (),
         cam_layer=cam_layer,
         cams=cams,
-        flow=(flow := _flow(cap, step) if grads else None),
+        flow=flow,
         kinds=drawn,
         layers=tuple(layers),
         selected=len(cap),
         image_names=tuple(image_names[:shown]) if len(image_names) == len(x) else (),
         sections=tuple(as_section(section) for section in (*faithful, *sections)),
         graph=coloured(tracer.graph() if tracer is not None else graph if isinstance(graph, Graph) else None, flow),
+    )
+
+
+def _layers(
+    cap: Capture, drawn: tuple[Kind, ...], max_layers: int, step: Callback
+) -> tuple[list[LayerView], list[str]]:
+    """The ``layers`` stage: a card per captured layer, up to ``max_layers``, and the names of those left out.
+    Each record knows its channels: (B, H, W, C) maps are drawn permuted."""
+    return layer_views(
+        cap, drawn, max_layers=max_layers, absent=not_held, progress=lambda done, total: step("layers", done, total)
     )
 
 

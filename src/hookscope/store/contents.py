@@ -17,8 +17,9 @@ from ..base.words import columns, format_size
 from ..core.records import Label
 from ..stats.streaming import RunningStats
 from . import series
+from .history import History
 from .index import ranges
-from .series import History
+from .watch_info import describe_watch
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Run(Protocol):
 def describe(run: Run) -> str:
     """The text of ``hookscope info``: see the module docstring."""
     if series.is_watch(run.manifest):
-        return series.describe_watch(run.path, run.manifest, run.histories(), run.scalars())
+        return describe_watch(run.path, run.manifest, run.histories(), run.scalars())
     prov, config = run.provenance, run.config
     shards = run.manifest.get("shards", [])
     rows = f" ({run.rows:,} rows)" if run.rows is not None else ""

@@ -7,10 +7,10 @@
     hookscope.extract(model, loader, select="features.*", out="stats.hookscope", stats_only=True)
 
 One capture stays open for the whole run (hooks registered once); each batch runs under
-``torch.no_grad()``, its kept tensors are handed to a background writer
-(``hookscope.store.shard_writer``) and the capture is cleared, so memory stays flat: what hookscope holds
-never exceeds ``max_memory`` plus the batch being computed. ``reduce=`` shrinks each tensor
-in the hook (``hookscope.reducers``). Only the kinds that are not gradients are extracted
+``torch.no_grad()``, its kept tensors are handed to a background writer (``hookscope.store.shard_writer``;
+the loop is ``hookscope.store.extract_job``) and the capture is cleared, so memory stays flat: what
+hookscope holds never exceeds ``max_memory`` plus the batch being computed. ``reduce=`` shrinks each
+tensor in the hook (``hookscope.reducers``). Only the kinds that are not gradients are extracted
 (``hookscope.core.kinds.forward_kinds()``: ``input``, ``output``), and with ``target=`` the
 gradients of a call too (``grad_input``, ``grad_output``): each batch then runs its backward pass.
 
@@ -30,53 +30,46 @@ into its own shards and rank 0 writes the manifest at the end.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import secrets
 import shutil
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..base.deprecation import renamed
 from ..base.words import parse_size
 from ..base.world import World
 from ..core import kinds
-from ..core.capture import capture
 from ..core.channels import channel_count
 from ..core.experts import unwritten_note
 from ..core.kinds import Kind
 from ..core.policy import Reducer
-from ..core.records import Label
 from ..core.scripted import is_scripted
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import OptionError, StoreError, StoreWarning
 from ..progress import Progress
 from ..reducers import reducer_name
-from ..stats.streaming import RunningStats, merge_tables
 from . import format as store_format
 from .batches import (
     Forward,
     Loss,
-    backward,
     default_forward,
     model_device,
-    rows_of,
     trainable_parameters,
     unless_empty,
     warn_if_takes_batch,
 )
-from .format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE, SHARDS, STATS_PARTS, check_flush_every
-from .names import by_entry
+from .extract_job import ExtractJob
+from .format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE, check_flush_every
 from .ranks import share
 from .reader import Run, load
-from .save import entries, provenance
-from .shard_writer import Pending, ShardWriter, StatsCheckpoint
+from .save import provenance
 from .throughput import Meter
-from .token_layout import as_tokens, batch_inputs, check_layout, join_rows, join_tokens
+from .token_layout import check_layout
 
 
 @renamed(loss="target")
@@ -103,51 +96,43 @@ def extract(
 ) -> Run:
     """Run ``model`` over every batch of ``loader`` and stream what ``select`` picks to the store ``out``.
 
-    A batch is a tensor, an ``(inputs, ...)`` tuple or list (the first item is the model's
-    input), or a dict of keyword arguments; ``forward(model, batch)`` handles anything else.
-    Tensors go to the model's device. ``max_memory``: the bytes of finished batches held before they are written
-    (default ``store.format.MAX_MEMORY``, 1GB, as ``StoreStream``'s buffer); ``shard_size``: the bytes of one
-    shard file (default ``store.format.SHARD_SIZE``, 256MB, as ``save`` and ``export``). ``select``: the modules
-    kept (None, the default: every leaf module). ``progress`` (``hookscope.progress``; on by default, a dataset
-    run is long): its lines with throughput, on stderr (``True``) or the given stream, when the run ends and
-    every 10 s before; none (``False`` or None); or a callable told ``("extract", batches done, batches in
-    all)`` after each batch (0 in all when the loader has no length). An existing store is refused unless
-    ``resume`` (continue it) or ``force`` (replace it). ``flush_every``: seconds a finished batch may wait in
-    memory before it is written, in a shard not yet full (``None``: only full shards and the
-    end of the run). ``target``: a callable, ``target(output)`` (``hookscope.explain.targets``' one
-    contract; ``output`` is what ``forward`` returned, so a loss with labels is
-    ``forward=lambda m, b: (m(b[0]), b[1])``, ``target=lambda o: F.cross_entropy(*o)``),
-    returning a scalar or one value per row (summed), whose backward pass each batch runs, so the
-    gradient kinds of a call (``grad_output``, ``grad_input``) can be extracted too, with the same
-    memory bound, resume and ranks (``param.grad`` is never written). ``loss=`` is its old spelling,
-    and ``target(output, batch)`` its old contract (both deprecated).
     A run that fails keeps the batches finished before it (``resume=True`` continues); one whose
     model or data fails before its first batch finished leaves no store behind (one process).
-    ``layout="tokens"``: each site as one flat ``(tokens, features)`` array per shard, padding left out
-    where batches carry an ``attention_mask``, so a random token is one read (``hookscope.store.token_layout``).
-    Batches with ``input_ids`` keep them beside the activations (token ids). ``graph``: a ``hookscope.Graph``
-    (``module_graph``) kept in the manifest, for the store's report. Returns ``load(out)``.
 
     Args:
-        model: the network; its device is where batches go.
-        loader: an iterable of batches (a ``DataLoader``, a list...).
+        model: the network; batches' tensors go to its device.
+        loader: an iterable of batches: a tensor, an ``(inputs, ...)`` tuple or list (the first item is the
+            model's input), or a dict of keyword arguments (a ``DataLoader``, a list...).
         out: the store's folder.
         select: the modules kept; None keeps every leaf module.
         kinds: the kinds kept (default ``output``); gradient kinds need ``target``.
-        max_memory: the bound on tensors held before they are written, in bytes or as text (``"2GB"``).
+        max_memory: the bytes of finished batches held before they are written, or as text (``"2GB"``;
+            default ``store.format.MAX_MEMORY``, 1GB, as ``StoreStream``'s buffer).
         reduce: ``(site, kind, key, tensor) -> tensor | None`` applied in the hook (``hookscope.reducers``).
         stats_only: keep ``RunningStats`` per (site, kind, key) instead of tensors.
         per_channel: with ``stats_only``, also per channel: True for dim 1, or the channel dimension.
         resume: continue an existing store, skipping the batches it holds.
         force: replace an existing store (never a folder holding files hookscope did not write).
-        progress: see above; True by default.
+        progress: ``hookscope.progress``, on by default (a dataset run is long): its lines with throughput,
+            on stderr (``True``) or the given stream, when the run ends and every 10 s before; none (``False``
+            or None); or a callable told ``("extract", batches done, batches in all)`` after each batch (0 in
+            all when the loader has no length).
         forward: ``forward(model, batch)`` for batches of another shape; None reads them as above.
-        shard_size: the most bytes per shard file, in bytes or as text (``"256MB"``).
-        flush_every: seconds a finished batch may wait in memory before it is written; None waits
-            for a full shard.
-        target: the loss whose backward pass each batch runs, for gradient kinds; None runs none.
-        layout: ``rows`` (the default) or ``tokens`` (one flat ``(tokens, features)`` array per shard).
-        graph: a ``hookscope.Graph`` kept in the manifest; None keeps none.
+        shard_size: the most bytes per shard file, or as text (default ``store.format.SHARD_SIZE``, 256MB,
+            as ``save`` and ``export``).
+        flush_every: seconds a finished batch may wait in memory before it is written, in a shard not yet
+            full; None writes only full shards and the end of the run.
+        target: ``target(output)`` (``hookscope.explain.targets``' one contract; ``output`` is what ``forward``
+            returned, so a loss with labels is ``forward=lambda m, b: (m(b[0]), b[1])``,
+            ``target=lambda o: F.cross_entropy(*o)``), a scalar or one value per row (summed), whose backward
+            pass each batch runs, so ``grad_output`` and ``grad_input`` can be kept too (``param.grad`` is
+            never written); None runs none. ``loss=`` and ``target(output, batch)`` are its old spelling and
+            contract (both deprecated).
+        layout: ``rows`` (the default) or ``tokens``: each site as one flat ``(tokens, features)`` array per
+            shard, padding left out where batches carry an ``attention_mask``, so a random token is one read
+            (``hookscope.store.token_layout``). Batches with ``input_ids`` keep them beside the activations.
+        graph: a ``hookscope.Graph`` (``module_graph``) kept in the manifest, for the store's report; None
+            keeps none.
 
     Returns:
         The store, opened (``load(out)``).
@@ -164,26 +149,47 @@ def extract(
     limit = parse_size(max_memory)
     check_flush_every(flush_every)
     root, device = Path(os.path.abspath(out)), model_device(model)
-    run_forward = forward or default_forward(device)
     world = World.join(device)
     header = _header(model, select, chosen, reduce, stats_only, _channel_dim(per_channel), world, target)
-    if note := unwritten_note(modules := select_modules(model, select), select):  # no site per expert (core.experts)
-        warnings.warn(f"hookscope.extract: {note}", StoreWarning, stacklevel=3)
-        select = [name for name, _ in modules]  # the modules ":experts" picks, not their experts
-    if check_layout(layout, stats_only) == "tokens":
-        header["config"]["layout"] = layout  # a row store's config has none, as before
-    if graph is not None:
-        header["graph"] = graph.as_dict()
+    select = _selected(model, select)
+    _record_options(header, layout, stats_only, graph)
     done = _prepare(root, header, world, resume=resume, force=force)
     batches, total = share(loader, world, done)
     meter = Meter(progress if world.rank == 0 else None, total)
-    job = _Job(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, target, layout)
+    run_forward = forward or default_forward(device)
+    job = ExtractJob(root, model, select, chosen, reduce, world, meter, run_forward, flush_every, target, layout)
     todo = unless_empty(batches)  # nothing left (a finished store resumed): no capture, so no warning
-    try:
+    with _kept_or_discarded(root, world, resume=resume):
         if todo is not None and stats_only:
             job.statistics(todo, _channel_dim(per_channel))
         elif todo is not None:
             job.tensors(todo, limit, parse_size(shard_size))
+    _finish(root, world)
+    return load(root)
+
+
+def _selected(model: nn.Module, select: Selector | None) -> Selector | None:
+    """``select``, or where it picks a fused layer's experts (``:experts``), their modules: no site per expert."""
+    if note := unwritten_note(modules := select_modules(model, select), select):  # core.experts
+        warnings.warn(f"hookscope.extract: {note}", StoreWarning, stacklevel=4)
+        return [name for name, _ in modules]  # the modules ":experts" picks, not their experts
+    return select
+
+
+def _record_options(header: dict[str, Any], layout: str, stats_only: bool, graph: Any) -> None:
+    """The manifest's layout (a token store's: a row store's config has none, as before) and graph."""
+    if check_layout(layout, stats_only) == "tokens":
+        header["config"]["layout"] = layout
+    if graph is not None:
+        header["graph"] = graph.as_dict()
+
+
+@contextlib.contextmanager
+def _kept_or_discarded(root: Path, world: World, *, resume: bool) -> Iterator[None]:
+    """A run that fails releases the store: Ctrl-C with a note on how to continue, anything else leaving
+    no store behind when no batch finished (``_discard_if_empty``)."""
+    try:
+        yield
     except KeyboardInterrupt as interrupt:
         kept = len(store_format.done_batches(root))
         interrupt.add_note(f"hookscope.extract was interrupted; the store {root} keeps the {kept} batches finished "
@@ -194,105 +200,14 @@ def extract(
         store_format.release(root)
         _discard_if_empty(root, world, err, resume=resume)
         raise
+
+
+def _finish(root: Path, world: World) -> None:
+    """Every rank done, rank 0 writes the manifest's end; then every rank may read the store."""
     world.barrier()
     if world.rank == 0:
         store_format.finish(root)
     world.barrier()
-    return load(root)
-
-
-class _Job:
-    """One rank's extraction loop, in its two flavours: tensors to shards, or statistics."""
-
-    def __init__(self, root: Path, model: nn.Module, select: Selector | None, kinds: tuple[Kind, ...],
-                 reduce: Reducer | None, world: World, meter: Meter, forward: Forward,
-                 flush_every: float | None, target: Loss | None, layout: str = "rows") -> None:  # fmt: skip
-        self.root, self.model, self.select, self.kinds, self.reduce = root, model, select, kinds, reduce
-        self.world, self.meter, self.forward, self.flush_every = world, meter, forward, flush_every
-        self.target, self.layout = target, layout
-        self.token = f"r{world.rank}-{secrets.token_hex(4)}"  # this rank, this run: file names never collide
-
-    def tensors(self, batches: Iterator[tuple[int, Any]], limit: int, shard_size: int) -> None:
-        folder = self.root / SHARDS
-        limit = limit * 2 // 3 if self.layout == "tokens" else limit  # joining a shard copies it (token_layout)
-        writer = ShardWriter(folder, self.token, rank=self.world.rank, limit=limit, shard_size=shard_size,
-                             flush_every=self.flush_every,
-                             join=join_tokens if self.layout == "tokens" else join_rows)  # fmt: skip
-        try:
-            with capture(self.model, self.select, kinds=self.kinds, device="cpu", reduce=self.reduce) as cap:
-                for index, batch in batches:
-                    self._run(batch)
-                    pending = self._pending(cap, index, batch)
-                    cap.clear()
-                    writer.put(pending)
-                    rows = pending.rows
-                    self.meter.step(rows, writer.written)
-        except StoreError as err:  # the writer's: the disk is full, the folder went away
-            writer.close(raise_error=False)
-            raise _kept(err, writer) from err
-        except BaseException:
-            writer.close(raise_error=False)  # the batches completed so far still reach the disk
-            raise
-        else:
-            try:
-                writer.close()
-            except StoreError as err:
-                raise _kept(err, writer) from err
-        finally:
-            self.meter.close(writer.written)
-
-    def _pending(self, cap: Any, index: int, batch: Any) -> Pending:
-        """Batch ``index``'s tensors, named ``site/kind/key/call/b{index}`` (token-major with layout="tokens")."""
-        listed, held, table = entries(cap, index)
-        named, tensors = by_entry(listed, held)
-        inputs = batch_inputs(batch)
-        if self.layout == "tokens":
-            tensors, inputs = as_tokens(named, tensors, inputs)
-        nbytes = sum(t.nbytes for t in [*tensors.values(), *inputs.values()])
-        return Pending(index, rows_of(batch), named, tensors, nbytes, table, inputs)
-
-    def statistics(self, batches: Iterator[tuple[int, Any]], channel_dim: int | None) -> None:
-        accumulate = _StatsAccumulator(self.reduce, channel_dim)
-        table: dict[Label, RunningStats] = {}
-        covered: list[dict[str, Any]] = []
-        checkpoint = StatsCheckpoint(self.root / STATS_PARTS, self.token, self.world.rank, self.flush_every)
-        try:
-            with capture(self.model, self.select, kinds=self.kinds, reduce=accumulate) as cap:
-                for index, batch in batches:
-                    accumulate.table = {}
-                    self._run(batch)
-                    cap.clear()
-                    table = merge_tables([table, accumulate.table])  # only whole batches count
-                    covered.append({"index": index, "rows": rows_of(batch)})
-                    checkpoint.offer(table, covered)
-                    self.meter.step(rows_of(batch), 0)
-        finally:
-            checkpoint.close()
-            self.meter.close(0)
-
-    def _run(self, batch: Any) -> None:
-        if self.target is None:
-            with torch.no_grad():
-                self.forward(self.model, batch)
-            return
-        with torch.inference_mode(False), torch.enable_grad():
-            backward(self.model, self.target, self.forward(self.model, batch), batch)
-
-
-class _StatsAccumulator:
-    """The ``reduce=`` of a statistics run: updates this batch's ``RunningStats`` and keeps nothing."""
-
-    def __init__(self, reduce: Reducer | None, channel_dim: int | None) -> None:
-        self.reduce, self.channel_dim = reduce, channel_dim
-        self.table: dict[Label, RunningStats] = {}
-
-    def __call__(self, site: str, kind: str, key: str, tensor: Tensor) -> None:
-        kept = self.reduce(site, kind, key, tensor) if self.reduce is not None else tensor
-        if kept is not None:
-            label = (site, kind, key)
-            if label not in self.table:
-                self.table[label] = RunningStats(channel_dim=self.channel_dim)
-            self.table[label].update(kept)
 
 
 # -- the store: opened by rank 0, then read by every rank -------------------------------------------
@@ -309,11 +224,6 @@ def _discard_if_empty(root: Path, world: World, err: Exception, *, resume: bool)
     behind. A full disk (a ``StoreError``) keeps its store, as its message says; ranks and resumed runs too."""
     if not isinstance(err, StoreError) and world.size == 1 and not resume and not store_format.done_batches(root):
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _kept(err: StoreError, writer: ShardWriter) -> StoreError:
-    return StoreError(f"{err}; the store keeps the {len(writer.batches)} batches written before it: free space "
-                      "(or fix the folder) and rerun with resume=True to continue")  # fmt: skip
 
 
 # -- small parts ---------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""The time series of a training run in a store: ``History`` (one site's rows), ``Alert``, and the watch store.
+"""A training run's time series on disk: the watch store, written and read back.
 
 ``hookscope.watch`` writes a store of the usual format (``hookscope.store.format``: a folder
 whose ``manifest.json`` is written atomically) that holds no batches of tensors but one table per
-site, a row per logged step::
+site, a row per logged step (the rows: ``hookscope.store.history``)::
 
     exp.hookscope/
       manifest.json        config.source "watch", sites, "series" and "alerts" (one line per alert)
@@ -12,190 +12,39 @@ site, a row per logged step::
 
 ``write_watch`` writes both, each whole or not at all (``write_atomically``, with the shard's
 CRC-32s); ``read_histories`` and ``read_alerts`` read them back for ``hookscope.load``'s ``Run``
-(``run.history(name)``, ``run.alerts``), ``describe_watch`` is what ``hookscope info`` prints.
+(``run.history(name)``, ``run.alerts``); ``hookscope.store.watch_info`` is what ``hookscope info`` prints.
 A run that a ``NonFiniteError`` ended (``nan_guard`` inside or around the watch) keeps it as the
 manifest's ``non_finite`` (``non_finite_json``; ``read_non_finite`` gives the error back: ``run.non_finite``).
-A value that was not measured (a module without parameters has no weight norm) is NaN; so is one that is
-undefined (the update ratio |dw| / |w| of weights whose norm was zero before the step: a zero-initialised
-layer, PEFT's ``lora_B``), which ``History.undefined`` names (the manifest's ``series.undefined``: site ->
-column -> steps) and tables print as ``undefined``.
+The steps at which a value is undefined rather than not measured are the manifest's ``series.undefined``
+(site -> column -> steps).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
-from ..base import display
 from ..base.files import staged_folder
-from ..base.words import closest, columns, format_size
+from ..base.words import closest
 from ..core.compiled import known_name
-from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
+from ..errors import DamagedShardError, NonFiniteError, NotCapturedError
 from .format import cannot_write, write_manifest
+
+# the rows live in history.py; train/ and store.reader import them from here too
+from .history import COLUMNS as COLUMNS
+from .history import Alert as Alert
+from .history import History as History
 from .schema import NON_FINITE
 from .shards import MappedShards, inside, read_index, write_shard
-
-if TYPE_CHECKING:
-    from PIL.Image import Image
 
 SOURCE = "watch"  # config.source of a watch store
 SERIES = "series.safetensors"
 SCALARS = "scalars.safetensors"
-COLUMNS = (
-    "step",
-    "act_mean",  # mean of the module's output over every call of the step
-    "act_std",
-    "act_abs_mean",  # mean |x|
-    "zeros",  # fraction of output values that are exactly 0
-    "dead",  # fraction of units (channels, features) zero for every sample over the dead window
-    "grad_output_norm",  # L2 norm of d loss / d output over every call of the step
-    "grad_norm",  # L2 norm of the module's parameter gradients, as the optimizer sees them
-    "weight_norm",  # L2 norm of its parameters after the step
-    "update_ratio",  # |w_after - w_before| / |w_before| over the optimizer step
-)
-
-
-@dataclass(frozen=True)
-class Alert:
-    """Something going wrong at one module: ``kind`` (vanishing, exploding, dead, update_ratio, non_finite).
-
-    Attributes:
-        step: the optimizer step at which the bound was crossed.
-        module: the watched module's dotted name.
-        kind: ``vanishing``, ``exploding``, ``dead``, ``update_ratio`` or ``non_finite``.
-        column: the statistic (a ``History`` column) that crossed its bound.
-        value: its value at ``step``.
-        bound: the threshold it crossed (``hookscope.Thresholds``).
-        message: the alert in words, with what to try.
-    """
-
-    step: int
-    module: str
-    kind: str
-    column: str  # the statistic that crossed its bound
-    value: float
-    bound: float
-    message: str
-
-    def __str__(self) -> str:
-        return f"step {self.step}: {self.kind} at {self.module!r}: {self.message}"
-
-
-class History(display.Shows):
-    """One site's statistics over the logged steps: ``h["grad_norm"]`` is a list, a float per logged step.
-
-    Args:
-        name: the watched module's dotted name.
-        type: its class name.
-        rows: a float64 tensor ``(steps, len(COLUMNS))``, a row per logged step (``step``,
-            ``act_mean``, ``act_std``, ``act_abs_mean``, ``zeros``, ``dead``, ``grad_output_norm``,
-            ``grad_norm``, ``weight_norm``, ``update_ratio``).
-        undefined: column -> the steps at which its value (NaN in ``rows``) is undefined rather than not
-            measured (``update_ratio`` over weights of norm zero); None for none.
-    """
-
-    def __init__(
-        self, name: str, type: str, rows: Tensor, undefined: Mapping[str, Sequence[int]] | None = None
-    ) -> None:
-        self.name, self.type = name, type
-        self.rows = rows  # (steps, len(COLUMNS)) float64
-        self.columns = COLUMNS
-        self.undefined = {c: [int(s) for s in steps] for c, steps in (undefined or {}).items() if steps}
-
-    def cell(self, column: str, step: int, value: float) -> str:
-        """``value`` of ``column`` at ``step`` as a table shows it: ``undefined``, ``–`` (NaN) or a number.
-
-        Args:
-            column: a column of the history.
-            step: the logged step of the value.
-            value: the value (``self[column]`` at that step).
-
-        Returns:
-            The text of the cell.
-        """
-        if step in self.undefined.get(column, ()):
-            return "undefined"
-        return "–" if math.isnan(value) else f"{value:.4g}"
-
-    def __len__(self) -> int:
-        return int(self.rows.shape[0])
-
-    def __getitem__(self, column: str) -> list[float]:
-        if column not in COLUMNS:
-            raise NotCapturedError(
-                f"{column!r} is not a column of a history{closest(str(column), COLUMNS)}; "
-                f"the columns are {', '.join(COLUMNS)}"
-            )
-        values: list[float] = self.rows[:, COLUMNS.index(column)].tolist()
-        return values
-
-    @property
-    def steps(self) -> list[int]:
-        return [int(s) for s in self["step"]]
-
-    def row(self, step: int) -> dict[str, float]:
-        """The statistics logged at ``step``, by column.
-
-        Args:
-            step: a logged optimizer step (one of ``h.steps``).
-
-        Returns:
-            Column name -> value at that step.
-
-        Raises:
-            NotCapturedError: ``step`` was not logged; the message names the nearest logged step.
-        """
-        if step not in self.steps:
-            raise NotCapturedError(
-                f"step {step!r} was not logged for {self.name!r} (logged: {_span(self.steps)}"
-                f"{_nearest(step, self.steps)}); pass one of h.steps"
-            )
-        values: list[float] = self.rows[self.steps.index(step)].tolist()
-        return dict(zip(COLUMNS, values, strict=True))
-
-    def last(self) -> dict[str, float]:
-        """The newest row (empty when nothing was logged).
-
-        Returns:
-            Column name -> value at the last logged step.
-        """
-        return self.row(self.steps[-1]) if len(self) else {}
-
-    def table(self, *, columns: Sequence[str] | None = None) -> str:
-        """A row per logged step of ``columns`` (default: the usual statistics that were measured), as text.
-
-        Args:
-            columns: the columns shown; None shows the usual statistics that were measured.
-
-        Returns:
-            The table, as text.
-        """
-        return display.table_of(self, columns=columns)
-
-    def plot(self, *, column: str = "grad_norm", log: bool | None = None) -> Image:
-        """``column`` over the logged steps (the training report's chart, one line), as a PIL image.
-
-        Args:
-            column: the statistic drawn (default ``grad_norm``).
-            log: a log scale for the values; None decides from the column and its range.
-
-        Returns:
-            A PIL image of the chart.
-
-        Raises:
-            NotCapturedError: ``column`` is not a column of a history.
-            MissingDependencyError: matplotlib or Pillow is not installed.
-        """
-        image: Image = display.plot_of(self, column=column, log=log)
-        return image
-
-    def __repr__(self) -> str:
-        return f"<History {self.name!r} ({self.type}): {len(self)} logged steps, {_span(self.steps)}>"
 
 
 def is_watch(manifest: Mapping[str, Any]) -> bool:
@@ -326,75 +175,6 @@ def read_non_finite(manifest: Mapping[str, Any]) -> NonFiniteError | None:
     return NonFiniteError(row["message"], **{**fields, "input_absmax": None if absmax is None else float(absmax)})
 
 
-def describe_watch(
-    path: Path,
-    manifest: Mapping[str, Any],
-    histories: Mapping[str, History],
-    scalars: Mapping[str, Sequence[tuple[int, float]]] | None = None,
-) -> str:
-    """What ``hookscope info`` prints of a watch store: the run, its scalars, its alerts, the last row of every site."""
-    prov, config = manifest.get("provenance", {}), manifest.get("config", {})
-    alerts = read_alerts(manifest)
-    steps = sorted({s for h in histories.values() for s in h.steps})
-    try:
-        size = format_size(sum(p.stat().st_size for p in path.iterdir() if p.is_file()))
-    except OSError as err:
-        raise StoreError(f"cannot read {path}: {err.strerror or err}") from err
-    state = "complete" if manifest.get("status") == "complete" else "interrupted (the run did not reach its end)"
-    head = [
-        f"{path}: hookscope watch store (format {manifest.get('version')}), {state}",
-        f"model     {prov.get('model', '?')} ({prov.get('model_module', '?')}), "
-        f"{prov.get('parameters', 0):,} parameters",
-        f"made by   hookscope {prov.get('hookscope')}, torch {prov.get('torch')}, Python {prov.get('python')}, "
-        f"{prov.get('created')}",
-        f"run       watch every {config.get('every')} steps: {config.get('steps', 0):,} steps, {len(steps)} logged "
-        f"({_span(steps)}), select {config.get('select') or 'every module holding parameters, and activations'}",
-        *_ranks_line(config, manifest.get("series") or {}),
-        *_stopped_line(read_non_finite(manifest)),
-        *scalar_lines(scalars or {}),
-        f"alerts    {len(alerts)}" + "".join(f"\n          {a}" for a in alerts[:10]),
-        f"size      {size}",
-        "",
-    ]
-    shown = ("grad_norm", "update_ratio", "dead", "act_std")
-    rows = [["site", "type", "steps", *(f"last {c}" for c in shown)]]
-    rows += [[n or "(model)", h.type, str(len(h)), *(_last_cell(h, c) for c in shown)] for n, h in histories.items()]
-    return "\n".join(head + columns(rows, right={2, 3, 4, 5, 6}))
-
-
-def scalar_lines(scalars: Mapping[str, Sequence[tuple[int, float]]]) -> list[str]:
-    """The scalars of ``w.log`` a watch store keeps: one line each, its values, first and last step, last value."""
-    if not scalars:
-        return ["scalars   none (w.log(loss=...) keeps them beside the statistics)"]
-    width = max(len(name) for name in scalars)
-    lines = [f"scalars   {len(scalars)} logged with w.log (run.scalars())"]
-    for name, pairs in scalars.items():
-        steps = sorted(step for step, _ in pairs)
-        last = f", last {_cell(pairs[-1][1])}" if pairs else ""
-        lines.append(f"          {name:<{width}}  {len(pairs):,} value{'s' * (len(pairs) != 1)}, {_span(steps)}{last}")
-    return lines
-
-
-def _ranks_line(config: Mapping[str, Any], series: Mapping[str, Any]) -> list[str]:
-    """Under torchrun: how many ranks, and that the rows are merged over them (each rank's kept too)."""
-    size = int(config.get("world_size", 1))
-    if size <= 1:
-        return []
-    kept = "; each rank's own rows are kept as rank<r>/<site>" if series.get("ranks") else ""
-    return [f"ranks     {size} under torchrun: statistics merged over the ranks{kept}"]
-
-
-def _stopped_line(err: NonFiniteError | None) -> list[str]:
-    """The ``NonFiniteError`` that ended the run: where it was found, then its message."""
-    if err is None:
-        return []
-    rank = "" if err.rank is None else f", rank {err.rank}"
-    call = "" if err.call is None else f" call {err.call}"
-    who = repr(err.module) if err.module else "the model"
-    where = f"step {err.step}, {err.phase}, {who}{call}, {err.kind} {err.key}{rank}"
-    return [f"ended by  NonFiniteError at {where}\n          {err}"]
-
-
 def read_rank_histories(root: Path, manifest: Mapping[str, Any], mapped: MappedShards) -> list[dict[str, History]]:
     """Each rank's own histories (a watch under torchrun), in rank order; empty for one process."""
     ranks = int((manifest.get("series") or {}).get("ranks", 0))
@@ -413,27 +193,3 @@ def _text(value: float) -> float | str:
 
 def _number(value: float | str) -> float:
     return float(value)
-
-
-def _last_cell(history: History, column: str) -> str:
-    last = history.last()
-    return "undefined" if last and int(last["step"]) in history.undefined.get(column, ()) else _cell(last.get(column))
-
-
-def _cell(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.3g}"
-
-
-def _span(steps: Sequence[int]) -> str:
-    if not steps:
-        return "none"
-    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}..{steps[-1]}"
-
-
-def _nearest(step: object, steps: Sequence[int]) -> str:
-    """``"; nearest: 10, 20"``: the logged steps either side of ``step`` (``""`` for none, or a non-number)."""
-    if not steps or isinstance(step, bool) or not isinstance(step, (int, float)):
-        return ""
-    below = [s for s in steps if s < step][-1:]
-    above = [s for s in steps if s > step][:1]
-    return f"; nearest: {', '.join(map(str, below + above))}"
