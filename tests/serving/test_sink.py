@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.records import Call, Record
+from hookscope.core.call import Call
+from hookscope.core.records import Record
 from hookscope.serving.sink import RequestSink, prompt_digest
 from hookscope.store.format import read_manifest, write_manifest
 

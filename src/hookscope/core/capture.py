@@ -35,6 +35,7 @@ from ..base.words import closest
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from .backward import GradientHooks
 from .block import Block
+from .call import Call
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import FUNCTIONAL_CALL, IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
@@ -45,7 +46,7 @@ from .kinds import Kind, at, choose, misspelled, names
 from .phase import FORWARD, CallPhase, Regions, call_phase, ordinary, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
-from .records import Call, Label, Record, SitesPlot
+from .records import Label, Record, SitesPlot
 from .scripted import hookable
 from .select import Selector, experts_selected, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
@@ -231,14 +232,14 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         Taps are forgotten too. Call it between batches, once their backward passes are done:
         a gradient that arrives later for a forgotten call is dropped.
         """
-        self._cleared |= {name for name, record in self._records.items() if record.calls}
+        self._cleared |= {name for name, record in self._records.items() if record.called()}
         dropped = _copies(self._records.values()) if self._keeper.pools else None
         for name in list(self._records):
             record = self._records[name]
             if record.type == "tap":
                 del self._records[name]
                 continue
-            record.calls.clear()
+            record.clear_calls()
             if record.param_grads:
                 record.param_grads = {pname: [] for pname in record.param_grads}
         for pending in self._open.values():
@@ -283,8 +284,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         record = self._records.setdefault(name, Record(name, "tap", ("output", "grad_output") if grad else ("output",)))
         if record.type != "tap":
             raise CaptureError(f"tap name {name!r} is already a module of this capture; pick another name")
-        call = Call(name, len(record.calls), order=next(self._order))
-        record.calls.append(call)
+        call = Call(name, record.called(), order=next(self._order))
+        record.add_call(call)
         call.tensors["output"] = self._keep_all([("value", tensor)], name, "output")
         if grad:
             self._watch(call, "grad_output", [("value", tensor)], "tensor")
@@ -318,8 +319,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             if logical is not None and phase.reentrant:
                 self._rewatch(logical, self._input_grads, flatten_call_layout(args, kwargs)[0], "input")
             return
-        call = Call(record.name, len(record.calls))
-        record.calls.append(call)
+        call = Call(record.name, record.called())
+        record.add_call(call)
         self._open[record.name].append((call, phase))
         self._regions.note(phase, record.name, call)
         if not kwargs and len(args) == 1 and type(args[0]) is Tensor:  # one tensor: no layout to keep
@@ -333,12 +334,14 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat record
-            calls, (kind, label) = record.calls, self._labels[record.name]
-            made = Call(record.name, len(calls))
-            calls.append(made)
-            made.order = next(self._order)
-            made._one = (kind, self._keeper.keep(output, label))  # its dicts are built when read (Call.tensors)
+        if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat row
+            kind, label = self._labels[record.name]
+            if not self._output_grads:  # its Call is made when read (Record.calls)
+                record.file_call(next(self._order), kind, self._keeper.keep(output, label))
+                return
+            order = next(self._order)
+            made = Call.returned(record.name, record.called(), order, kind, self._keeper.keep(output, label))
+            record.add_call(made)
             for grad_kind in self._output_grads:
                 self._watch(made, grad_kind, [("out", output)], "output", FORWARD)
             return
@@ -359,8 +362,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             if phase.repeat:
                 self._after_repeat(self._regions.match(phase, record.name), phase, output)
                 return
-            call = Call(record.name, len(record.calls))
-            record.calls.append(call)
+            call = Call(record.name, record.called())
+            record.add_call(call)
             self._regions.note(phase, record.name, call)
         assert call is not None  # only a recomputation finds no call
         if self._param_grads and swapped(module, self._hooked.get(record.name, {})):
@@ -395,8 +398,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
     def _untouched(self, record: Record) -> Call:
         """A call made inside a torch.func transform: counted, nothing kept, the reason filed (core.inference)."""
-        call = Call(record.name, len(record.calls), order=next(self._order))
-        record.calls.append(call)
+        call = Call(record.name, record.called(), order=next(self._order))
+        record.add_call(call)
         reason = IN_TRANSFORM.format(transform=transform())
         for kind in self.kinds:
             if kind != "param_grad":
@@ -430,7 +433,7 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
 
 
 def _copies(records: Iterable[Record]) -> list[Tensor]:
-    return [t for record in records for call in record.calls for t in call.kept()]
+    return [t for record in records for t in record.kept()]
 
 
 def _unknown_site(name: str, names: list[str]) -> str:

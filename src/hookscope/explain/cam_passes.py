@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..core.capture import capture
-from ..core.records import Call
+from ..core.call import Call
 from ..errors import CaptureWarning, HookscopeError, OptionError, ShapeError
 from .keys import layer_key
 from .layers import choose_among
