@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -297,7 +297,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             self._labels[record.name] = (self._forward[0], (record.name, self._forward[0], "out"))
         if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
-        self._handles.on_forward(module, partial(self._after, record))
+        plain = self._plain and not self._output_grads
+        self._handles.on_forward(module, self._plain_hook(record) if plain else partial(self._after, record))
         self._experts.hook(self._handles, record.name, self._keep_all, partial(next, self._order))
         if self._param_grads:
             trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -307,6 +308,21 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
                 self._handles.on_param_grad(param, partial(self._on_param_grad, record, pname))
             if not trainable:
                 record.missing["param_grad"] = NO_TRAINABLE
+
+    def _plain_hook(self, record: Record) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        """The forward hook of a capture whose calls may take the short way and hook no gradient: a call
+        that returned one tensor in an ordinary forward pass is filed flat (``Record.file_call``), any
+        other goes the long way (``_after``). A closure: it runs on every hooked call."""
+        after, keep, order, file = self._after, self._keeper.keep, self._order, record.filer()
+        kind, label = self._labels[record.name]
+
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if type(output) is Tensor and ordinary():
+                file((next(order), kind, keep(output, label)))
+            else:
+                after(record, module, args, output)
+
+        return hook
 
     def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if transform() is not None:

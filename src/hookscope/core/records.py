@@ -18,7 +18,7 @@ read twice is the same object, in call order.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +117,15 @@ class Record(Shortcuts, Shows):
             tensor: the stored tensor, or None when a reducer kept nothing.
         """
         self._rows.append((position, kind, tensor))
+
+    def filer(self) -> Callable[[Row], None]:
+        """What files a call flat without a method call (a hook binds it once): ``filer()((position, kind,
+        tensor))`` is ``file_call(position, kind, tensor)``. It stays valid across ``clear_calls``.
+
+        Returns:
+            The flat table's ``append``.
+        """
+        return self._rows.append
 
     def set_calls(self, calls: list[Call]) -> None:
         """Replace every call with ``calls`` (a store's reader, which builds them all at once).
