@@ -131,8 +131,11 @@ class Keeper:
     # keep(tensor, label) -> the stored form of ``tensor`` (None: the reducer kept nothing); label is (site, kind, key)
     def _reference(self, tensor: Tensor, label: Label) -> Tensor:
         kept = self._take(tensor)
-        if not tensor.is_inference():
-            self._references.append((label, kept, kept._version))
+        try:
+            version = kept._version
+        except RuntimeError:  # an inference tensor has no version counter (nor can it be changed in place later)
+            return kept
+        self._references.append((label, kept, version))
         return kept
 
     def _copied(self, tensor: Tensor, label: Label) -> Tensor:
@@ -211,7 +214,7 @@ def _fast_apply(policy: Policy) -> Callable[[Tensor], Tensor]:
     if policy.device is not None or policy.dtype is not None:
         return policy.apply
     if policy.detach:
-        return _detach_clone if policy.clone else Tensor.detach
+        return _detach_clone if policy.clone else _detached
     return Tensor.clone if policy.clone else _same
 
 
@@ -223,6 +226,11 @@ def _same_view(source: Tensor, tensor: Tensor) -> bool:
         and source.dtype == tensor.dtype
         and source.device == tensor.device
     )
+
+
+def _detached(tensor: Tensor) -> Tensor:
+    """The tensor without its graph: a tensor that has none (no grad needed) is kept as it is."""
+    return tensor.detach() if tensor.requires_grad else tensor
 
 
 def _detach_clone(tensor: Tensor) -> Tensor:
