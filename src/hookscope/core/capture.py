@@ -46,7 +46,7 @@ from .kinds import Kind, at, choose, misspelled, names
 from .phase import FORWARD, CallPhase, Regions, call_phase, ordinary, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
-from .records import Label, Record, SitesPlot
+from .records import CallTable, Label, Record, SitesPlot
 from .scripted import hookable
 from .select import Selector, experts_selected, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
@@ -160,6 +160,9 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._experts = ExpertSites(experts_selected(model, select), self.kinds)
         records.update(self._experts.records)
         self._left_out = left_out_note(model, select)
+        self._table = CallTable()  # the calls filed flat by the hooks, every site's (core.records)
+        for record in records.values():
+            self._table.join(record)
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
@@ -232,18 +235,16 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         Taps are forgotten too. Call it between batches, once their backward passes are done:
         a gradient that arrives later for a forgotten call is dropped.
         """
-        self._cleared |= {name for name, record in self._records.items() if record.called()}
-        dropped = _copies(self._records.values()) if self._keeper.pools else None
-        for name in list(self._records):
-            record = self._records[name]
-            if record.type == "tap":
-                del self._records[name]
-                continue
-            record.clear_calls()
-            if record.param_grads:
+        dropped = self._table.kept() if self._keeper.pools else None
+        self._cleared |= {record.name for record in self._table.clear()}
+        for name in [name for name, record in self._records.items() if record.type == "tap"]:
+            del self._records[name]
+        if self._param_grads:
+            for record in self._records.values():
                 record.param_grads = {pname: [] for pname in record.param_grads}
-        for pending in self._open.values():
-            pending.clear()
+        if self._before_call:
+            for pending in self._open.values():
+                pending.clear()
         self._keeper.forget(dropped)  # copies nothing else holds take the next batch's (core/pool)
         self._grads_seen = False
         self._params_reached.clear()
@@ -281,7 +282,10 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             raise CaptureError("tap() needs an active capture: call it inside `with hookscope.capture() as cap:`")
         if not isinstance(tensor, Tensor):
             raise CaptureError(f"tap({name!r}) expects a torch.Tensor, got {type(tensor).__name__}")
-        record = self._records.setdefault(name, Record(name, "tap", ("output", "grad_output") if grad else ("output",)))
+        if name not in self._records:
+            kinds: tuple[Kind, ...] = ("output", "grad_output") if grad else ("output",)
+            self._records[name] = self._table.join(Record(name, "tap", kinds))
+        record = self._records[name]
         if record.type != "tap":
             raise CaptureError(f"tap name {name!r} is already a module of this capture; pick another name")
         call = Call(name, record.called(), order=next(self._order))
@@ -311,14 +315,14 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
     def _plain_hook(self, record: Record) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
         """The forward hook of a capture whose calls may take the short way and hook no gradient: a call
-        that returned one tensor in an ordinary forward pass is filed flat (``Record.file_call``), any
+        that returned one tensor in an ordinary forward pass is filed flat (``CallTable``), any
         other goes the long way (``_after``). A closure: it runs on every hooked call."""
-        after, keep, order, file = self._after, self._keeper.keep, self._order, record.filer()
+        after, keep, order, file = self._after, self._keeper.keep, self._order, self._table.filer()
         kind, label = self._labels[record.name]
 
         def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             if type(output) is Tensor and ordinary():
-                file((next(order), kind, keep(output, label)))
+                file((record, next(order), kind, keep(output, label)))
             else:
                 after(record, module, args, output)
 
@@ -351,10 +355,7 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat row
-            kind, label = self._labels[record.name]
-            if not self._output_grads:  # its Call is made when read (Record.calls)
-                record.file_call(next(self._order), kind, self._keeper.keep(output, label))
-                return
+            kind, label = self._labels[record.name]  # a plain capture that hooks gradients: a Call now
             order = next(self._order)
             made = Call.returned(record.name, record.called(), order, kind, self._keeper.keep(output, label))
             record.add_call(made)
@@ -446,10 +447,6 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
         got = ", ".join(repr(k) for k in unknown) or "nothing"
         raise OptionError(f"unknown kind {got}; kinds are {', '.join(names())}{misspelled(unknown)}")
     return chosen
-
-
-def _copies(records: Iterable[Record]) -> list[Tensor]:
-    return [t for record in records for t in record.kept()]
 
 
 def _unknown_site(name: str, names: list[str]) -> str:

@@ -7,12 +7,13 @@ On a ``Record`` the shortcuts (``.output``, ...) are defined only when the site 
 a site called several times raises ``AmbiguousCallError`` instead of silently picking a call: use
 ``.calls[k]``, ``.values(kind)`` or ``.stack(kind)``.
 
-The calls of a record are written through its own few methods (``add``, ``file``, ``set_calls``,
-``forget``) and read as ``record.calls``. The hook's common call (one tensor returned, one kind
-kept, no gradient hooked) is filed as a flat row ``(order, kind, kept)``, not a ``Call``: most calls
-of a long loop are never read one by one, and a ``Call`` costs more than its row. ``calls`` turns
-the rows filed since the last read into ``Call`` objects, appended to the same list, so a call
-read twice is the same object, in call order.
+The calls of a record are read as ``record.calls`` and written through its few methods (``add_call``,
+``set_calls``). A capture's hooks file the common call (one tensor returned, one kind kept, no
+gradient hooked) as a flat row ``(record, order, kind, kept)`` in the capture's ``CallTable``, not as
+a ``Call``: most calls of a long loop are never read one by one, a ``Call`` costs more than its row,
+and ``Capture.clear()`` then forgets a batch at once instead of site by site. Reading ``calls``
+turns the rows filed since into ``Call`` objects, appended to the same list, so a call read twice
+is the same object, in call order.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
 Label = tuple[str, str, str]  # (site, kind, key): where a kept tensor came from
-Row = tuple[int, Kind, "Tensor | None"]  # a call filed flat: (order, kind, kept); see the module doc
+TableRow = tuple["Record", int, Kind, "Tensor | None"]  # a call filed flat: (record, order, kind, kept)
 
 
 class SitesPlot:
@@ -71,7 +73,7 @@ class Record(Shortcuts, Shows):
             apart), or None.
 
     ``calls`` (one ``Call`` per call of the site, in call order) is read-only: the calls are written
-    with ``add_call``, ``file_call``, ``set_calls`` and ``clear_calls`` (see the module doc).
+    with ``add_call`` and ``set_calls``, or filed in a capture's ``CallTable`` (see the module doc).
     """
 
     name: str
@@ -81,51 +83,26 @@ class Record(Shortcuts, Shows):
     missing: dict[str, str] = field(default_factory=dict)  # site-wide reasons (param_grad, no call)
     channels: int | None = None  # the module's output channels as its weight says: tells (B, H, W, C) maps
     _calls: list[Call] = field(default_factory=list, init=False, repr=False)  # the calls made so far
-    _rows: list[Row] = field(default_factory=list, init=False, repr=False)  # filed flat since, not yet made
+    _table: CallTable | None = field(default=None, init=False, repr=False)  # the capture's table, where its hooks file
 
     @property
     def calls(self) -> list[Call]:
         """One ``Call`` per call of the site, in call order (always the same list: read it, do not write it)."""
-        if self._rows:
-            self._made()
+        if self._table is not None and self._table.rows:
+            self._table.settle()
         return self._calls
 
-    def _made(self) -> None:
-        """The rows filed flat, made ``Call`` objects at the end of ``calls``."""
-        calls, returned, site = self._calls, Call.returned, self.name
-        for order, kind, kept in self._rows:
-            calls.append(returned(site, len(calls), order, kind, kept))
-        self._rows.clear()
-
     def add_call(self, call: Call) -> None:
-        """Append ``call`` (its ``index`` is the number of calls before it).
+        """Append ``call`` (its ``index`` is ``called()``, the number of calls before it).
 
         Args:
             call: the site's next call.
         """
-        if self._rows:
-            self._made()
+        if self._table is not None:
+            if self._table.rows:
+                self._table.settle()
+            self._table.made.add(self)
         self._calls.append(call)
-
-    def file_call(self, position: int, kind: Kind, tensor: Tensor | None) -> None:
-        """File the next call flat: one that returned one tensor, of which one kind is kept (its ``Call``
-        is made when ``calls`` is read: ``Call.returned``). The hook's common call; nothing else runs.
-
-        Args:
-            position: the call's ``order``, its position among all calls of the capture as they returned.
-            kind: the one kind kept.
-            tensor: the stored tensor, or None when a reducer kept nothing.
-        """
-        self._rows.append((position, kind, tensor))
-
-    def filer(self) -> Callable[[Row], None]:
-        """What files a call flat without a method call (a hook binds it once): ``filer()((position, kind,
-        tensor))`` is ``file_call(position, kind, tensor)``. It stays valid across ``clear_calls``.
-
-        Returns:
-            The flat table's ``append``.
-        """
-        return self._rows.append
 
     def set_calls(self, calls: list[Call]) -> None:
         """Replace every call with ``calls`` (a store's reader, which builds them all at once).
@@ -133,31 +110,23 @@ class Record(Shortcuts, Shows):
         Args:
             calls: the site's calls, in call order.
         """
-        self._rows.clear()
         self._calls[:] = calls
 
-    def clear_calls(self) -> None:
-        """Forget every call (``Capture.clear()``); the list ``calls`` returned is emptied too."""
-        self._rows.clear()
-        self._calls.clear()
-
     def kept(self) -> list[Tensor]:
-        """Every tensor the calls hold, without making the calls filed flat (what ``clear()`` hands back).
+        """Every tensor the calls hold, kind and key after kind and key.
 
         Returns:
-            The stored tensors of every call, kind and key.
+            The stored tensors.
         """
-        held = [t for call in self._calls for t in call.kept()]
-        held += [kept for _, _, kept in self._rows if kept is not None]
-        return held
+        return [t for call in self.calls for t in call.kept()]
 
     def called(self) -> int:
-        """How many times the site was called (``len(calls)``, without making the calls filed flat).
+        """How many times the site was called (``len(calls)``).
 
         Returns:
             The number of calls.
         """
-        return len(self._calls) + len(self._rows)
+        return len(self.calls)
 
     def __repr__(self) -> str:
         return f"<Record {self.name!r} ({self.type}): {len(self.calls)} call(s), kinds={self.kinds}>"
@@ -289,6 +258,71 @@ class Record(Shortcuts, Shows):
                 f"use cap[{self.name!r}].param_grads[name][k]"
             )
         return {name: grads[0] for name, grads in self.param_grads.items() if grads}
+
+
+class CallTable:
+    """The calls the hooks of one capture filed flat, every site's in one list (see the module doc).
+
+    ``filer()`` is the ``append`` a hook binds: ``file((record, order, kind, kept))``. Reading a joined
+    record's ``calls`` (or adding a ``Call`` to one) first turns every row into a ``Call`` at the end of
+    its record's calls (``settle``). ``clear()`` forgets them all at once, at the cost of the calls made,
+    not of the sites.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[TableRow] = []  # filed, not yet made Call objects
+        self.made: set[Record] = set()  # the records holding Call objects
+
+    def join(self, record: Record) -> Record:
+        """Let the hooks file calls of ``record`` here.
+
+        Args:
+            record: a site of the capture (with no calls yet).
+
+        Returns:
+            ``record``.
+        """
+        record._table = self
+        return record
+
+    def filer(self) -> Callable[[TableRow], None]:
+        """What a hook files a call with: ``file((record, order, kind, kept))`` (valid across ``clear``).
+
+        Returns:
+            The rows' ``append``.
+        """
+        return self.rows.append
+
+    def settle(self) -> None:
+        """Every row made a ``Call`` (``Call.returned``) at the end of its record's calls, in filing order."""
+        returned = Call.returned
+        for record, order, kind, kept in self.rows:
+            calls = record._calls
+            calls.append(returned(record.name, len(calls), order, kind, kept))
+            self.made.add(record)
+        self.rows.clear()
+
+    def kept(self) -> list[Tensor]:
+        """Every tensor the calls of the joined records hold (what ``Capture.clear()`` hands back).
+
+        Returns:
+            The stored tensors, the rows' without making their calls.
+        """
+        held = [kept for _, _, _, kept in self.rows if kept is not None]
+        return held + [t for record in self.made for call in record._calls for t in call.kept()]
+
+    def clear(self) -> set[Record]:
+        """Forget every call of the joined records.
+
+        Returns:
+            The records that had calls.
+        """
+        had = set(map(itemgetter(0), self.rows)) | self.made
+        self.rows.clear()
+        for record in self.made:
+            record._calls.clear()
+        self.made = set()
+        return had
 
 
 def forward_order(sites: Mapping[str, Record]) -> list[Record]:
