@@ -105,12 +105,15 @@ class Record(Shortcuts, Shows):
         self._calls.append(call)
 
     def set_calls(self, calls: list[Call]) -> None:
-        """Replace every call with ``calls`` (a store's reader, which builds them all at once).
+        """Replace every call with ``calls``, which ``calls`` then is (a store's reader builds them all at once,
+        in a list that also names its lost calls).
 
         Args:
             calls: the site's calls, in call order.
         """
-        self._calls[:] = calls
+        if self._table is not None and self._table.rows:
+            self._table.settle()
+        self._calls = calls
 
     def kept(self) -> list[Tensor]:
         """Every tensor the calls hold, kind and key after kind and key.
