@@ -277,6 +277,7 @@ METHOD_NAMES = {
     "unit", "rank",  # TopExamples.where: a unit (channel) and the place among its top k
     "overlay",  # Graph.colored(overlay, column=): a number per module (column= names them)
     "prompts",  # LLMCapture.pending(prompts): what llm.generate takes, those its store lacks
+    "calls",  # Record.set_calls(calls): the calls a store's reader builds at once
 }  # fmt: skip
 RESULT_LAYER = {"Attention", "LinearAttention"}  # .weights(layer), .mixing(layer): a layer of the result
 

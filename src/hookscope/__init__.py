@@ -51,12 +51,13 @@ from .errors import (
 
 if _typing.TYPE_CHECKING:  # at run time the first use of a public name imports them all (__getattr__)
     from . import compare, edits, zoo
+    from .core.call import Call
     from .core.capture import Capture, capture
     from .core.channels import spatial_maps, tokens_to_grid
     from .core.hooks import HookInfo, find_hooks
     from .core.kinds import KINDS, Kind
     from .core.policy import Policy
-    from .core.records import Call, Record
+    from .core.records import Record
     from .core.select import ModuleInfo, Selector, list_modules, select_modules
     from .edits.edit import Edit, edit
     from .edits.effects import PatchSweep
@@ -119,7 +120,8 @@ _HOMES = {
     ".core.hooks": "HookInfo find_hooks",
     ".core.kinds": "KINDS Kind",
     ".core.policy": "Policy",
-    ".core.records": "Call Record",
+    ".core.call": "Call",
+    ".core.records": "Record",
     ".core.select": "ModuleInfo Selector list_modules select_modules",
     ".edits.edit": "Edit edit",
     ".edits.effects": "PatchSweep",

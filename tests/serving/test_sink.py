@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.records import Call, Record
+from hookscope.core.call import Call
+from hookscope.core.records import Record
 from hookscope.serving.sink import RequestSink, prompt_digest
 from hookscope.store.format import read_manifest, write_manifest
 
@@ -37,7 +38,7 @@ def request(name: str) -> tuple[dict[str, Record], torch.Tensor]:
             rows = prompt if k == 0 else 1
             hidden, residual = torch.randn(rows, 4, generator=gen), torch.randn(rows, 4, generator=gen)
             tensors = {"residual": hidden + residual, "out[0]": hidden, "out[1]": residual}
-            record.calls.append(Call(site, k, tensors={"output": tensors}))
+            record.add_call(Call(site, k, tensors={"output": tensors}))
         records[site] = record
     tokens = torch.randint(3, 200, (prompt + calls - 1,), generator=gen)
     return records, tokens

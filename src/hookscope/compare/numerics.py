@@ -34,10 +34,11 @@ from torch import Tensor, nn
 from ..base.deprecation import warn_renamed
 from ..base.display import Shows, plot_of, table_of
 from ..base.words import closest
+from ..core.call import Call
 from ..core.capture import Capture, capture
 from ..core.compiled import is_compiled, named_modules, unwrap
 from ..core.modes import evaluating
-from ..core.records import Call, forward_order
+from ..core.records import forward_order
 from ..core.select import Selector, select_modules
 from ..core.tree import flatten
 from ..errors import CaptureWarning, CompiledWarning, MismatchError, NotCapturedError, OptionError

@@ -14,12 +14,13 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from .call import Call
 from .diagnosis import AWAITS_RECOMPUTE, NO_GRAD_MODE, does_not_require_grad
 from .hooks import HandleGroup
 from .kinds import Kind
 from .phase import CallPhase
 from .policy import Keeper
-from .records import Call, Record
+from .records import Record
 from .tree import Leaves
 
 

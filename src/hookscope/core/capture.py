@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -35,6 +35,7 @@ from ..base.words import closest
 from ..errors import CaptureError, CaptureWarning, NotCapturedError, OptionError
 from .backward import GradientHooks
 from .block import Block
+from .call import Call
 from .channels import channel_count
 from .compiled import Eagerly, eager_keyed
 from .diagnosis import FUNCTIONAL_CALL, IN_TRANSFORM, NO_GRAD_MODE, NO_TRAINABLE, annotate, warn_at_exit
@@ -45,7 +46,7 @@ from .kinds import Kind, at, choose, misspelled, names
 from .phase import FORWARD, CallPhase, Regions, call_phase, ordinary, stopped
 from .placement import shard_notes, this_rank
 from .policy import Keeper, Policy, Reducer
-from .records import Call, Label, Record, SitesPlot
+from .records import CallTable, Label, Record, SitesPlot
 from .scripted import hookable
 from .select import Selector, experts_selected, select_modules
 from .tree import Leaves, flatten_call_layout, flatten_layout
@@ -159,6 +160,9 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         self._experts = ExpertSites(experts_selected(model, select), self.kinds)
         records.update(self._experts.records)
         self._left_out = left_out_note(model, select)
+        self._table = CallTable()  # the calls filed flat by the hooks, every site's (core.records)
+        for record in records.values():
+            self._table.join(record)
         self._records = eager_keyed(model, records)  # a compiled model's site "0" is also cap["_orig_mod.0"]
         super().__init__(Eagerly(model))  # a compiled model runs eagerly while the block is open
         if reduce is not None and not callable(reduce):
@@ -231,18 +235,16 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
         Taps are forgotten too. Call it between batches, once their backward passes are done:
         a gradient that arrives later for a forgotten call is dropped.
         """
-        self._cleared |= {name for name, record in self._records.items() if record.calls}
-        dropped = _copies(self._records.values()) if self._keeper.pools else None
-        for name in list(self._records):
-            record = self._records[name]
-            if record.type == "tap":
-                del self._records[name]
-                continue
-            record.calls.clear()
-            if record.param_grads:
+        dropped = self._table.kept() if self._keeper.pools else None
+        self._cleared |= {record.name for record in self._table.clear()}
+        for name in [name for name, record in self._records.items() if record.type == "tap"]:
+            del self._records[name]
+        if self._param_grads:
+            for record in self._records.values():
                 record.param_grads = {pname: [] for pname in record.param_grads}
-        for pending in self._open.values():
-            pending.clear()
+        if self._before_call:
+            for pending in self._open.values():
+                pending.clear()
         self._keeper.forget(dropped)  # copies nothing else holds take the next batch's (core/pool)
         self._grads_seen = False
         self._params_reached.clear()
@@ -280,11 +282,14 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             raise CaptureError("tap() needs an active capture: call it inside `with hookscope.capture() as cap:`")
         if not isinstance(tensor, Tensor):
             raise CaptureError(f"tap({name!r}) expects a torch.Tensor, got {type(tensor).__name__}")
-        record = self._records.setdefault(name, Record(name, "tap", ("output", "grad_output") if grad else ("output",)))
+        if name not in self._records:
+            kinds: tuple[Kind, ...] = ("output", "grad_output") if grad else ("output",)
+            self._records[name] = self._table.join(Record(name, "tap", kinds))
+        record = self._records[name]
         if record.type != "tap":
             raise CaptureError(f"tap name {name!r} is already a module of this capture; pick another name")
-        call = Call(name, len(record.calls), order=next(self._order))
-        record.calls.append(call)
+        call = Call(name, record.called(), order=next(self._order))
+        record.add_call(call)
         call.tensors["output"] = self._keep_all([("value", tensor)], name, "output")
         if grad:
             self._watch(call, "grad_output", [("value", tensor)], "tensor")
@@ -296,7 +301,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             self._labels[record.name] = (self._forward[0], (record.name, self._forward[0], "out"))
         if self._before_call:
             self._handles.on_forward_pre(module, partial(self._before, record))
-        self._handles.on_forward(module, partial(self._after, record))
+        plain = self._plain and not self._output_grads
+        self._handles.on_forward(module, self._plain_hook(record) if plain else partial(self._after, record))
         self._experts.hook(self._handles, record.name, self._keep_all, partial(next, self._order))
         if self._param_grads:
             trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -306,6 +312,21 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
                 self._handles.on_param_grad(param, partial(self._on_param_grad, record, pname))
             if not trainable:
                 record.missing["param_grad"] = NO_TRAINABLE
+
+    def _plain_hook(self, record: Record) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+        """The forward hook of a capture whose calls may take the short way and hook no gradient: a call
+        that returned one tensor in an ordinary forward pass is filed flat (``CallTable``), any
+        other goes the long way (``_after``). A closure: it runs on every hooked call."""
+        after, keep, order, file = self._after, self._keeper.keep, self._order, self._table.filer()
+        kind, label = self._labels[record.name]
+
+        def hook(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if type(output) is Tensor and ordinary():
+                file((record, next(order), kind, keep(output, label)))
+            else:
+                after(record, module, args, output)
+
+        return hook
 
     def _before(self, record: Record, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if transform() is not None:
@@ -318,8 +339,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             if logical is not None and phase.reentrant:
                 self._rewatch(logical, self._input_grads, flatten_call_layout(args, kwargs)[0], "input")
             return
-        call = Call(record.name, len(record.calls))
-        record.calls.append(call)
+        call = Call(record.name, record.called())
+        record.add_call(call)
         self._open[record.name].append((call, phase))
         self._regions.note(phase, record.name, call)
         if not kwargs and len(args) == 1 and type(args[0]) is Tensor:  # one tensor: no layout to keep
@@ -333,12 +354,11 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             self._watch(call, kind, leaves, "input", phase)
 
     def _after(self, record: Record, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat record
-            calls, (kind, label) = record.calls, self._labels[record.name]
-            made = Call(record.name, len(calls))
-            calls.append(made)
-            made.order = next(self._order)
-            made._one = (kind, self._keeper.keep(output, label))  # its dicts are built when read (Call.tensors)
+        if self._plain and type(output) is Tensor and ordinary():  # the common call: one tensor, a flat row
+            kind, label = self._labels[record.name]  # a plain capture that hooks gradients: a Call now
+            order = next(self._order)
+            made = Call.returned(record.name, record.called(), order, kind, self._keeper.keep(output, label))
+            record.add_call(made)
             for grad_kind in self._output_grads:
                 self._watch(made, grad_kind, [("out", output)], "output", FORWARD)
             return
@@ -359,8 +379,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
             if phase.repeat:
                 self._after_repeat(self._regions.match(phase, record.name), phase, output)
                 return
-            call = Call(record.name, len(record.calls))
-            record.calls.append(call)
+            call = Call(record.name, record.called())
+            record.add_call(call)
             self._regions.note(phase, record.name, call)
         assert call is not None  # only a recomputation finds no call
         if self._param_grads and swapped(module, self._hooked.get(record.name, {})):
@@ -395,8 +415,8 @@ class Capture(GradientHooks, Block, Mapping[str, Record], Shows, SitesPlot):
 
     def _untouched(self, record: Record) -> Call:
         """A call made inside a torch.func transform: counted, nothing kept, the reason filed (core.inference)."""
-        call = Call(record.name, len(record.calls), order=next(self._order))
-        record.calls.append(call)
+        call = Call(record.name, record.called(), order=next(self._order))
+        record.add_call(call)
         reason = IN_TRANSFORM.format(transform=transform())
         for kind in self.kinds:
             if kind != "param_grad":
@@ -427,10 +447,6 @@ def _check_kinds(asked: Kind | Iterable[Kind]) -> tuple[Kind, ...]:
         got = ", ".join(repr(k) for k in unknown) or "nothing"
         raise OptionError(f"unknown kind {got}; kinds are {', '.join(names())}{misspelled(unknown)}")
     return chosen
-
-
-def _copies(records: Iterable[Record]) -> list[Tensor]:
-    return [t for record in records for call in record.calls for t in call.kept()]
 
 
 def _unknown_site(name: str, names: list[str]) -> str:

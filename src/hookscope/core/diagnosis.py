@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from ..errors import CaptureWarning
+from .call import Call
 from .compiled import compiled_frames, named_modules
 from .experts import EXPERT
 from .kinds import Kind, at
-from .records import Call, Record
+from .records import Record
 from .uncalled import LIKELY, never_called
 
 if TYPE_CHECKING:

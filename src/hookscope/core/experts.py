@@ -31,11 +31,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .call import Call
 from .hooks import HandleGroup
 from .inference import transform
 from .kinds import Kind, forward_kinds
 from .phase import call_phase
-from .records import Call, Record
+from .records import Record
 
 EXPERTS = ":experts"
 EXPERT = "Expert"  # the type of an expert's site
@@ -183,8 +184,8 @@ class ExpertSites:
             return  # not called as experts(hidden, top_k_index, top_k_weights), or checkpointing's rerun of a call
         for e, rows, out, weight in split_by_expert(module, args, count):
             record = self.records[f"{name}.{e}"]
-            call = Call(record.name, len(record.calls), order=order())
-            record.calls.append(call)
+            call = Call(record.name, record.called(), order=order())
+            record.add_call(call)
             call.missing.update(record.missing)  # no gradients: recomputed without autograd
             if "output" in self.kinds:
                 leaves = [("out", out), ("positions", rows), ("weight", weight)]

@@ -12,7 +12,9 @@ Defaults, and why:
   masks and indices keep theirs).
 
 Outputs that alias each other (``nn.Identity``, eval-mode ``Dropout``, a layer's output that
-is the next layer's input) are copied once and shared while the source is unchanged.
+is the next layer's input) are copied once and shared while the source is unchanged: the same
+address and version, then the same shape, stride, dtype and device (looked at only when the address
+and version were seen before, which most calls' were not), and the source still alive.
 
 A ``reduce`` function ``(site, kind, key, tensor) -> tensor | None`` runs in the hook, on the
 detached tensor, before anything is kept: a spatial mean, a slice, top-k channels, or running
@@ -40,7 +42,7 @@ from .pool import Pool
 from .records import Label
 
 Reducer = Callable[[str, str, str, Tensor], "Tensor | None"]
-_AliasKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...], int]  # ptr ... version
+_AliasKey = tuple[int, int]  # (data_ptr, version): the memory a tensor shows, as it is now
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ class Keeper:
         self._pool = Pool() if pooled and self._async is None else None
         self._apply = self._pool.clone if self._pool is not None else _fast_apply(policy)
         self._take = self._apply if self._async is None else self._copy  # the copy (or reference) made, picked once
-        self._seen: dict[_AliasKey, tuple[weakref.ref[Tensor], Tensor]] = {}
+        self._seen: dict[_AliasKey, list[tuple[weakref.ref[Tensor], Tensor]]] = {}  # -> (source, its copy)
         self._references: list[tuple[Label, Tensor, int]] = []  # (label, tensor, version) when clone=False
         # what keep() does, picked once: it runs on every hooked call
         if reduce is not None:
@@ -129,20 +131,37 @@ class Keeper:
     # keep(tensor, label) -> the stored form of ``tensor`` (None: the reducer kept nothing); label is (site, kind, key)
     def _reference(self, tensor: Tensor, label: Label) -> Tensor:
         kept = self._take(tensor)
-        if not tensor.is_inference():
-            self._references.append((label, kept, kept._version))
+        try:
+            version = kept._version
+        except RuntimeError:  # an inference tensor has no version counter (nor can it be changed in place later)
+            return kept
+        self._references.append((label, kept, version))
         return kept
 
     def _copied(self, tensor: Tensor, label: Label) -> Tensor:
-        if tensor.layout != torch.strided or tensor.is_inference() or tensor.is_meta:
-            return self._take(tensor)  # inference tensors have no version counter: copied every time
-        # same memory, same view, same version, source still alive: same values (the key inline: every call)
-        key = (tensor.data_ptr(), tensor.device, tensor.dtype, tensor.shape, tensor.stride(), tensor._version)
-        hit = self._seen.get(key)
-        if hit is not None and hit[0]() is not None:
-            return hit[1]
+        try:  # no storage (sparse, mkldnn) or no version counter (an inference tensor): copied every time
+            key = (tensor.data_ptr(), tensor._version)
+        except RuntimeError:
+            return self._take(tensor)
+        if not key[0]:  # meta and empty tensors all sit at address 0
+            return self._take(tensor)
+        seen = self._seen.get(key)
+        if seen is None:  # the common call: memory not seen at this version
+            kept = self._take(tensor)
+            self._seen[key] = [(weakref.ref(tensor), kept)]
+            return kept
+        return self._aliased(seen, tensor, key[1])
+
+    def _aliased(self, seen: list[tuple[weakref.ref[Tensor], Tensor]], tensor: Tensor, version: int) -> Tensor:
+        """The copy of a tensor seen before at this address and version with the same view, if one is
+        still alive and unchanged (an ``nn.Identity``'s output, ...); else a new copy, filed beside them."""
+        seen[:] = [(ref, kept) for ref, kept in seen if ref() is not None]  # a freed source's address is reused
+        for ref, kept in seen:
+            source = ref()
+            if source is not None and source._version == version and _same_view(source, tensor):
+                return kept
         kept = self._take(tensor)
-        self._seen[key] = (weakref.ref(tensor), kept)
+        seen.append((weakref.ref(tensor), kept))
         return kept
 
     def _copy(self, tensor: Tensor) -> Tensor:
@@ -195,12 +214,27 @@ def _fast_apply(policy: Policy) -> Callable[[Tensor], Tensor]:
     if policy.device is not None or policy.dtype is not None:
         return policy.apply
     if policy.detach:
-        return _detach_clone if policy.clone else Tensor.detach
+        return _detach_clone if policy.clone else _detached
     return Tensor.clone if policy.clone else _same
 
 
+def _same_view(source: Tensor, tensor: Tensor) -> bool:
+    """Two tensors at one address show the same values: the same shape, stride, dtype and device."""
+    return (
+        source.shape == tensor.shape
+        and source.stride() == tensor.stride()
+        and source.dtype == tensor.dtype
+        and source.device == tensor.device
+    )
+
+
+def _detached(tensor: Tensor) -> Tensor:
+    """The tensor without its graph: a tensor that has none (no grad needed) is kept as it is."""
+    return tensor.detach() if tensor.requires_grad else tensor
+
+
 def _detach_clone(tensor: Tensor) -> Tensor:
-    return tensor.detach().clone()
+    return tensor.detach().clone() if tensor.requires_grad else tensor.clone()  # the same copy: no graph to drop
 
 
 def _same(tensor: Tensor) -> Tensor:

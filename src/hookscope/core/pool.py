@@ -49,7 +49,7 @@ class Pool:
                 target, self.large = free.pop(), True
                 with torch.no_grad():
                     return target.copy_(tensor)
-        copy = tensor.detach().clone()
+        copy = tensor.detach().clone() if tensor.requires_grad else tensor.clone()  # the same: no graph to drop
         if not self.large and copy.nbytes >= MIN_BYTES:
             self.large = True  # clear() has something to hand back (small copies alone: it skips the walk)
         return copy

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..core.call import Call
 from ..core.capture import Capture, capture
 from ..core.modes import evaluating
-from ..core.records import Call
 from ..edits import ops
 from ..edits.edit import edit
 from ..errors import CaptureWarning, EditError

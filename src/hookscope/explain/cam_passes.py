@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ..core.call import Call
 from ..core.capture import capture
-from ..core.records import Call
 from ..errors import CaptureWarning, HookscopeError, OptionError, ShapeError
 from .keys import layer_key
 from .layers import choose_among

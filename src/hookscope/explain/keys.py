@@ -16,8 +16,8 @@ from collections.abc import Collection
 
 from torch import Tensor
 
+from ..core.call import Call
 from ..core.channels import spatial_maps
-from ..core.records import Call
 from ..errors import CaptureWarning, SelectionError, ShapeError
 from .targets import choose_key, several_tensors
 

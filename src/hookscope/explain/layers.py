@@ -46,10 +46,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ..core.call import Call
 from ..core.capture import capture
 from ..core.channels import channel_count, is_channels_last, tokens_to_grid
 from ..core.compiled import unwrap
-from ..core.records import Call, Record
+from ..core.records import Record
 from ..core.select import Selector, select_modules
 from ..errors import CaptureWarning, HookscopeError, SelectionError, ShapeError
 from .reach import Reached, reaching

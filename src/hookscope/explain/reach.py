@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from ..core.call import Call
 from ..core.channels import channel_count, is_channels_last, spatial_maps
 from ..core.compiled import unwrap
-from ..core.records import Call
 from ..errors import ShapeError
 
 Reached = Callable[[Sequence[Call]], list[bool]]

@@ -39,9 +39,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..base.display import Shows, plot_of, table_of
+from ..core.call import Call
 from ..core.channels import is_channels_last, tokens_to_grid
 from ..core.kinds import Kind, is_gradient
-from ..core.records import Call, Record, forward_order
+from ..core.records import Record, forward_order
 from ..errors import ShapeError
 from ..explain.targets import top_classes
 from ..graph.nodes import Graph

@@ -29,10 +29,11 @@ from torch import Tensor
 
 from ..base.display import html_of, shows_as
 from ..base.words import format_size
+from ..core.call import Call
 from ..core.capture import Capture
 from ..core.channels import is_channels_last
 from ..core.kinds import Kind, choose, is_gradient, misspelled, names, per_call
-from ..core.records import Call, Record, forward_order
+from ..core.records import Record, forward_order
 from ..errors import OptionError, ShapeError
 from ..stats.streaming import RunningStats
 from ..stats.summary import Summary

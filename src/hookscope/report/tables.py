@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from ..base.words import columns, format_size
+from ..core.call import Call
 from ..core.channels import is_channels_last
 from ..core.kinds import Kind, is_gradient, names
-from ..core.records import Call, Record, forward_order
+from ..core.records import Record, forward_order
 from ..errors import OptionError
 from ..stats.streaming import RunningStats
 from ..stats.summary import Summary

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..core.call import Call
 from ..core.hooks import HandleGroup
 from ..core.kinds import Kind
-from ..core.records import Call, Record
+from ..core.records import Record
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten_call_layout, flatten_layout
 from .packing import Slice, fused, slices
@@ -310,7 +311,7 @@ def _call_for(record: Record, kind: str, piece: Slice) -> Call:
     if kind == "output" and "input" in record.kinds and record.calls and "output" not in record.calls[-1].tensors:
         return record.calls[-1]
     call = Call(record.name, len(record.calls))
-    record.calls.append(call)
+    record.add_call(call)
     return call
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, SupportsIndex, overload
 
-from ..core.records import Call
+from ..core.call import Call
 from ..errors import DamagedShardError, NotCapturedError
 from .index import ranges
 

@@ -33,10 +33,11 @@ from torch import Tensor
 from ..base.display import Shows, table_of
 from ..base.words import closest, format_size
 from ..core import kinds
+from ..core.call import Call
 from ..core.compiled import EagerNames, known_name
 from ..core.kinds import Kind
 from ..core.layout import from_json
-from ..core.records import Call, Label, Record, SitesPlot
+from ..core.records import Label, Record, SitesPlot
 from ..core.select import Selector, select_sites
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
@@ -366,12 +367,12 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
                 _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
         if batch is not None:
-            record.calls = [calls[k] for k in sorted(calls)]
+            record.set_calls([calls[k] for k in sorted(calls)])
             for i, call in enumerate(record.calls):
                 call.index = i
             return record
         gone = {b: Lost(b, file, self.damaged[file]) for b, file in lost.items()}
-        record.calls = arrange(site, calls, self._index.lost_places(site), gone)
+        record.set_calls(arrange(site, calls, self._index.lost_places(site), gone))
         return record
 
     def _layout(self, name: str) -> Any:

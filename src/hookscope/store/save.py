@@ -23,10 +23,11 @@ from .._version import __version__
 from ..base.deprecation import renamed
 from ..base.files import new_output, staged_folder
 from ..base.words import parse_size
+from ..core.call import Call
 from ..core.compiled import unwrap
 from ..core.layout import layout_id, to_json
 from ..core.placement import describe, is_dtensor, local, this_rank
-from ..core.records import Call, Record
+from ..core.records import Record
 from ..core.tree import Layout
 from ..errors import StoreWarning
 from .format import SHARD_SIZE, SHARDS, cannot_write, index_parts, new_manifest, shard_name, write_manifest

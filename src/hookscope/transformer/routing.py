@@ -22,8 +22,9 @@ from torch import nn
 
 from ..base.display import Shows, plot_of, shows_as, table_of
 from ..base.words import columns
+from ..core.call import Call
 from ..core.experts import EXPERT, EXPERTS, RouterStats, prob_sums, router_of, router_stats
-from ..core.records import Call, Record
+from ..core.records import Record
 from ..errors import NotCapturedError
 from ..viz.charts import figure_image, new_figure
 from ..viz.fonts import FONT, TITLE
