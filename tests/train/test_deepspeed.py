@@ -14,7 +14,7 @@ from torch import nn
 
 import hookscope
 from hookscope.errors import OptionError
-from hookscope.store.series import COLUMNS
+from hookscope.store.history import COLUMNS
 from hookscope.train.deepspeed_reads import refuse, zero_of
 from tests.test_distributed import TORCHRUN, ranks_job
 from tests.train.ranks_jobs import STEPS, batch, mlp

@@ -15,7 +15,7 @@ import hookscope
 from hookscope.cli import main
 from hookscope.core.placement import refuse_zero3, replicas
 from hookscope.errors import NonFiniteError, OptionError
-from hookscope.store.series import COLUMNS
+from hookscope.store.history import COLUMNS
 from hookscope.train.collect import SLOTS
 from hookscope.train.lockstep import first
 from hookscope.train.measures import activation_moments

@@ -31,7 +31,7 @@ from typing import Any
 from torch import nn
 
 from ..base.deprecation import warn_renamed
-from ..store.series import Alert
+from ..store.history import Alert
 from ..train.watch import Watch, watch
 
 

@@ -46,9 +46,9 @@ from . import series
 from .calls import Lost, arrange
 from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
+from .history import Alert, History
 from .index import Index, ranges, wrong_sizes
 from .schema import check_index, with_target
-from .series import Alert, History
 from .shards import MappedShards, read_stats
 
 T = TypeVar("T")

@@ -34,11 +34,7 @@ from ..base.words import closest
 from ..core.compiled import known_name
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError
 from .format import cannot_write, write_manifest
-
-# the rows live in history.py; train/ and store.reader import them from here too
-from .history import COLUMNS as COLUMNS
-from .history import Alert as Alert
-from .history import History as History
+from .history import COLUMNS, Alert, History
 from .schema import NON_FINITE
 from .shards import MappedShards, inside, read_index, write_shard
 

@@ -44,8 +44,8 @@ from torch.optim import Optimizer
 from .._version import __version__
 from ..base.files import mark, new_output, staged_folder, write_atomically
 from ..errors import HookscopeWarning, NonFiniteError, OptionError, StoreError
+from ..store.history import COLUMNS, Alert
 from ..store.save import weights_hash
-from ..store.series import COLUMNS, Alert
 from .producer import Check, Finding
 
 ALERT = "hookscope.evidence.alert.v1"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..errors import OptionError
-from ..store.series import Alert
+from ..store.history import Alert
 
 STATISTICS = ("act_mean", "act_std", "act_abs_mean", "grad_output_norm", "grad_norm", "weight_norm", "update_ratio")
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from ..base.optional import require
 from ..core.placement import local
-from ..store.series import Alert
+from ..store.history import Alert
 from .collect import Gathered
 
 

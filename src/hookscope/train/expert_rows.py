@@ -23,7 +23,7 @@ from ..core.compiled import named_modules
 from ..core.experts import EXPERT, expert_count, fused_experts, fused_note, prob_sums, router_of, router_stats, tally
 from ..core.hooks import HandleGroup
 from ..core.phase import call_phase
-from ..store.series import COLUMNS
+from ..store.history import COLUMNS
 
 FUSED_NOTE = (  # what watch warns of a model with fused experts
     "hold fused expert parameters, which module hooks see as one tensor for all experts; watch adds a row per "

@@ -23,7 +23,7 @@ from ..base import display
 from ..base.words import closest
 from ..core.compiled import EagerNames, known_name
 from ..errors import NotCapturedError
-from ..store.series import COLUMNS, Alert, History
+from ..store.history import COLUMNS, Alert, History
 from .alert_bundle import AlertEvidence
 from .alerts import Detector
 from .board import Board

@@ -39,8 +39,8 @@ from ..graph.overlay import overlay_of
 from ..graph.svg import graph_html
 from ..report.content import human_time
 from ..report.html import draws_page, format_number, write_page
+from ..store.history import Alert, History
 from ..store.reader import Run
-from ..store.series import Alert, History
 from ..viz.curves import curves_png, heatmap_png, sparkline_png
 from ..viz.fragments import data_uri, figure, more, note, view
 from .sites import shown

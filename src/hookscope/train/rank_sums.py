@@ -31,7 +31,7 @@ from torch import Tensor
 from ..base.world import World
 from ..core.placement import local, replicas
 from ..stats.norms import each_row_norms
-from ..store.series import COLUMNS, History
+from ..store.history import COLUMNS, History
 from .collect import SLOTS, host_row
 from .measures import ACT, F64, combine
 

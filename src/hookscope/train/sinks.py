@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from ..base.deprecation import warn_renamed
 from ..base.optional import require, require_all
 from ..errors import OptionError
-from ..store.series import Alert
+from ..store.history import Alert
 from .board import Board
 
 TOOLS = ("tensorboard", "trackio", "mlflow", "wandb")  # the tools a sink writes to (KINDS are what a capture keeps)

@@ -21,7 +21,7 @@ from ..base import display
 from ..base.optional import require
 from ..base.words import columns as text_columns
 from ..errors import OptionError
-from ..store.series import COLUMNS, Alert, History
+from ..store.history import COLUMNS, Alert, History
 from ..viz.curves import curves_png, sparkline_png
 from ..viz.fragments import MAX_ROWS, Safe, escape, image_tag, more, note, table, view
 from .sites import shown

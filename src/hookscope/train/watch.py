@@ -54,7 +54,8 @@ from ..core.scripted import hookable
 from ..core.select import Selector, select_modules, selector_text
 from ..errors import CaptureWarning, NonFiniteError, OptionError
 from ..store.format import FLUSH_EVERY, check_flush_every
-from ..store.series import SOURCE, Alert
+from ..store.history import Alert
+from ..store.series import SOURCE
 from .alert_bundle import AlertEvidence, evidence_of
 from .alerts import Detector, Thresholds, thresholds_of
 from .board import Board

@@ -20,8 +20,9 @@ from torch import Tensor, nn
 from ..base.files import new_output
 from ..errors import NonFiniteError
 from ..store.format import new_manifest
+from ..store.history import Alert, History
 from ..store.save import provenance
-from ..store.series import Alert, History, non_finite_json, write_watch
+from ..store.series import non_finite_json, write_watch
 from .sites import owned_params
 
 
