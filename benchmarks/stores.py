@@ -48,9 +48,11 @@ import hookscope
 BATCH, CONTEXT, D, MINIBATCH, WINDOW = 16, 128, 512, 4096, 64 * 2**20
 SMOKE_MB, SMOKE_SHARD_MB = 32, 6
 # benchmarks/smoke.py fails below this: the stream measured 9.2-10.9x the Arrow path at SMOKE_MB in SMOKE_SHARD_MB
-# shards (CPU time, the 2-core machine under load 14-16), 1.6-1.8x before the files were mapped as one (round 12);
-# a 2x regression falls under it.
-FLOOR = 4.0
+# shards (CPU time, the 2-core machine under load 14-16), 1.6-1.8x before the files were mapped as one (round 12).
+# The Arrow path's own rate moves a lot between processes (447k-739k tokens/s, idle machine): alone the ratio
+# was 6.7-10.7x, inside the full test suite once 3.79x. 2.5x fails the old path and a regression to it, not
+# that spread.
+FLOOR = 2.5
 STREAM, ARROW, SAE = "StoreStream, row store", "hf arrow, shuffled", "sae lens: in order + mixing buffer"
 
 
