@@ -46,6 +46,7 @@ from .calls import Lost, arrange
 from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .index import Index, ranges, wrong_sizes
+from .joined import call_rows, split_calls
 from .schema import check_index, with_target
 from .series import Alert, History
 from .shards import MappedShards, read_stats
@@ -107,6 +108,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         self._tensors: dict[tuple[int, str], Tensor] = {}
         self._stats: dict[Label, RunningStats] | None = None
         self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
+        self._joined = call_rows(manifest.get("batches", []))  # batch -> its calls' rows, where stored joined
         found = {**manifest.get("damaged", {}), **wrong_sizes(root, manifest.get("shards", []))}
         for file, why in found.items():
             self._leave_out(file, why)
@@ -357,10 +359,13 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             if not kinds.per_call(entry.kind):
                 record.param_grads.setdefault(entry.key, []).append(tensor)
                 continue
-            call = calls.setdefault((entry.batch, entry.call), Call(site, 0, order=entry.order))
-            call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
-            if entry.layout:
-                call.set_layout((entry.kind,), self._layout(entry.layout))
+            counts = self._joined.get(entry.batch)  # a request's calls stored joined (hookscope.store.joined)
+            where = f"{site} {entry.kind} {entry.key} of batch {entry.batch}"
+            for k, piece in enumerate([tensor] if counts is None else split_calls(tensor, counts, where)):
+                call = calls.setdefault((entry.batch, entry.call + k), Call(site, 0, order=entry.order))
+                call.tensors.setdefault(entry.kind, {})[entry.key] = piece
+                if entry.layout:
+                    call.set_layout((entry.kind,), self._layout(entry.layout))
         lost = self._index.lost()
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
