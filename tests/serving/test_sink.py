@@ -173,3 +173,22 @@ def test_damaged_call_rows_are_named(tmp_path: Path) -> None:
     write_manifest(tmp_path / "s", manifest)
     with pytest.raises(hookscope.StoreError, match=r"batches\[0\]\.call_rows must be a list of 4 integers >= 0"):
         hookscope.load(tmp_path / "s")
+
+
+def test_a_request_lost_with_a_damaged_shard_keeps_a_place_per_call(tmp_path: Path) -> None:
+    sink = RequestSink(model(), [(s, nn.Identity()) for s in SITES], ("output",), SITES,
+                       {"out": str(tmp_path / "s"), "flush_every": None, "shard_size": 1})  # fmt: skip
+    for name in ("1", "0", "2"):  # a shard per request
+        sink.put(name, *request(name)[:1], None, LENGTHS[name][0])
+    sink.close(ok=True)
+    run = hookscope.load(tmp_path / "s")
+    second = run.manifest["shards"][1]["file"]
+    (tmp_path / "s" / second).write_bytes((tmp_path / "s" / second).read_bytes()[:-8])  # request "0" truncated
+    with pytest.warns(hookscope.StoreWarning, match="batch 1 left out"):
+        stored = hookscope.load(tmp_path / "s")["layers.0"].calls
+    assert len(stored) == 1 + 4 + 6  # request "0"'s four calls keep their places
+    with pytest.raises(hookscope.DamagedShardError, match="batch 1"):
+        stored[1]
+    assert torch.equal(
+        stored[5].get("output", "residual"), request("2")[0]["layers.0"].calls[0].tensors["output"]["residual"]
+    )

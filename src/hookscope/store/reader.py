@@ -376,7 +376,8 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
                 call.index = i
             return record
         gone = {b: Lost(b, file, self.damaged[file]) for b, file in lost.items()}
-        record.calls = arrange(site, calls, self._index.lost_places(site), gone)
+        places = [(b, c + k) for b, c in self._index.lost_places(site) for k in range(len(self._joined.get(b, [0])))]
+        record.calls = arrange(site, calls, places, gone)  # a lost joined request keeps a place per call
         return record
 
     def _layout(self, name: str) -> Any:
