@@ -6,6 +6,7 @@ The oracle is each request's calls joined in call order (what ``LLMCapture.seque
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,70 @@ def test_a_damaged_request_field_is_named(tmp_path: Path) -> None:
     write_manifest(tmp_path / "s", manifest)
     with pytest.raises(hookscope.StoreError, match=r"batches\[0\]\.calls must be site -> an integer >= 0"):
         hookscope.load(tmp_path / "s")
+
+
+def test_a_request_is_one_index_row_per_site_and_key_and_reads_back_bit_for_bit(tmp_path: Path) -> None:
+    write(tmp_path / "s", ["1", "0", "2"])
+    manifest = read_manifest(tmp_path / "s")
+    per_batch = Counter(row[manifest["tensor_columns"].index("batch")] for row in manifest["tensors"])
+    assert per_batch == dict.fromkeys(range(3), len(SITES) * 3)  # sites x keys, not x calls
+    run = hookscope.load(tmp_path / "s")
+    for batch, name in enumerate(("1", "0", "2")):
+        prompt, calls = LENGTHS[name]
+        assert run.manifest["batches"][batch]["call_rows"] == [prompt] + [1] * (calls - 1)
+        records = request(name)[0]
+        for site in SITES:
+            stored = run.batch(batch)[site].calls
+            assert len(stored) == calls
+            for put, got in zip(records[site].calls, stored, strict=True):
+                for key, tensor in put.tensors["output"].items():
+                    assert torch.equal(got.get("output", key), tensor)
+    every = [c for name in ("1", "0", "2") for c in request(name)[0]["layers.0"].calls]
+    stored = run["layers.0"].calls
+    assert len(stored) == len(every) == 4 + 1 + 6
+    assert all(torch.equal(got.get("output", "out[1]"), put.tensors["output"]["out[1]"])
+               for put, got in zip(every, stored, strict=True))  # fmt: skip
+
+
+def test_a_request_whose_sites_differ_in_rows_is_stored_call_by_call(tmp_path: Path) -> None:
+    records, tokens = request("0")
+    records["layers.1"].calls.pop()  # layers.1 ran one call fewer: the calls cannot share one call_rows
+    sink = RequestSink(model(), [(s, nn.Identity()) for s in SITES], ("output",), SITES,
+                       {"out": str(tmp_path / "s"), "flush_every": None})  # fmt: skip
+    sink.put("0", records, tokens, 5)
+    sink.close(ok=True)
+    run = hookscope.load(tmp_path / "s")
+    assert "call_rows" not in run.manifest["batches"][0]
+    assert len(run.manifest["tensors"]) == (4 + 3) * 3
+    for site in SITES:
+        assert [c.get("output", "residual").tolist() for c in run[site].calls] == [
+            c.tensors["output"]["residual"].tolist() for c in records[site].calls
+        ]
+
+
+def test_damaged_call_rows_are_named(tmp_path: Path) -> None:
+    write(tmp_path / "s", ["0"])
+    manifest = read_manifest(tmp_path / "s")
+    manifest["batches"][0]["call_rows"] = [5, 1, 1]  # one call short of the four stored
+    write_manifest(tmp_path / "s", manifest)
+    with pytest.raises(hookscope.StoreError, match=r"batches\[0\]\.call_rows must be a list of 4 integers >= 0"):
+        hookscope.load(tmp_path / "s")
+
+
+def test_a_request_lost_with_a_damaged_shard_keeps_a_place_per_call(tmp_path: Path) -> None:
+    sink = RequestSink(model(), [(s, nn.Identity()) for s in SITES], ("output",), SITES,
+                       {"out": str(tmp_path / "s"), "flush_every": None, "shard_size": 1})  # fmt: skip
+    for name in ("1", "0", "2"):  # a shard per request
+        sink.put(name, *request(name)[:1], None, LENGTHS[name][0])
+    sink.close(ok=True)
+    run = hookscope.load(tmp_path / "s")
+    second = run.manifest["shards"][1]["file"]
+    (tmp_path / "s" / second).write_bytes((tmp_path / "s" / second).read_bytes()[:-8])  # request "0" truncated
+    with pytest.warns(hookscope.StoreWarning, match="batch 1 left out"):
+        stored = hookscope.load(tmp_path / "s")["layers.0"].calls
+    assert len(stored) == 1 + 4 + 6  # request "0"'s four calls keep their places
+    with pytest.raises(hookscope.DamagedShardError, match="batch 1"):
+        stored[1]
+    assert torch.equal(
+        stored[5].get("output", "residual"), request("2")[0]["layers.0"].calls[0].tensors["output"]["residual"]
+    )

@@ -10,12 +10,16 @@ and a request handed over is on disk within ``flush_every`` seconds, so a killed
 The manifest's row of each batch says what it is (``run.manifest["batches"]``)::
 
     {"index": 7, "rows": 1, "request": "3", "prompt": 5, "tokens": 8,
-     "calls": {"model.layers.0": 4, ...}, "prompt_sha256": "9f1c..."}
+     "calls": {"model.layers.0": 4, ...}, "prompt_sha256": "9f1c...", "call_rows": [5, 1, 1, 1]}
 
 ``request`` the id ``generate`` returned, ``prompt`` its prompt tokens (its first rows: call 0,
 unless vLLM chunked the prefill), ``tokens`` every row of a site over its calls (the prompt, then
 one per decode step), ``calls`` per site, ``prompt_sha256`` the digest of the prompt's token ids
-(``prompt_digest``). With ``resume`` the store is continued: batch numbers go on after the last
+(``prompt_digest``), ``call_rows`` the rows of each call. Each (site, kind, key) of a request is
+stored as one tensor of its calls joined, ``(tokens, ...)``, one index row (``hookscope.store.joined``):
+an index row per site and key, not per call; ``load`` splits it back into the calls by ``call_rows``.
+A request whose sites' calls differ in rows (none does in vLLM) is stored call by call, without
+``call_rows``. With ``resume`` the store is continued: batch numbers go on after the last
 one there, and a request whose prompt the store already holds (from before, or written earlier in
 this block) is not written again (``skipped``).
 """
@@ -36,6 +40,7 @@ from ..core.records import Record
 from ..core.select import Selector, selector_text
 from ..store import format as store_format
 from ..store.format import FLUSH_EVERY, MAX_MEMORY, SHARD_SIZE, SHARDS
+from ..store.joined import CALL_ROWS, join_calls
 from ..store.names import by_entry
 from ..store.save import entries, provenance
 from ..store.shard_writer import Pending, ShardWriter
@@ -95,6 +100,9 @@ class RequestSink:
             self.held.add(digest)  # resumed: the store holds each prompt once, this block's too
         index, self.next = self.next, self.next + 1
         self.batches[request] = index
+        joined = join_calls(records)
+        if joined is not None:  # one tensor per (site, kind, key), its calls' rows in the batch's row
+            records, facts[CALL_ROWS] = joined
         listed, held, layouts = entries(records, index)
         named, tensors = by_entry(listed, held)
         inputs = {} if tokens is None else {"input_ids": tokens.reshape(1, -1)}

@@ -5,7 +5,8 @@ store, ``(items, ...)``), the first row in it and how many. In the row layout ea
 its own array: ``(B, ...)`` by rows, ``(B*T, D)`` by tokens, less padding where the shard kept the
 batch's ``attention_mask`` (then a table maps each token to its row). A store whose batch is one
 sequence stepped through (a vLLM request: call 0 its prompt's rows, each later call one generated
-token, ``hookscope.serving.sink``) reads every call of a batch, in call order: its ``parts``. In the token layout
+token, ``hookscope.serving.sink``) reads every call of a batch, in call order: its ``parts`` (one, where the
+request's calls are stored joined: ``hookscope.store.joined``). In the token layout
 (``hookscope.store.token_layout``) one array holds every batch of a shard, so a random minibatch
 is one gather (``hookscope.store.mapping`` joins a column's shards into one range). Arrays are
 mapped on first use, in the process that reads them (a ``DataLoader`` worker maps its own).

@@ -51,6 +51,11 @@ def check_batch(batch: object, where: str) -> dict[str, Any]:
             whole(batch.get(name), f"{where}.{name}")
         counts = an_object(batch.get("calls"), f"{where}.calls")
         need(all(is_int(n) and n >= 0 for n in counts.values()), f"{where}.calls", "site -> an integer >= 0", counts)
+        if "call_rows" in batch:  # its calls stored joined (hookscope.store.joined): the rows of each
+            rows, calls = batch["call_rows"], max(counts.values(), default=0)
+            need(type(rows) is list and len(rows) == calls and all(is_int(n) and n >= 0 for n in rows)
+                 and sum(rows) == batch["tokens"], f"{where}.call_rows",
+                 f"a list of {calls} integers >= 0 (one per call) adding up to tokens", rows)  # fmt: skip
         digest = batch.get("prompt_sha256")  # absent where the engine fed no token ids
         need(digest is None or re.fullmatch(r"[0-9a-f]{64}", str(digest)) is not None, f"{where}.prompt_sha256",
              "64 hexadecimal digits", digest)  # fmt: skip

@@ -48,6 +48,7 @@ from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .history import Alert, History
 from .index import Index, ranges, wrong_sizes
+from .joined import call_rows, split_calls
 from .schema import check_index, with_target
 from .shards import MappedShards, read_stats
 
@@ -108,6 +109,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         self._tensors: dict[tuple[int, str], Tensor] = {}
         self._stats: dict[Label, RunningStats] | None = None
         self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
+        self._joined = call_rows(manifest.get("batches", []))  # batch -> its calls' rows, where stored joined
         found = {**manifest.get("damaged", {}), **wrong_sizes(root, manifest.get("shards", []))}
         for file, why in found.items():
             self._leave_out(file, why)
@@ -358,10 +360,13 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             if not kinds.per_call(entry.kind):
                 record.param_grads.setdefault(entry.key, []).append(tensor)
                 continue
-            call = calls.setdefault((entry.batch, entry.call), Call(site, 0, order=entry.order))
-            call.tensors.setdefault(entry.kind, {})[entry.key] = tensor
-            if entry.layout:
-                call.set_layout((entry.kind,), self._layout(entry.layout))
+            counts = self._joined.get(entry.batch)  # a request's calls stored joined (hookscope.store.joined)
+            where = f"{site} {entry.kind} {entry.key} of batch {entry.batch}"
+            for k, piece in enumerate([tensor] if counts is None else split_calls(tensor, counts, where)):
+                call = calls.setdefault((entry.batch, entry.call + k), Call(site, 0, order=entry.order))
+                call.tensors.setdefault(entry.kind, {})[entry.key] = piece
+                if entry.layout:
+                    call.set_layout((entry.kind,), self._layout(entry.layout))
         lost = self._index.lost()
         for meta in self.manifest.get("calls", []):
             if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
@@ -372,7 +377,8 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
                 call.index = i
             return record
         gone = {b: Lost(b, file, self.damaged[file]) for b, file in lost.items()}
-        record.set_calls(arrange(site, calls, self._index.lost_places(site), gone))
+        places = [(b, c + k) for b, c in self._index.lost_places(site) for k in range(len(self._joined.get(b, [0])))]
+        record.set_calls(arrange(site, calls, places, gone))  # a lost joined request keeps a place per call
         return record
 
     def _layout(self, name: str) -> Any:
