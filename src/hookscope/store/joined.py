@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..core.records import Call, Record
+from ..core.call import Call
+from ..core.records import Record
 from ..errors import StoreError
 
 CALL_ROWS = "call_rows"  # the field of a batch's manifest row: the rows of each call, where its calls are joined
