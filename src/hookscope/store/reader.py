@@ -1,9 +1,8 @@
 """A store opened: ``load(path) -> Run``, a mapping ``site -> Record`` like a ``Capture``, tensors read on use.
 
 ``hookscope.load(path)`` reads the manifest only (``hookscope.store.format`` describes it). Records are built
-from the manifest's index when a site is first asked for; every tensor is a view of a
-memory-mapped shard (``hookscope.store.shards.MappedShards``), read from disk when it is used. An alias
-(one tensor stored under several names) comes back as one tensor object, as in the capture.
+from the manifest's index when a site is first asked for (``hookscope.store.record_reader``); every tensor
+is a view of a memory-mapped shard, read from disk when it is used.
 
 A store written by ``extract`` holds many batches: ``run[site].calls`` holds every call of
 every batch in batch order, addressed by place (``hookscope.store.calls``: with one call per batch,
@@ -28,27 +27,22 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from torch import Tensor
-
 from ..base.display import Shows, table_of
-from ..base.words import closest, format_size
+from ..base.words import format_size
 from ..core import kinds
-from ..core.call import Call
 from ..core.compiled import EagerNames, known_name
 from ..core.kinds import Kind
-from ..core.layout import from_json
 from ..core.records import Label, Record, SitesPlot
 from ..core.select import Selector, select_sites
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
 from . import contents as contents_
 from . import series
-from .calls import Lost, arrange
 from .contents import Contents
 from .format import MANIFEST, Entry, index_parts, read_manifest
 from .history import Alert, History
 from .index import Index, ranges, wrong_sizes
-from .joined import call_rows, split_calls
+from .record_reader import RecordReader
 from .schema import check_index, with_target
 from .shards import MappedShards, read_stats
 
@@ -106,10 +100,8 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         self.damaged = self._index.damaged  # shard file -> what is wrong with it; its tensors are left out
         self._mapped = MappedShards(root, verify=verify)
         self._records: dict[str, Record] = {}
-        self._tensors: dict[tuple[int, str], Tensor] = {}
+        self._reader = RecordReader(root, manifest, self._sites, self._index, self._mapped)
         self._stats: dict[Label, RunningStats] | None = None
-        self._layouts: dict[str, Any] = {}  # layout id -> the layout, read on first use
-        self._joined = call_rows(manifest.get("batches", []))  # batch -> its calls' rows, where stored joined
         found = {**manifest.get("damaged", {}), **wrong_sizes(root, manifest.get("shards", []))}
         for file, why in found.items():
             self._leave_out(file, why)
@@ -117,7 +109,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
     def __getitem__(self, site: str) -> Record:
         site = known_name(site, self._sites)  # "module.0" as a DDP / DataParallel / DeepSpeed model names "0"
         if site not in self._records:
-            self._records[site] = self._intact(lambda: self._record(site, batch=None))
+            self._records[site] = self._intact(lambda: self._reader.record(site, batch=None))
         return self._records[site]
 
     def __iter__(self) -> Iterator[str]:
@@ -170,7 +162,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
             DamagedShardError: the shard that held it is damaged.
         """
         self._check_batch(index)
-        records = self._intact(lambda: {site: self._record(site, batch=index) for site in self._sites})
+        records = self._intact(lambda: {site: self._reader.record(site, batch=index) for site in self._sites})
         self._check_batch(index)  # reading it may have found its shard damaged
         return EagerNames(records)  # found with a wrapper's "module." too
 
@@ -339,56 +331,6 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         """
         return {name: self._type(name) for name in self._sites}
 
-    # -- building records from the index ------------------------------------------------------
-    def _record(self, site: str, batch: int | None) -> Record:
-        if site not in self._sites:
-            raise NotCapturedError(_unknown(site, list(self._sites), self.path))
-        info = self._sites[site]
-        channels = info.get("channels")  # stores written before it have none
-        record = Record(
-            site,
-            info["type"],
-            tuple(info["kinds"]),
-            missing=dict(info.get("missing", {})),
-            channels=channels if isinstance(channels, int) and not isinstance(channels, bool) else None,
-        )
-        record.param_grads = {name: [] for name in info.get("params", [])}
-        calls: dict[tuple[int, int], Call] = {}
-        by_batch = self._index.by_site().get(site, {})
-        for entry in (e for b in ([batch] if batch is not None else by_batch) for e in by_batch.get(b, [])):
-            tensor = self._tensor(entry)
-            if not kinds.per_call(entry.kind):
-                record.param_grads.setdefault(entry.key, []).append(tensor)
-                continue
-            counts = self._joined.get(entry.batch)  # a request's calls stored joined (hookscope.store.joined)
-            where = f"{site} {entry.kind} {entry.key} of batch {entry.batch}"
-            for k, piece in enumerate([tensor] if counts is None else split_calls(tensor, counts, where)):
-                call = calls.setdefault((entry.batch, entry.call + k), Call(site, 0, order=entry.order))
-                call.tensors.setdefault(entry.kind, {})[entry.key] = piece
-                if entry.layout:
-                    call.set_layout((entry.kind,), self._layout(entry.layout))
-        lost = self._index.lost()
-        for meta in self.manifest.get("calls", []):
-            if meta["site"] == site and batch in (None, meta["batch"]) and meta["batch"] not in lost:
-                _restore_call(calls.setdefault((meta["batch"], meta["call"]), Call(site, 0)), meta)
-        if batch is not None:
-            record.set_calls([calls[k] for k in sorted(calls)])
-            for i, call in enumerate(record.calls):
-                call.index = i
-            return record
-        gone = {b: Lost(b, file, self.damaged[file]) for b, file in lost.items()}
-        places = [(b, c + k) for b, c in self._index.lost_places(site) for k in range(len(self._joined.get(b, [0])))]
-        record.set_calls(arrange(site, calls, places, gone))  # a lost joined request keeps a place per call
-        return record
-
-    def _layout(self, name: str) -> Any:
-        if name not in self._layouts:
-            data = self.manifest.get("layouts", {}).get(name)
-            if data is None:
-                raise StoreError(f"{self.path}: the manifest names layout {name!r} but does not hold it")
-            self._layouts[name] = from_json(data)
-        return self._layouts[name]
-
     def _intact(self, build: Callable[[], T]) -> T:
         """``build()``, again without a shard each time one turns out damaged while it reads."""
         while True:
@@ -405,16 +347,6 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
         self._records.clear()
         self._index.leave_out(file, why)
 
-    def _tensor(self, entry: Entry) -> Tensor:
-        where = (entry.shard, entry.name)
-        if where not in self._tensors:
-            self._index.vouch(entry.shard)
-            shard = self.manifest["shards"][entry.shard]
-            self._tensors[where] = self._mapped.tensor(
-                shard["file"], shard["data_start"], entry.dtype, entry.shape, entry.offsets, entry.crc32
-            )
-        return self._tensors[where]
-
 
 def selected_sites(source: Mapping[str, Record], select: Selector | None) -> list[str]:
     """The sites of a store or a capture that ``select`` picks, as ``core.select.select_sites`` says
@@ -422,14 +354,3 @@ def selected_sites(source: Mapping[str, Record], select: Selector | None) -> lis
     types = source.site_types() if isinstance(source, Run) else {name: r.type for name, r in source.items()}
     where = f"the store {source.path}" if isinstance(source, Run) else f"the {type(source).__name__.lower()}"
     return select_sites(types, select, source=where)
-
-
-def _restore_call(call: Call, meta: Mapping[str, Any]) -> None:
-    call.order, call.error = meta.get("order", call.order), meta.get("error")
-    call.missing.update(meta.get("missing", {}))
-    call.watched.update(meta.get("watched", {}))
-
-
-def _unknown(site: str, names: list[str], root: Path) -> str:
-    hint = closest(site, names)
-    return f"{site!r} is not a site of the store {root} ({len(names)} sites{hint}); list them with list(run)"
