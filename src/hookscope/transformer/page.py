@@ -51,7 +51,8 @@ from ..core.records import forward_order
 from ..core.select import BLOCKS, Selector
 from ..errors import CaptureError, CaptureWarning, OptionError
 from ..progress import Callback, Progress, callback
-from ..report.content import human_time, png
+from ..report.cards import png
+from ..report.content import human_time
 from ..report.html import draws_page, environment, write_page
 from ..viz.fragments import Safe, figure, more, note, table, view
 from .attention import Attention, attention
