@@ -98,7 +98,7 @@ INTERNAL = {
         "hookscope.report.content.Section", "hookscope.report.flow.FlowChart", "hookscope.report.inline.Inline",
         "hookscope.stats.summary.ChannelSummary", "hookscope.stats.summary.Histogram",
         "hookscope.store.contents.Contents", "hookscope.train.guard.Guard", "hookscope.train.page.TrainingReport",
-        "hookscope.transformer.page.TextReport", "hookscope.transformer.linear.Recurrent",
+        "hookscope.transformer.text_content.TextReport", "hookscope.transformer.linear.Recurrent",
         "hookscope.core.experts.RouterStats",
     ],
 }  # fmt: skip

@@ -25,7 +25,8 @@ import hookscope.report.html
 from hookscope import zoo
 from hookscope.errors import OptionError, OutputExistsError, StoreError
 from hookscope.report.build import build_report
-from hookscope.report.content import MAX_VALUES, Report
+from hookscope.report.cards import MAX_VALUES
+from hookscope.report.content import Report
 from hookscope.report.html import TEMPLATE, render_html, write_report
 from hookscope.stats.summary import summarize
 from tests.browser import check_sort_and_lightbox, open_page, undecoded_images, visible_rows
@@ -522,7 +523,7 @@ def test_tied_top_logits_name_and_explain_the_same_class(batch: torch.Tensor) ->
 def test_vit_tokens_are_drawn_on_their_patch_grid_and_sequences_are_not() -> None:
     from torchvision.models.vision_transformer import VisionTransformer
 
-    from hookscope.report.content import picture_of
+    from hookscope.report.cards import picture_of
 
     torch.manual_seed(0)
     vit = VisionTransformer(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,

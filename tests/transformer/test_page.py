@@ -10,7 +10,8 @@ import torch
 
 import hookscope
 from hookscope.errors import OutputExistsError
-from hookscope.transformer.page import build_text_report, render_text_html, with_attributions, write_text_report
+from hookscope.transformer.page import build_text_report, with_attributions
+from hookscope.transformer.text_views import render_text_html, write_text_report
 from hookscope.viz.highlight import token_html
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)
 from tests.transformer.hostile import HOSTILE, VOCAB, HostileTokenizer

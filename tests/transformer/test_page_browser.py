@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from hookscope.cli import main
-from hookscope.transformer.page import build_text_report, with_attributions, write_text_report
+from hookscope.transformer.page import build_text_report, with_attributions
+from hookscope.transformer.text_views import write_text_report
 from hookscope.viz.highlight import token_html
 from tests.browser import open_page, undecoded_images
 from tests.transformer.conftest import tiny_gpt2  # noqa: F401  (the fixture)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 import hookscope
 from hookscope.core.channels import channel_count, is_channels_last, spatial_maps
-from hookscope.report.content import picture_of
+from hookscope.report.cards import picture_of
 from hookscope.viz.images import feature_grid
 
 pytest.importorskip("PIL")

@@ -49,14 +49,12 @@ from ..explain.targets import Target, explained, logits, scores
 from ..graph.nodes import Graph
 from ..graph.trace import Tracer
 from ..progress import Callback, Progress, callback
+from .cards import layer_views, not_held, png
 from .content import (
     LayerView,
     Report,
     coloured,
     human_time,
-    layer_views,
-    not_held,
-    png,
     predictions,
 )
 from .flow import FlowChart, flow_chart

@@ -33,7 +33,8 @@ from ..core.records import Record
 from ..graph.nodes import Graph
 from ..stats.streaming import RunningStats
 from ..store.reader import Run
-from .content import LayerView, Report, Section, TensorView, coloured, human_time, layer_views
+from .cards import layer_views
+from .content import LayerView, Report, Section, TensorView, coloured, human_time
 from .flow import flow_chart
 
 STATS_KIND: Kind = "output"  # the kind a statistics-only store is drawn by

@@ -42,7 +42,8 @@ from ..viz import fragments as html
 from ..viz.fragments import Safe, escape
 from ..viz.images import feature_grid
 from . import tables
-from .content import LayerView, Report, layer_views, not_held
+from .cards import layer_views, not_held
+from .content import LayerView, Report
 from .from_store import build_report_from_store
 from .html import environment, format_number
 

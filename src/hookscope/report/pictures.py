@@ -23,7 +23,8 @@ from ..faithful.measure import faithfulness
 from ..faithful.result import Faithfulness
 from ..progress import Callback
 from ..viz.images import overlay, to_pil
-from .content import CamView, png
+from .cards import png
+from .content import CamView
 
 if TYPE_CHECKING:
     from PIL.Image import Image

@@ -17,6 +17,8 @@ values finite (ReLU6, a zero padding: ``finite.keeps_finite``) fed finite inputs
 a gradient that is only a call's ``grad_output`` is reduced only if that call's ``grad_input``
 breaks. The producer rule (``hookscope.train.producer``) names the call that made things worse,
 never the calls downstream of it; the optimizer phase is ``hookscope.train.params``.
+What is judged, and what becomes of a finding (raised, warned, held, agreed), is
+``hookscope.train.verdicts``.
 
 When the numbers are read (``sync``):
 
@@ -52,7 +54,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Iterable
 from functools import partial
 from typing import Any, Literal
@@ -68,14 +69,15 @@ from ..core.placement import refuse_zero3
 from ..core.scripted import hookable
 from ..core.select import Selector, select_modules
 from ..core.tree import Leaves, flatten, flatten_call
-from ..errors import NonFiniteError, NonFiniteWarning, OptionError
+from ..errors import NonFiniteError, OptionError
 from . import finite, params
-from .alert_bundle import AlertEvidence, evidence_of, ranges_of
+from .alert_bundle import AlertEvidence, evidence_of
 from .gradients import Gradients
 from .lockstep import Lockstep
-from .producer import Check, Finding, Judge, Site, error, hint, worst
+from .producer import Check, Judge, Site, worst
 from .readings import Readings
 from .steps import StepClock, optimizers_of
+from .verdicts import Verdicts
 
 Mode = Literal["raise", "warn"]
 Sync = Literal["call", "pass"]
@@ -131,7 +133,7 @@ def _every(name: str, module: nn.Module) -> bool:
     return True
 
 
-class Guard(Block):
+class Guard(Verdicts, Block):
     """The hooks of one ``nan_guard`` block and what they found."""
 
     noun, remake = "nan_guard", "hookscope.nan_guard(...)"
@@ -293,92 +295,6 @@ class Guard(Block):
         index = self._calls.get(name, 0)
         self._calls[name] = index + 1
         return index
-
-    # -- checks and findings -----------------------------------------------------------------
-    def _checks(self, leaves: Leaves) -> list[Check]:
-        return [Check(key, self._readings.of(t)) for key, t in leaves if finite.checkable(t)]
-
-    def _see(self, event: str, site: Site, checks: list[Check]) -> None:
-        if self.sync == "pass":
-            self._events.append((event, site, checks))
-            return
-        finding = self._judge.see(event, site, checks)
-        if finding is not None:
-            self._found(finding)
-
-    def _read(self) -> None:
-        """Read every number still on the device, then judge the events waiting for them."""
-        self._readings.read()
-        events, self._events = self._events, []
-        for event, site, checks in events:
-            finding = self._judge.see(event, site, checks)
-            if finding is not None:
-                self._found(finding)
-
-    def _found(self, finding: Finding) -> None:
-        scaled = self._scaler is not None
-        err = error(finding, self.step_index, hint=hint(finding, self._by_name[finding.site.name], scaled=scaled))
-        if self.evidence is not None:
-            self.evidence.ranges[id(err)] = ranges_of(finding)
-        if finding.phase == "backward" and self._scaler is not None:
-            self._held.append(err)  # the scaler may skip this step: then it is no error
-            return
-        self._report(err)
-
-    def _report(self, err: NonFiniteError) -> None:
-        if self.mode == "raise":
-            if self._lockstep.hold(err):
-                return  # under torchrun: raised by every rank at the step's check point (``_agree``)
-            self.findings.append(err)
-            self._bundle(err)
-            raise err
-        where = (err.phase, err.module, err.kind)
-        if where not in self._warned:
-            self._warned.add(where)
-            self.findings.append(err)
-            self._bundle(err)
-            warnings.warn(str(err), NonFiniteWarning, stacklevel=3)
-
-    def _settle_held(self) -> None:
-        """The scaler lowered its scale since the last look: it skipped a step, and what was held was its inf."""
-        if self._scaler is None:
-            return
-        scale = float(self._scaler.get_scale())  # one host sync per forward pass, with a scaler only
-        if scale < self._scale:
-            self.skipped_steps += 1
-            self._held.clear()
-        self._scale = scale
-
-    # -- the optimizer step ------------------------------------------------------------------
-    def _pre_step(self, optimizer: Optimizer) -> None:
-        self._read()
-        held, self._held = self._held, []
-        for err in held:  # the step runs although the backward pass broke: the scaler did not skip it
-            self._report(err)
-        bad = self._step_checks[id(optimizer)].before(optimizer)
-        if bad is not None and not self._judge.tainted:
-            self._judge.found.add("backward")
-            self._report(params.gradient_error(bad[0], bad[1], optimizer, self.step_index, ""))
-        self._agree()
-
-    def _post_step(self, optimizer: Optimizer) -> None:
-        err = self._step_checks[id(optimizer)].after(optimizer, self.step_index)
-        if err is not None:
-            self._report(err)
-        self._agree()
-
-    def _agree(self) -> None:
-        """Under torchrun, raise what any rank found (``train.lockstep``); nothing in a world of one."""
-        err = self._lockstep.agree()
-        if err is not None:
-            self.findings.append(err)
-            self._bundle(err)
-            raise err
-
-    def _bundle(self, err: NonFiniteError) -> None:
-        """With ``evidence=``: the bundle of the first finding (``train.alert_bundle``)."""
-        if self.evidence is not None:
-            self.evidence.write_finding(err, self.model, self._clock.optimizers)
 
 
 def _default_sync(model: nn.Module) -> Sync:
