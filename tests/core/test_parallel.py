@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 import hookscope
-from hookscope.core.select import select_sites
+from hookscope.core.store_sites import select_sites
 
 
 @pytest.fixture

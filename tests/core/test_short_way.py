@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 import hookscope
-from hookscope.core import capture as capture_module
+from hookscope.core import forward as forward_module
 from hookscope.core import phase
 
 
@@ -37,7 +37,7 @@ def _captured(long_way: bool, monkeypatch: pytest.MonkeyPatch, **options: Any) -
     kinds = options.pop("kinds", ("output",))
     with monkeypatch.context() as patched:
         if long_way:
-            patched.setattr(capture_module, "ordinary", lambda: False)
+            patched.setattr(forward_module, "ordinary", lambda: False)
         with contextlib.ExitStack() as stack:
             if options.get("clone") is False:  # the in-place ReLU rewrites the first Linear's kept reference
                 stack.enter_context(pytest.warns(hookscope.CaptureWarning, match="'0' output out changed in place"))

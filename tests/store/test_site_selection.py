@@ -1,4 +1,4 @@
-"""One store-site selector (``core.select.select_sites``) for every reader of a store: ``probe``,
+"""One store-site selector (``core.store_sites.select_sites``) for every reader of a store: ``probe``,
 ``StoreDataset``, ``StoreStream``, ``export(format="datasets")`` and ``compare.cka`` pick the same sites for
 the same selector (a name, a glob, ``re:``, a module type, a list), and a selector that picks nothing, or
 needs the model, is a ``SelectionError`` in each."""
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import hookscope
-from hookscope.core.select import select_sites
+from hookscope.core.store_sites import select_sites
 from hookscope.errors import SelectionError
 from tests.store.lm import TinyLM, token_batches
 

@@ -24,11 +24,7 @@ what a glob or a regular expression matches, unless they are all it matches; ``N
 type, a module or a predicate selects them as asked. Matches come back in the order of
 ``model.named_modules()``, each module once.
 
-A store holds site names, not modules: ``select_sites`` picks a store's (or a capture's) sites with the
-same names, globs, ``re:`` and lists, and module types by class name; ``":experts"`` picks the sites of
-single experts (``<experts>.<e>``, kept by a capture of ``":experts"``), ``"<glob>:experts"`` those below
-the modules it names; ``":blocks"`` and predicates need the model. It is the one way ``probe``,
-``directions``, ``StoreDataset``, ``StoreStream``, ``export`` and ``compare.cka`` read a store's sites.
+A store holds site names, not modules: ``hookscope.core.store_sites`` picks its sites with the same selectors.
 
 Each public function's default and what ``select=None`` picks there (``tests/test_vocabulary.py``
 reads this table; docs/guide/vocabulary.md's table says the same):
@@ -58,7 +54,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
@@ -68,8 +64,8 @@ from ..base.deprecation import renamed
 from ..base.words import closest
 from ..errors import SelectionError
 from .blocks import blocks, unique
-from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, plain_name, unwrap
-from .experts import EXPERT, EXPERTS, expert_units
+from .compiled import eager_selector, has_wrappers, named_modules, parallel_name, unwrap
+from .experts import EXPERTS, expert_units
 
 Selector = Union[str, nn.Module, type[nn.Module], Callable[[str, nn.Module], bool], Sequence["Selector"]]
 
@@ -153,7 +149,7 @@ def select_modules(model: nn.Module, select: Selector | None = None) -> list[tup
         leaves = [(n, m) for n, m in named if next(m.children(), None) is None]
         return unique(leaves) or named[:1]
     matched: set[str] = set()
-    for single in _entries(select):
+    for single in entries(select):
         if single == BLOCKS:
             matched |= {name for name, _ in (blocks(model) or select_modules(model))}
             continue
@@ -173,7 +169,7 @@ def _experts_of(model: nn.Module, named: list[tuple[str, nn.Module]], selector: 
     """What ``":experts"`` picks (``core.experts.expert_units``), or ``"<name or glob>:experts"`` below the modules
     it names."""
     if selector != EXPERTS:
-        test = _name_matcher(selector.removesuffix(EXPERTS))
+        test = name_matcher(selector.removesuffix(EXPERTS))
         chosen = [n for n, _ in named if test(n)]
         named = [(n, m) for n, m in named if any(n == c or n.startswith(f"{c}.") or not c for c in chosen)]
     found = expert_units(named)
@@ -190,7 +186,7 @@ def experts_selected(model: nn.Module | None, select: Selector | None) -> list[t
     site per expert of the fused experts modules among them (``core.experts.ExpertSites``)."""
     if model is None or select is None:
         return []
-    asked = [s for s in _entries(select) if isinstance(s, str) and s.endswith(EXPERTS)]
+    asked = [s for s in entries(select) if isinstance(s, str) and s.endswith(EXPERTS)]
     return select_modules(model, asked) if asked else []
 
 
@@ -219,6 +215,7 @@ def trivial_class(name: str) -> bool:
 
 
 def is_pattern(selector: Selector) -> bool:
+    """A glob or a ``re:`` expression: what leaves trivial modules out of its matches."""
     return isinstance(selector, str) and (selector.startswith("re:") or bool(_GLOB_CHARS & set(selector)))
 
 
@@ -229,11 +226,12 @@ def _eager(selector: Selector) -> Selector:
     return unwrap(selector) if isinstance(selector, nn.Module) else selector
 
 
-def _entries(selector: Selector) -> list[Selector]:
+def entries(selector: Selector) -> list[Selector]:
+    """A selector as its single entries, lists flattened (an empty list refused)."""
     if isinstance(selector, (list, tuple)):
         if not selector:
             raise SelectionError("the selector list is empty; pass at least one name, glob, type or predicate")
-        return [s for item in selector for s in _entries(item)]
+        return [s for item in selector for s in entries(item)]
     return [selector]
 
 
@@ -243,7 +241,7 @@ Match = Callable[[str, nn.Module], bool]
 def _matcher(selector: Selector) -> Match:
     """One selector as a ``(name, module) -> bool`` test, validated once, before any matching."""
     if isinstance(selector, str):
-        test = _name_matcher(selector)
+        test = name_matcher(selector)
         return lambda name, _: test(name)
     if isinstance(selector, nn.Module):
         return lambda _, module: module is selector
@@ -258,7 +256,7 @@ def _matcher(selector: Selector) -> Match:
     )
 
 
-def _name_matcher(selector: str) -> Callable[[str], bool]:
+def name_matcher(selector: str) -> Callable[[str], bool]:
     """A name, a glob or ``re:`` as a test of a dotted name (a pattern never matches ``""``, the model)."""
     if selector.startswith("re:"):
         pattern = _regex(selector)
@@ -295,96 +293,6 @@ def _no_match_message(selector: Selector, model: nn.Module, named: list[tuple[st
     )
 
 
-def select_sites(sites: Mapping[str, str], select: Selector | None, *, source: str) -> list[str]:
-    """The sites of a store (or a capture) that ``select`` picks, in their order (None: every site).
-
-    ``sites`` maps each site's name to its module's class name, what a store keeps of a module;
-    ``source`` names it in errors (``"the store acts.hookscope"``). A name, a glob, ``re:`` and a list
-    pick site names exactly as ``select_modules`` picks module names (trivial sites are left out of
-    what a pattern matches unless they are all it matches; each entry of a list must match); a module
-    type picks the sites of that class or a subclass, by class name. ``":experts"`` picks the sites of
-    single experts (class ``Expert``, ``<experts>.<e>``: what a capture of ``":experts"`` keeps per expert),
-    ``"<name or glob>:experts"`` those below the modules it names. ``":blocks"``, a module and a
-    predicate need the model: a ``SelectionError`` says what to pass, as it does for a selector that
-    matches no site.
-    """
-    if select is None:
-        return list(sites)
-    matched: set[str] = set()
-    for single in _entries(select):
-        test = _site_matcher(single, sites, source)
-        hits = [name for name, cls in sites.items() if test(name, cls)]
-        if not hits:
-            raise SelectionError(_no_site_message(single, sites, source))
-        kept = [name for name in hits if not trivial_class(sites[name])] if is_pattern(single) else []
-        matched |= set(kept or hits)
-    return [name for name in sites if name in matched]
-
-
-def _site_matcher(selector: Selector, sites: Mapping[str, str], source: str) -> Callable[[str, str], bool]:
-    """One selector as a ``(site, class name) -> bool`` test; what needs the model is refused here."""
-    if isinstance(selector, str) and selector.endswith(EXPERTS):
-        return _expert_sites(selector.removesuffix(EXPERTS), sites)
-    if isinstance(selector, str) and selector != BLOCKS:
-        test = _name_matcher(_site_text(selector, sites))
-        return lambda name, _: test(name)
-    if isinstance(selector, type) and issubclass(selector, nn.Module):
-        names = {cls.__name__ for cls in _subclasses(selector)}
-        return lambda _, cls: cls in names
-    shown = ", ".join(repr(s) for s in list(sites)[:4]) + (", ..." if len(sites) > 4 else "")
-    what = "':blocks' finds a model's blocks and" if selector == BLOCKS else f"{_one_selector_text(selector)!r}"
-    raise SelectionError(
-        f"{what} needs the model, but {source} holds site names ({shown}); select its sites by name, "
-        "glob, 're:<regex>' or module type, e.g. the names of the blocks it holds"
-    )
-
-
-def _site_text(selector: str, sites: Mapping[str, str]) -> str:
-    """A name, glob or ``re:`` as the store's names are written: no ``_orig_mod.``, and no ``module.`` (a
-    DataParallel / DDP / DeepSpeed model's) unless the store's names have it."""
-    text = eager_selector(selector)
-    if not text.startswith("re:") and not any(n == "module" or n.startswith("module.") for n in sites):
-        text = plain_name(text)
-    return text
-
-
-def _expert_sites(within: str, sites: Mapping[str, str]) -> Callable[[str, str], bool]:
-    """``":experts"`` on a store: the sites of single experts (class ``Expert``, named ``<experts>.<e>``), what a
-    capture of ``":experts"`` keeps per expert; ``"<name or glob>:experts"``: those below the modules it names."""
-    test = _name_matcher(_site_text(within, sites)) if within else None
-
-    def below(name: str) -> bool:
-        parts = name.split(".")
-        return test is None or any(test(".".join(parts[:i])) for i in range(1, len(parts)))
-
-    return lambda name, cls: cls == EXPERT and below(name)
-
-
-def _subclasses(cls: type[nn.Module]) -> list[type[nn.Module]]:
-    """``cls`` and every subclass of it imported so far: what ``isinstance`` would accept."""
-    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
-
-
-def _no_site_message(selector: Selector, sites: Mapping[str, str], source: str) -> str:
-    if isinstance(selector, type):
-        classes = sorted(set(sites.values()))
-        what, hint = f"type {selector.__name__}", f"; types present: {', '.join(classes[:8])}"
-    elif isinstance(selector, str) and selector.endswith(EXPERTS):
-        return (
-            f"{selector!r} matched no expert site of {source}: none of its {len(sites)} sites is one expert's "
-            f"(class {EXPERT}, named <experts>.<e>, what hookscope.capture(model, {EXPERTS!r}) keeps per expert)"
-            f"{' below ' + repr(selector.removesuffix(EXPERTS)) if selector != EXPERTS else ''}; select the "
-            "experts modules and their routers by name"
-        )
-    else:
-        what = repr(selector)
-        hint = closest(str(selector).removeprefix("re:").replace("*", "").replace("?", ""), list(sites))
-    return (
-        f"{what} matched no site of {source} ({len(sites)} sites{hint}). "
-        "List them with list(hookscope.load(path)) or list(cap)."
-    )
-
-
 def _check_model(model: object) -> None:
     if not isinstance(model, nn.Module):
         raise SelectionError(f"expected a torch.nn.Module, got {type(model).__name__}")
@@ -396,10 +304,11 @@ def selector_text(select: Selector | None) -> list[str] | None:
     if select is None:
         return None
     items = select if isinstance(select, (list, tuple)) else [select]
-    return [_one_selector_text(s) for s in items]
+    return [one_selector_text(s) for s in items]
 
 
-def _one_selector_text(select: object) -> str:
+def one_selector_text(select: object) -> str:
+    """One selector as text: a string as it is, a type, module or function by name."""
     if isinstance(select, str):
         return select
     if isinstance(select, type):

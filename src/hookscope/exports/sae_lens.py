@@ -46,7 +46,7 @@ from ..store.shards import inside, one_line, read_index
 def write(source: Any, out: str | os.PathLike[str], *, force: bool = False, select: Selector | None = None,
           kind: str = "output", key: str | None = None, shard_size: int | str = SHARD_SIZE,
           progress: Progress = None) -> Path:  # fmt: skip
-    """Write the sites ``select`` picks (as ``core.select.select_sites`` says; None: every site) of the store
+    """Write the sites ``select`` picks (as ``core.store_sites.select_sites`` says; None: every site) of the store
     ``source`` (a path or a ``Run``) to ``out`` as an HF datasets folder; an existing ``out`` is replaced
     only with ``force``. ``progress`` (``hookscope.progress``; default quiet) hears ``("export", batches
     done, batches)``.

@@ -60,7 +60,7 @@ def probe(
     """A linear probe of ``labels`` at every site ``select`` picks (None: every site).
 
     ``source``: a store (a path or ``hookscope.load``'s ``Run``) or a ``Capture``; ``select`` picks its
-    sites as ``core.select.select_sites`` says (names, globs, ``re:``, module types, a list).
+    sites as ``core.store_sites.select_sites`` says (names, globs, ``re:``, module types, a list).
     ``labels``: one per row (image, sequence) or per example (token), integer classes or float values. ``method``:
     ``logistic`` (classes, the default for integers), ``ridge`` (values, the default for floats) or
     ``mean_difference`` (classes, nearest class mean). ``holdout``: the share of groups tested,

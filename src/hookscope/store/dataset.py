@@ -49,7 +49,7 @@ class StoreDataset(Dataset[Item]):
     """Every row (``by="rows"``) or token (``by="tokens"``) of the sites ``select`` picks, by index.
 
     ``source``: a store's path, a ``load``-ed ``Run``, or a list of them (aligned by batch).
-    ``select``: the sites, as ``core.select.select_sites`` picks them (names, globs, ``re:``, module
+    ``select``: the sites, as ``core.store_sites.select_sites`` picks them (names, globs, ``re:``, module
     types, a list; None: every site). ``kind``, ``key``: which tensor of a call (``key=None``: the
     site's first). ``verify``: read each array through its CRC-32 once, here, so
     that the length is final before the first epoch: the batches of a damaged shard (its header, its

@@ -33,7 +33,8 @@ from ..core import kinds
 from ..core.compiled import EagerNames, known_name
 from ..core.kinds import Kind
 from ..core.records import Label, Record, SitesPlot
-from ..core.select import Selector, select_sites
+from ..core.select import Selector
+from ..core.store_sites import select_sites
 from ..errors import DamagedShardError, NonFiniteError, NotCapturedError, StoreError
 from ..stats.streaming import RunningStats
 from . import contents as contents_
@@ -349,7 +350,7 @@ class Run(Mapping[str, Record], Shows, SitesPlot):
 
 
 def selected_sites(source: Mapping[str, Record], select: Selector | None) -> list[str]:
-    """The sites of a store or a capture that ``select`` picks, as ``core.select.select_sites`` says
+    """The sites of a store or a capture that ``select`` picks, as ``core.store_sites.select_sites`` says
     (None: every site); a ``SelectionError`` when one entry matches none."""
     types = source.site_types() if isinstance(source, Run) else {name: r.type for name, r in source.items()}
     where = f"the store {source.path}" if isinstance(source, Run) else f"the {type(source).__name__.lower()}"
