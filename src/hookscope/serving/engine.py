@@ -46,7 +46,7 @@ from ..store.format import FLUSH_EVERY, MANIFEST, MAX_MEMORY, SHARD_SIZE
 from ..store.reader import Run, load
 from . import worker
 from .parallel import merged
-from .sink import prompt_digest
+from .sink import held_prompts, prompt_digest
 
 COMPILED = "the worker is compiled (enforce_eager=False): its graph never calls a module's hooks; " \
            "build the LLM with enforce_eager=True"  # fmt: skip
@@ -283,7 +283,7 @@ class LLMCapture(EngineBlock, Mapping[str, Mapping[str, Record]]):
             raise ServingError("this capture keeps its records in memory: pass out= to capture_llm for a store")
         out = self.spec.store["out"]
         made = os.path.isfile(os.path.join(out, MANIFEST))
-        held = {b.get("prompt_sha256") for b in load(out).manifest["batches"]} if made else set()
+        held = held_prompts(load(out).manifest["batches"]) if made else set()
         return [p for p in prompts if prompt_digest(prompt_ids(self.llm, p)) not in held]
 
     def store(self) -> Run:

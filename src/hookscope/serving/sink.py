@@ -45,6 +45,8 @@ from ..store.names import by_entry
 from ..store.save import entries, provenance
 from ..store.shard_writer import Pending, ShardWriter
 
+PROMPT_SHA256 = "prompt_sha256"  # the field of a batch's manifest row: the digest of its prompt's ids
+
 
 def prompt_digest(ids: Iterable[int]) -> str:
     """The SHA-256 of a prompt's token ids written as decimal text joined by spaces (``"1 5 6"``).
@@ -56,6 +58,18 @@ def prompt_digest(ids: Iterable[int]) -> str:
         64 hexadecimal digits: what a batch's ``prompt_sha256`` holds.
     """
     return hashlib.sha256(" ".join(str(int(i)) for i in ids).encode()).hexdigest()
+
+
+def held_prompts(batches: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The prompts a store holds, as ``prompt_digest`` writes them, from its manifest's ``batches`` rows.
+
+    Args:
+        batches: the rows (``run.manifest["batches"]``); rows written without a prompt are passed over.
+
+    Returns:
+        The digests.
+    """
+    return {b[PROMPT_SHA256] for b in batches if PROMPT_SHA256 in b}
 
 
 class RequestSink:
@@ -77,7 +91,7 @@ class RequestSink:
         store_format.open_for_extract(self.root, header, resume=self.resume, force=bool(options.get("force")))
         held = store_format.index_parts(self.root)["batches"] if self.resume else []
         self.next = max((b["index"] for b in held), default=-1) + 1  # batch numbers go on after the store's
-        self.held = {b["prompt_sha256"] for b in held if "prompt_sha256" in b}  # prompts the store holds
+        self.held = held_prompts(held)  # prompts the store holds
         self.writer = ShardWriter(
             self.root / SHARDS, f"r0-{secrets.token_hex(4)}", rank=0,
             limit=parse_size(options.get("max_memory") or MAX_MEMORY),
@@ -93,7 +107,7 @@ class RequestSink:
         facts: dict[str, Any] = {"request": request, "prompt": prompt, "tokens": _rows(records),
                                  "calls": {site: len(record.calls) for site, record in records.items()}}  # fmt: skip
         if tokens is not None:
-            facts["prompt_sha256"] = digest = prompt_digest(tokens[:prompt].tolist())
+            facts[PROMPT_SHA256] = digest = prompt_digest(tokens[:prompt].tolist())
             if self.resume and digest in self.held:
                 self.skipped.append(request)
                 return
